@@ -1,0 +1,151 @@
+// The backend interface: memory and a small op set. Model code (src/model/, src/runtime/) calls
+// these ops; each backend implements them (cpu/ reference + fast, cuda/). The CPU reference
+// backend is the oracle every other backend is tested against (tests/cuda/, tests/cpu_*).
+//
+// Conventions
+// - Activations are f32, row-major: x [n_tokens, width]. Weights are [out, in] in file layout
+//   (F32, F16, BF16, Q8_0, Q4_0; other quant types are converted to Q8_0 before upload).
+// - Ops are enqueued in call order and may run asynchronously (CUDA); to_host() and
+//   synchronize() wait. Ops never read host-side values that change between decode steps:
+//   positions come from a tensor, so a backend may record a step once and replay it (run_graph).
+// - Errors in ops are bugs (shapes are checked with SHOAL_CHECK); allocation and copies return
+//   Status because they meet the outside world (out of memory, device lost).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "backend/tensor.h"
+#include "core/status.h"
+
+namespace shoal {
+
+/// Elementwise activations (HF `hidden_act` names in comments).
+enum class Activation {
+  kSilu,       // "silu": x * sigmoid(x)
+  kGeluTanh,   // "gelu_pytorch_tanh", "gelu_new": tanh approximation
+  kGeluErf,    // "gelu": exact, erf-based
+};
+
+/// Rotary position embedding (RoFormer, arXiv:2104.09864) for one q or k tensor.
+struct RopeSpec {
+  int n_heads = 0;     // heads in the tensor
+  int head_dim = 0;
+  int rot_dims = 0;    // leading dims of each head that rotate (partial RoPE: < head_dim)
+  bool interleaved = false;  // true: pairs (2i, 2i+1) (GGUF `llama` files, GPT-J);
+                             // false: pairs (i, i + rot_dims/2) (HF rotate_half, NeoX)
+  float attn_factor = 1.0f;  // scales cos and sin (YaRN magnitude); 1 otherwise
+};
+
+/// Causal attention of a batch of queries against a layer's KV cache (GQA when
+/// n_kv_heads < n_heads; head h reads kv head h / (n_heads / n_kv_heads)).
+struct AttentionSpec {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;      // usually 1/sqrt(head_dim)
+  int sliding_window = 0;  // 0: full; else a query at p sees keys in (p - window, p]
+  float softcap = 0.0f;    // 0: none; else logits = softcap * tanh(logits / softcap) (Gemma 2)
+};
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct BackendOptions {
+  int threads = 0;         // CPU threads (0: all hardware threads)
+  bool reference = false;  // CPU: the plain single-threaded oracle path
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  /// "cpu (avx512, 2 threads)", "cuda:0 NVIDIA H200".
+  virtual std::string name() const = 0;
+  /// Bytes of memory this backend can still allocate (device memory; host RAM for the CPU).
+  virtual uint64_t free_memory() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  /// A tensor for activations, caches or state, contents undefined. Errors: kOutOfMemory saying
+  /// how much was asked for and how much is free.
+  virtual Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) = 0;
+  /// A weight tensor in this backend's layout (may differ from the file layout: repacking).
+  virtual Result<Tensor> alloc_weight(DType dtype, std::initializer_list<int64_t> shape) = 0;
+  /// Fills a weight from file-layout bytes (exactly t's nbytes(), host memory).
+  virtual Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) = 0;
+  virtual void free(Tensor& t) = 0;
+  /// Copies host bytes into t at byte offset `offset` (plain layouts only).
+  virtual Status to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset = 0) = 0;
+  /// Copies bytes of t to host memory; waits for queued ops first.
+  virtual Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset = 0) = 0;
+  /// Waits for every queued op. Errors: kInternal (device fault).
+  virtual Status synchronize() = 0;
+
+  // ---- ops ------------------------------------------------------------------------------------
+  /// out[i, :] = table[ids[i], :] as f32. table: [vocab, d] any weight dtype; ids: i32 [n];
+  /// out: f32 [n, d].
+  virtual void embed(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+  /// y = x · wᵀ (+ bias). w: [out, in] weight; x: f32 [n, in]; bias: f32 [out] or null;
+  /// y: f32 [n, out]. n == 1 is a GEMV.
+  virtual void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias = nullptr) = 0;
+  /// RMSNorm (Zhang & Sennrich 2019) over groups of w.cols() values: y = x / rms(x) * w.
+  /// x, y: f32 [n, k * w.cols()] (k > 1 normalises each head); w: f32 [group]. y may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
+  /// LayerNorm (Ba et al. 2016) per row: y = (x - mean) / sqrt(var + eps) * w + b. b may be null.
+  virtual void layer_norm(const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y) = 0;
+  /// y = a + b, f32, same shape; y may alias a or b.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  /// x *= s, f32.
+  virtual void scale(Tensor& x, float s) = 0;
+  /// Rotates x in place. x: f32 [n, spec.n_heads * spec.head_dim]; pos: i32 [n];
+  /// inv_freq: f32 [rot_dims / 2], the per-pair frequencies (scaling already applied).
+  virtual void rope(Tensor& x, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec) = 0;
+  /// Stores k and v rows at cache rows pos[i]. k, v: f32 [n, n_kv_heads * head_dim];
+  /// k_cache, v_cache: [n_ctx, n_kv_heads * head_dim] of F32, F16 or Q8_0; pos: i32 [n].
+  virtual void kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v,
+                        const Tensor& pos) = 0;
+  /// out[i] = softmax(q[i] · Kᵀ · scale, causal up to pos[i]) · V per head.
+  /// q: f32 [n, n_heads * head_dim]; caches as in kv_write; pos: i32 [n] (increasing);
+  /// out: f32 [n, n_heads * head_dim].
+  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& pos, const AttentionSpec& spec, Tensor& out) = 0;
+  /// out = act(gate) * up (SwiGLU, GeGLU; Shazeer 2020). All f32 [n, d_ff]; out may alias.
+  virtual void glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) = 0;
+  /// out = act(x), f32; out may alias x.
+  virtual void activation(const Tensor& x, Activation act, Tensor& out) = 0;
+  /// Converts between f32, f16 and bf16 (hidden-state hops). Same shape.
+  virtual void convert(const Tensor& src, Tensor& dst) = 0;
+  /// out[i] = argmax_j logits[i, j] (lowest index on ties). logits: f32 [n, V]; out: i32 [n].
+  virtual void argmax(const Tensor& logits, Tensor& out) = 0;
+  /// The k largest logits of row 0, sorted descending (ties: lower index first).
+  /// logits: f32 [1, V]; ids: i32 [k]; vals: f32 [k].
+  virtual void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) = 0;
+
+  // ---- fused ops (defaults compose the ops above; fast backends override) ---------------------
+  /// x += delta; y = rms_norm(x, w). x, delta, y: f32 [n, d].
+  virtual void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y);
+  /// out = act(x · w_gateᵀ) * (x · w_upᵀ). gate_buf, up_buf: scratch f32 [n, d_ff].
+  virtual void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act,
+                          Tensor& gate_buf, Tensor& up_buf, Tensor& out);
+
+  // ---- whole-step recording -------------------------------------------------------------------
+  /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a
+  /// `key` is seen and replays the recording afterwards; the ops must then depend on changing
+  /// inputs only through tensor contents (ids, positions), never through host values.
+  virtual Status run_graph(uint64_t key, const std::function<void()>& record) {
+    record();
+    return Status::Ok();
+  }
+  /// Drops recordings (after buffers were reallocated).
+  virtual void reset_graphs() {}
+};
+
+/// Creates a backend from a device string: "cpu", "cpu-ref" (the reference path), "cuda",
+/// "cuda:N". Errors: kInvalidArgument (unknown device), kUnavailable (no CUDA in this build or no
+/// such GPU).
+Result<std::unique_ptr<Backend>> create_backend(std::string_view device, const BackendOptions& opts = {});
+
+}  // namespace shoal

@@ -1,0 +1,36 @@
+// shoal: run one large language model across a pool of machines (or one).
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/commands.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal: one language model across a pool of machines (one machine is a pool of one)"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Print help for every subcommand");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "stderr log level: trace, debug, info, warn, error, off")
+      ->capture_default_str();
+
+  // Each add_* call adds one subcommand (the newest) and returns what runs it.
+  std::vector<std::pair<std::string, shoal::app::CommandFn>> commands;
+  auto reg = [&](shoal::app::CommandFn fn) {
+    auto subs = app.get_subcommands([](CLI::App*) { return true; });
+    commands.emplace_back(subs.back()->get_name(), std::move(fn));
+  };
+  reg(shoal::app::add_run_command(app));
+  reg(shoal::app::add_inspect_command(app));
+  reg(shoal::app::add_tokenize_command(app));
+  reg(shoal::app::add_check_command(app));
+  reg(shoal::app::add_bench_command(app));
+
+  CLI11_PARSE(app, argc, argv);
+  shoal::init_logging(log_level);
+  for (auto& [name, fn] : commands) {
+    if (app.got_subcommand(name)) return fn();
+  }
+  return 1;
+}

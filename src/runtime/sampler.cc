@@ -12,8 +12,8 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
 }
 
 bool Sampler::needs_full_logits(int max_device_k) const {
-  if (greedy()) return false;
-  return params_.repeat_penalty != 1.0f || params_.top_k <= 0 || params_.top_k > max_device_k;
+  if (params_.repeat_penalty != 1.0f) return true;
+  return !greedy() && (params_.top_k <= 0 || params_.top_k > max_device_k);
 }
 
 void Sampler::accept(int32_t id) {

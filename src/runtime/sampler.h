@@ -33,7 +33,7 @@ class Sampler {
 
   bool greedy() const { return params_.temperature <= 0.0f; }
   /// True when sampling needs every logit (penalty on, or top-k off / larger than a device top-k
-  /// can give); otherwise the k best candidates from the device are enough.
+  /// can give); otherwise the argmax (greedy) or the k best candidates from the device suffice.
   bool needs_full_logits(int max_device_k) const;
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }

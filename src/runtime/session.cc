@@ -18,10 +18,10 @@ void Session::reset() {
 
 Status Session::step(std::span<const int32_t> ids, int64_t pos0, Sampler& sampler, int32_t& next) {
   StepOutput out;
-  if (sampler.greedy()) {
-    out.mode = HeadMode::kArgmaxLast;
-  } else if (sampler.needs_full_logits(kDeviceTopK)) {
+  if (sampler.needs_full_logits(kDeviceTopK)) {
     out.mode = HeadMode::kLogitsLast;
+  } else if (sampler.greedy()) {
+    out.mode = HeadMode::kArgmaxLast;
   } else {
     out.mode = HeadMode::kTopKLast;
     out.top_k = sampler.params().top_k;

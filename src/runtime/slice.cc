@@ -351,3 +351,27 @@ Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMa
 }
 
 }  // namespace shoal
+
+namespace shoal {
+
+Result<TokenCost> token_cost(const ModelConfig& cfg, const WeightMap& weights) {
+  TokenCost c;
+  auto count = [&](const TensorInfo& t) -> Status {
+    if (t.shape.size() != 2) return Status::Ok();
+    SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t.dtype, WeightRole::kMatrix, t.name));
+    c.weight_bytes += dtype_bytes(dt, t.n_elements()).value_or(0);
+    c.flops += 2.0 * double(t.n_elements());
+    return Status::Ok();
+  };
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    LayerWeights scratch;
+    for (const Need& need : layer_needs(cfg, l, scratch))
+      if (const TensorInfo* t = weights.find(need.name)) SHOAL_RETURN_IF_ERROR(count(*t));
+  }
+  const TensorInfo* head = weights.find(cfg.tied_embeddings ? "token_embd.weight" : "output.weight");
+  if (!head) return make_error(Code::kNotFound, "the model has no LM head tensor");
+  SHOAL_RETURN_IF_ERROR(count(*head));
+  return c;
+}
+
+}  // namespace shoal

@@ -115,3 +115,16 @@ class Slice {
 Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype);
 
 }  // namespace shoal
+
+namespace shoal {
+
+/// What one decode token costs: weight bytes streamed (every layer matrix and the LM head, as
+/// stored on the backend after load-time conversion) and matmul FLOPs (2 per weight value),
+/// attention excluded. For `shoal bench` and the planner's speed estimates.
+struct TokenCost {
+  uint64_t weight_bytes = 0;
+  double flops = 0;
+};
+Result<TokenCost> token_cost(const ModelConfig& cfg, const WeightMap& weights);
+
+}  // namespace shoal

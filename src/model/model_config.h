@@ -73,7 +73,6 @@ struct ModelConfig {
   bool learned_pos_embd = false; // absolute position embedding table (GPT-2)
   float embed_scale = 1.0f;      // multiply embeddings (Gemma: sqrt(d_model))
   float attn_scale = 0.0f;       // 0: 1/sqrt(head_dim); else this (Gemma 3: query_pre_attn_scalar^-0.5)
-  float final_logit_softcap = 0.0f;
   float attn_logit_softcap = 0.0f;
   RopeConfig rope;
   std::vector<LayerConfig> layers;  // n_layers entries

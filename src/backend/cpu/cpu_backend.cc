@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/ref_ops.h"
 
 namespace shoal {
@@ -91,7 +92,11 @@ Status CpuBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t
 void CpuBackend::embed(const Tensor& table, const Tensor& ids, Tensor& out) { ref::embed(table, ids, out); }
 
 void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) {
-  ref::matmul(w, x, y, bias);
+  if (reference_) {
+    ref::matmul(w, x, y, bias);
+  } else {
+    fast_matmul(*pool_, w, x, y, bias);
+  }
 }
 
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) { ref::rms_norm(x, w, eps, y); }

@@ -8,6 +8,13 @@
 
 #include <cstring>
 
+// GCC 12's own reduce/extract intrinsics pass an "undefined" vector as the merge source, which
+// -Wmaybe-uninitialized reports inside <avx512fintrin.h> (a false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include "backend/cpu/matmul_kernels.h"
 
 namespace shoal::cpu_detail {

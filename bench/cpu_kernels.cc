@@ -23,9 +23,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
-#include "core/half.h"
 #include "core/thread_pool.h"
-#include "tensor/quant.h"
 
 namespace {
 
@@ -118,40 +116,42 @@ struct WeightSet {
   uint64_t bytes_each = 0;
 };
 
-WeightSet make_weights(DType dt, int64_t out, int64_t in, uint64_t min_bytes, std::mt19937& rng) {
+// Fills every byte with distinct pseudo-random content (xorshift64): no two pages alike, so no
+// cache or page deduplication can make the weights smaller than they are. Values are finite:
+// floats in +-[0.5, 1), quant blocks with a small fixed scale and random quants.
+void fill_weights(DType dt, uint8_t* dst, uint64_t bytes, uint64_t& state) {
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  for (uint64_t i = 0; i < bytes; i += 8) {
+    uint64_t v = next();
+    if (dt == DType::kF32) {
+      v = (v & 0x807FFFFF807FFFFFull) | 0x3F0000003F000000ull;
+    } else if (dt == DType::kF16) {
+      v = (v & 0x83FF83FF83FF83FFull) | 0x3800380038003800ull;
+    } else if (dt == DType::kBF16) {
+      v = (v & 0x807F807F807F807Full) | 0x3F003F003F003F00ull;
+    }
+    std::memcpy(dst + i, &v, std::min<uint64_t>(8, bytes - i));
+  }
+  const int64_t block = dt == DType::kQ8_0 ? 34 : dt == DType::kQ4_0 ? 18 : 0;
+  if (block > 0) {
+    const uint16_t d = 0x2000;  // f16 2^-7
+    for (uint64_t off = 0; off + uint64_t(block) <= bytes; off += uint64_t(block)) std::memcpy(dst + off, &d, 2);
+  }
+}
+
+WeightSet make_weights(DType dt, int64_t out, int64_t in, uint64_t min_bytes, uint64_t& rng) {
   WeightSet s;
   s.bytes_each = *dtype_bytes(dt, out * in);
   const size_t n_copies = size_t(std::max<uint64_t>(1, (min_bytes + s.bytes_each - 1) / s.bytes_each));
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> row(static_cast<size_t>(in));
   for (size_t c = 0; c < n_copies; ++c) {
     s.copies.emplace_back(s.bytes_each);
-    uint8_t* dst = s.copies.back().get();
-    const uint64_t row_bytes = s.bytes_each / uint64_t(out);
-    // Random rows are costly to quantize for 151936 x 1024; 64 distinct rows repeat.
-    for (int64_t r = 0; r < std::min<int64_t>(out, 64); ++r) {
-      for (auto& v : row) v = nd(rng);
-      uint8_t* d = dst + uint64_t(r) * row_bytes;
-      switch (dt) {
-        case DType::kF32: std::memcpy(d, row.data(), row_bytes); break;
-        case DType::kF16:
-          for (int64_t k = 0; k < in; ++k) {
-            const uint16_t h = f32_to_f16(row[size_t(k)]);
-            std::memcpy(d + 2 * k, &h, 2);
-          }
-          break;
-        case DType::kBF16:
-          for (int64_t k = 0; k < in; ++k) {
-            const uint16_t h = f32_to_bf16(row[size_t(k)]);
-            std::memcpy(d + 2 * k, &h, 2);
-          }
-          break;
-        case DType::kQ8_0: quantize_q8_0(row.data(), reinterpret_cast<BlockQ8_0*>(d), in); break;
-        default: quantize_q4_0(row.data(), reinterpret_cast<BlockQ4_0*>(d), in); break;
-      }
-    }
-    for (int64_t r = 64; r < out; ++r) std::memcpy(dst + uint64_t(r) * row_bytes, dst + uint64_t(r % 64) * row_bytes, row_bytes);
-    s.tensors.push_back(Tensor::make(dst, dt, {out, in}));
+    fill_weights(dt, s.copies.back().get(), s.bytes_each, rng);
+    s.tensors.push_back(Tensor::make(s.copies.back().get(), dt, {out, in}));
   }
   return s;
 }
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
                           {"down 1024x3072", 1024, 3072, 1}, {"lm_head 151936x1024", 151936, 1024, 0}};
   fmt::print("cpu kernels: {} (supported {}), {} hardware threads, huge pages {}\n", cpu_isa_name(cpu_isa()),
              cpu_isa_name(cpu_isa_supported()), std::thread::hardware_concurrency(), g_huge_pages ? "advised" : "off");
-  std::mt19937 rng(42);
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
   for (int nt : threads) {
     ThreadPool pool(nt);
     fmt::print("\n== {} thread(s)\nmemory read bandwidth (1 GiB streamed): {:.1f} GB/s\n", nt,

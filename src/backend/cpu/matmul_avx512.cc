@@ -7,8 +7,6 @@
 // Everything here is in an anonymous namespace (see matmul_kernels.h on why).
 #include <immintrin.h>
 
-#include <cstring>
-
 // GCC 12's own reduce/extract intrinsics pass an "undefined" vector as the merge source, which
 // -Wmaybe-uninitialized reports inside <avx512fintrin.h> (a false positive).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -20,12 +18,6 @@
 
 namespace shoal::cpu_detail {
 namespace {
-
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
 
 // Stores y[t, r] = sum of acc's lanes (+ bias[r]) for a tile.
 template <int R, int T>
@@ -114,11 +106,18 @@ struct FloatTiles {
 
 // ---- quantized weights ----------------------------------------------------------------------
 
-// Scales of weight blocks b and b+1 as [d_b x 8, d_b+1 x 8] (f16 -> f32).
-__m512 pair_scales(uint16_t d0, uint16_t d1) {
-  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(d0))),
-                                            _mm_set1_epi16(short(d1)), 1);
-  return _mm512_cvtph_ps(h);
+// Scales of two blocks as [d_b x 8, d_b+1 x 8] (f16 -> f32): one masked load of the bytes that
+// hold both f16 scales (d_b at byte 0, d_b+1 at byte kBlockBytes; the mask stops the load at
+// d_b+1, or before it when there is no second block), one word permute, one conversion.
+template <int64_t kBlockBytes>
+__m512 pair_scales(const uint8_t* p, bool second) {
+  constexpr short w1 = short(kBlockBytes / 2);  // word index of d_b+1
+  // Words 0-7 <- word 0, words 8-15 <- word w1 (_mm512_set_epi16 lists word 31 first).
+  const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, w1, w1, w1, w1, w1, w1, w1,
+                                       w1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __mmask64 m = second ? (__mmask64(1) << (kBlockBytes + 2)) - 1 : __mmask64(3);
+  const __m512i words = _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(m, p));
+  return _mm512_cvtph_ps(_mm512_castsi512_si256(words));
 }
 
 // Q8_0 row: blocks of 34 bytes (f16 d, 32 x int8). Loads blocks b, b+1 (b+1 only if `second`)
@@ -131,7 +130,7 @@ struct Q8_0Weights {
     const __m256i hi = second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBlockBytes + 2))
                               : _mm256_setzero_si256();
     *q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    *d = pair_scales(load_u16(p), second ? load_u16(p + kBlockBytes) : 0);
+    *d = pair_scales<kBlockBytes>(p, second);
   }
 };
 
@@ -152,7 +151,7 @@ struct Q4_0Weights {
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
     const __m512i nib = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));  // [b lo, b hi, b+1 lo, b+1 hi]
     *q = _mm512_sub_epi8(nib, _mm512_set1_epi8(8));
-    *d = pair_scales(load_u16(p), second ? load_u16(p + kBlockBytes) : 0);
+    *d = pair_scales<kBlockBytes>(p, second);
   }
 };
 

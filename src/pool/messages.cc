@@ -127,8 +127,9 @@ Status Assign::check() const {
     return make_error(Code::kCorrupt, "assign field 'kv_dtype' is {}, not a known ggml type id",
                       static_cast<uint32_t>(kv_dtype));
   }
-  auto addr = parse_address(next_hop);
-  if (!addr.ok()) return addr.status().with_context("assign field 'next_hop'");
+  if (auto addr = parse_address(next_hop); !addr.ok()) {
+    return make_error(Code::kCorrupt, "assign field 'next_hop': {}", addr.status().message());
+  }
   return Status::Ok();
 }
 
@@ -206,9 +207,8 @@ Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
   if (h.kind != FrameKind::kPrefill && h.kind != FrameKind::kDecode && h.kind != FrameKind::kVerify) {
     return make_error(Code::kCorrupt, "frame field 'kind' is {}, expected 0..2", static_cast<int>(h.kind));
   }
-  if ((h.flags & ~kFrameKnownFlags) != 0) {
-    return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}, unknown bits 0x{:02x}", h.flags,
-                      h.flags & ~kFrameKnownFlags);
+  if (const uint8_t unknown = h.flags & uint8_t(~kFrameKnownFlags); unknown != 0) {
+    return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}, unknown bits 0x{:02x}", h.flags, unknown);
   }
   if (h.dtype != HopDType::kF32 && h.dtype != HopDType::kF16) {
     return make_error(Code::kCorrupt, "frame field 'dtype' is {}, expected 0 (f32) or 1 (f16)",

@@ -51,7 +51,7 @@ Status Connection::send(const Message& m) {
 }
 
 void Connection::fail(const Status& why) {
-  spdlog::warn("closing connection from {}: {}", peer_, why.to_string());
+  spdlog::warn("closing the connection: {}", why.to_string());  // why names the peer
   recv_error_ = why;
   // Tell the peer why, briefly and best effort: it may be a port scanner or a dead process.
   Message notice = encode(ErrorMsg::from(why));

@@ -135,7 +135,7 @@ Result<std::optional<Message>> RecordDecoder::next() {
   if (avail < kRecordHeaderSize) {
     // Refuse a wrong magic as soon as its first bytes arrive (an HTTP client, a port scanner).
     const size_t n = std::min<size_t>(avail, 4);
-    if (std::memcmp(buf_.data() + pos_, kMagic.data(), n) != 0) {
+    if (n > 0 && std::memcmp(buf_.data() + pos_, kMagic.data(), n) != 0) {
       uint8_t h[4] = {};
       std::memcpy(h, buf_.data() + pos_, n);
       error_ = make_error(Code::kCorrupt, "bad magic (first {} bytes \"{}\"), expected \"SHOL\": not a shoal peer",

@@ -70,6 +70,16 @@ Result<Message> Link::recv(Millis timeout) {
   return m;
 }
 
+bool Link::send_heartbeat(const Message& m) {
+  Status st = conn_->send(m);
+  if (st.ok()) return true;
+  // A peer that left may have said why (bye, error) before going: the next recv reports that.
+  // A stalled peer closed the connection: report the stall.
+  if (!conn_->is_closed()) return true;
+  go_down(st.with_context(opts_.name), true);
+  return false;
+}
+
 void Link::run() {
   uint64_t nonce = 0;
   auto last_heard = Clock::now();
@@ -77,9 +87,8 @@ void Link::run() {
   while (!stop_.load() && is_up()) {
     auto now = Clock::now();
     if (now >= next_ping) {
-      Status st = conn_->send(encode(Ping{++nonce, now_us()}));
-      if (!st.ok()) return go_down(st.with_context(opts_.name), true);
       next_ping = now + opts_.ping_interval;
+      if (!send_heartbeat(encode(Ping{++nonce, now_us()}))) return;
     }
     const auto dead_at = last_heard + opts_.dead_after;
     const auto wake = std::min(next_ping, dead_at);
@@ -102,8 +111,7 @@ void Link::run() {
       case MsgType::kPing: {
         auto ping = decode<Ping>(m);
         if (!ping.ok()) return go_down(ping.status().with_context(opts_.name), true);
-        Status st = conn_->send(encode(Pong{ping->nonce, ping->time_us}));
-        if (!st.ok()) return go_down(st.with_context(opts_.name), true);
+        if (!send_heartbeat(encode(Pong{ping->nonce, ping->time_us}))) return;
         break;
       }
       case MsgType::kPong: {

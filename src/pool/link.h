@@ -53,6 +53,8 @@ class Link {
 
  private:
   void run();
+  // Sends a ping or pong; false when the link went down because of it.
+  bool send_heartbeat(const Message& m);
   void go_down(const Status& why, bool notify);
 
   std::unique_ptr<Connection> conn_;

@@ -42,11 +42,12 @@ Status Connection::send(const Message& m) {
   const std::span<const uint8_t> parts[3] = {f.header, m.payload, f.trailer};
   Status st = stream_->write_all(parts, Clock::now() + opts_.send_timeout);
   if (st.ok()) return st;
-  close();
   if (st.code() == Code::kDeadlineExceeded) {
+    close();  // part of a record may have gone out: the stream cannot be used again
     return make_error(Code::kUnavailable, "{} took no bytes for {} ms (sending {}); connection closed",
                       peer_, opts_.send_timeout.count(), msg_type_name(m.type));
   }
+  // The peer is gone; what it sent before leaving (a bye, an error) can still be received.
   return make_error(Code::kUnavailable, "sending {} to {}: {}", msg_type_name(m.type), peer_, st.message());
 }
 

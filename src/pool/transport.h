@@ -62,8 +62,8 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   /// Sends one message (thread-safe). kInvalidArgument when the payload is over max_payload;
-  /// kUnavailable when the connection is closed, the peer is gone, or it stalled past
-  /// send_timeout (the connection is then closed).
+  /// kUnavailable when the connection is closed, the peer is gone (what it sent before leaving
+  /// can still be received), or it stalled past send_timeout (the connection is then closed).
   Status send(const Message& m);
   /// The next message, waiting up to `timeout`. kDeadlineExceeded when no whole message came in
   /// time (partial bytes are kept); kUnavailable when closed; kCorrupt / kUnsupported /

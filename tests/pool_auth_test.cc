@@ -2,15 +2,22 @@
 // incoming connection. Expected MACs come from Python's hmac module; misbehaving peers are forged
 // by hand over in-process pipes.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <future>
 #include <mutex>
+#include <random>
 #include <thread>
 
+#include "pool/address.h"
 #include "pool/auth.h"
 #include "pool/crc32c.h"
 #include "pool/room.h"
 #include "pool/transport_inproc.h"
+#include "pool/transport_tcp.h"
 
 namespace shoal::pool {
 namespace {
@@ -266,6 +273,112 @@ TEST(Room, EmptySecretRefused) {
   InProcessNetwork net;
   auto room = Room::open(net.listen(":7002").value(), RoomOptions{});
   expect_status(room.status(), Code::kInvalidArgument, "the room secret is empty");
+}
+
+// ---- garbage on a real TCP port -----------------------------------------------------------------
+
+// A plain POSIX client that sends bytes and reads until the server closes (or 5 s pass).
+struct RawClient {
+  int fd = -1;
+  explicit RawClient(uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  }
+  ~RawClient() { ::close(fd); }
+  void send(const std::vector<uint8_t>& b) { EXPECT_EQ(::send(fd, b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size())); }
+  // Everything the server sent until it closed; `closed` false when it did not close in time.
+  std::vector<uint8_t> read_to_end(bool& closed) {
+    std::vector<uint8_t> out;
+    const auto end = Clock::now() + 5s;
+    closed = false;
+    while (Clock::now() < end) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      uint8_t buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed = true;
+        break;
+      }
+      out.insert(out.end(), buf, buf + n);
+    }
+    return out;
+  }
+};
+
+// The messages in what the server sent (a challenge, then its error notice).
+std::vector<Message> messages_in(const std::vector<uint8_t>& bytes) {
+  RecordDecoder d;
+  d.feed(bytes);
+  std::vector<Message> out;
+  for (auto m = d.next(); m.ok() && m->has_value(); m = d.next()) out.push_back(std::move(**m));
+  return out;
+}
+
+TEST(TcpRoom, GarbageIsRefusedAndTheRoomKeepsAccepting) {
+  auto listener = tcp_network().listen(":0");
+  ASSERT_TRUE(listener.ok());
+  Refusals refusals;
+  RoomOptions o;
+  o.secret = std::string(kSecret);
+  o.on_refused = [&](const std::string&, const Status& st) { refusals.add(st); };
+  auto room = Room::open(std::move(*listener), o);
+  ASSERT_TRUE(room.ok());
+  const uint16_t port = parse_address((*room)->address())->port;
+
+  std::mt19937 rng(1);
+  std::vector<uint8_t> random_bytes(300);
+  for (auto& b : random_bytes) b = uint8_t(rng());
+  random_bytes[0] = 'x';  // not by chance an 'S'
+  const std::string http = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> bytes;
+    Code code;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"random bytes", random_bytes, Code::kCorrupt, "bad magic"},
+      {"an HTTP request", std::vector<uint8_t>(http.begin(), http.end()), Code::kCorrupt, "(\"GET \")"},
+      {"a record of version 2", encode_record(encode(Auth{}), 2), Code::kUnsupported,
+       "peer speaks protocol version 2, this build speaks 1"},
+      {"an oversized record", [] {
+         auto b = encode_record(Message{MsgType::kFrame, std::vector<uint8_t>(64)});
+         b[12] = b[13] = b[14] = b[15] = 0xFF;  // 4 GiB payload
+         b.resize(kRecordHeaderSize);
+         return b;
+       }(),
+       Code::kOutOfRange, "over the limit"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE(cases[i].what);
+    RawClient c(port);
+    c.send(cases[i].bytes);
+    bool closed = false;
+    const auto got = messages_in(c.read_to_end(closed));
+    EXPECT_TRUE(closed) << "the room kept the connection open";
+    ASSERT_EQ(got.size(), 2u);  // the challenge, then why we were dropped
+    EXPECT_EQ(got[0].type, MsgType::kChallenge);
+    auto err = decode<ErrorMsg>(got[1]);
+    ASSERT_TRUE(err.ok()) << err.status().to_string();
+    EXPECT_EQ(err->code, cases[i].code);
+    EXPECT_NE(err->message.find(cases[i].reason), std::string::npos) << err->message;
+    ASSERT_TRUE(refusals.wait_for(i + 1, 2s));
+    std::lock_guard lock(refusals.mu);
+    EXPECT_NE(refusals.reasons[i].find(cases[i].reason), std::string::npos) << refusals.reasons[i];
+  }
+  // Still accepting: a real worker joins.
+  auto conn = tcp_network().connect((*room)->address(), 2s);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(auth_client(**conn, kSecret, PeerRole::kWorker).ok());
+  auto arrival = (*room)->next(2s);
+  ASSERT_TRUE(arrival.ok());
+  EXPECT_EQ(arrival->role, PeerRole::kWorker);
+  EXPECT_EQ((*room)->refused(), std::size(cases));
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ Status Connection::send(const Message& m) {
 }
 
 void Connection::fail(const Status& why) {
-  spdlog::warn("closing the connection: {}", why.to_string());  // why names the peer
+  spdlog::debug("closing the connection: {}", why.to_string());  // callers (Room, Link) log it
   recv_error_ = why;
   // Tell the peer why, briefly and best effort: it may be a port scanner or a dead process.
   Message notice = encode(ErrorMsg::from(why));

@@ -6,9 +6,9 @@
 //
 // Threads: Connection::send is safe from several threads at once (sends are serialised);
 // Connection::recv is for one thread at a time; close() from any thread wakes both. A connection
-// that receives a malformed record logs the reason, sends the peer an ERROR, closes itself, and
-// returns that error from recv (and kUnavailable from then on). Nothing here ever blocks past its
-// deadline.
+// that receives a malformed record sends the peer an ERROR saying why, closes itself, and returns
+// that error from recv (and kUnavailable from then on); its users log it (Room as a refused
+// connection, Link as the reason it went down). Nothing here ever blocks past its deadline.
 #pragma once
 
 #include <chrono>

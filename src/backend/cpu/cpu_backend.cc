@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "backend/cpu/attention_fast.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ref_ops.h"
 
@@ -119,7 +120,11 @@ void CpuBackend::kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, con
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                            const AttentionSpec& spec, Tensor& out) {
-  ref::attention(q, k_cache, v_cache, pos, spec, out);
+  if (reference_) {
+    ref::attention(q, k_cache, v_cache, pos, spec, out);
+  } else {
+    fast_attention(*pool_, q, k_cache, v_cache, pos, spec, out);
+  }
 }
 
 void CpuBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {

@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "pool/address.h"
+#include "pool/byte_io.h"
 
 namespace shoal::pool {
 namespace {
@@ -50,7 +51,7 @@ class PipeStream : public ByteStream {
         }
         if (out_->closed) return make_error(Code::kUnavailable, "{} closed the connection", peer_);
         const size_t n = std::min(part.size(), out_->capacity - out_->size());
-        out_->buf.insert(out_->buf.end(), part.begin(), part.begin() + static_cast<ptrdiff_t>(n));
+        append_bytes(out_->buf, part.data(), n);
         part = part.subspan(n);
         out_->cv.notify_all();
       }

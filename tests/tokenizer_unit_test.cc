@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/json_stream.h"
 #include "tokenizer/loaders.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/regex_split.h"
@@ -105,6 +106,23 @@ TEST(TokenizerRegex, EveryKnownPreTokenizerCompiles) {
   auto bad = find_pre_tokenizer("no-such-pre");
   EXPECT_EQ(bad.status().code(), Code::kUnsupported);
   EXPECT_NE(bad.status().message().find("no-such-pre"), std::string::npos);
+}
+
+TEST(TokenizerJson, FlatVocabEscapesAndErrors) {
+  auto v = parse_flat_vocab(R"( {"a\"b": 0, "\u00e9\n": 1, "\ud83e\udd99": 2,"x":-3} )", "v.json");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  ASSERT_EQ(v->size(), 4u);
+  EXPECT_EQ((*v)[0], (std::pair<std::string, int64_t>{"a\"b", 0}));
+  EXPECT_EQ((*v)[1].first, "\xC3\xA9\n");
+  EXPECT_EQ((*v)[2].first, "\xF0\x9F\xA6\x99");  // surrogate pair -> U+1F999
+  EXPECT_EQ((*v)[3].second, -3);
+  EXPECT_TRUE(parse_flat_vocab("{}", "v.json").ok());
+  for (const char* bad : {R"({"a": 1.5})", R"({"a": "1"})", R"({"a" 1})", R"({"a": 1,})", R"({"\ud800": 1})",
+                          R"({"a": 1} x)", R"({"a": 1)", "[1]", ""}) {
+    auto r = parse_flat_vocab(bad, "v.json");
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("at byte"), std::string::npos) << bad;
+  }
 }
 
 // A five-token byte-level vocabulary with three merges (rank: pair), encoded by hand:

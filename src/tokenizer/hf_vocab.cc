@@ -196,12 +196,11 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
 Result<Vocab> vocab_from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
                                       const json& config, std::string_view source) {
   const std::string vocab_src = std::string(source) + "/vocab.json";
-  SHOAL_ASSIGN_OR_RETURN(TokenizerJson vj, parse_tokenizer_json(vocab_json, {}, {"(none)"}, vocab_src));
-  if (!vj.has_vocab) return make_error(Code::kCorrupt, "{}: not a JSON object", vocab_src);
+  SHOAL_ASSIGN_OR_RETURN(auto entries, parse_flat_vocab(vocab_json, vocab_src));
   Vocab v;
   v.type = VocabType::kBpe;
   v.model = "gpt2";
-  SHOAL_RETURN_IF_ERROR(load_vocab(v, vj.vocab, vocab_src));
+  SHOAL_RETURN_IF_ERROR(load_vocab(v, entries, vocab_src));
   SHOAL_RETURN_IF_ERROR(add_config_tokens(v, config, std::string(source) + "/tokenizer_config.json"));
   const std::string cls = json_string(config, "tokenizer_class");
   v.pre = cls.rfind("Qwen2", 0) == 0 ? "qwen2" : "gpt-2";

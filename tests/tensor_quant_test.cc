@@ -1,16 +1,22 @@
-// Quantization: hand-computed blocks (expected values worked out from the format definitions in
-// ggml-common.h / gguf-py quants.py, not printed by the code), f16/bf16 edge cases, and errors.
-// The bit-exact comparison against llama.cpp's dequantization of real files is in
-// tensor_quant_fixture_test.cc.
+// Quantization: every quantized tensor of ../shared/fixtures/quant/q-<TYPE>.gguf dequantizes bit
+// for bit to llama.cpp's values (q-<TYPE>.dequant.safetensors, first 16 rows); hand-computed
+// blocks (expected values worked out from the format definitions in ggml-common.h / gguf-py
+// quants.py, not printed by the code); f16/bf16 edge cases; errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/half.h"
+#include "format/model_file.h"
+#include "format/safetensors.h"
 #include "tensor/quant.h"
+#include "test_util.h"
 
 namespace shoal {
 namespace {
@@ -20,6 +26,68 @@ uint32_t bits_of(float f) {
   std::memcpy(&b, &f, 4);
   return b;
 }
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+class QuantFixture : public ::testing::TestWithParam<std::pair<const char*, DType>> {};
+
+// The first 16 rows of each of the 16 quantized matrices equal llama.cpp's dequantization exactly,
+// and every whole tensor converts to Q8_0 (the 16 rows as quantize_q8_0 of those exact values).
+TEST_P(QuantFixture, DequantizesBitExactAndConverts) {
+  const auto [name, dtype] = GetParam();
+  const std::string base = test::fixture(std::string("quant/q-") + name);
+  auto model = open_model_file(base + ".gguf");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto st_bytes = read_file(base + ".dequant.safetensors");
+  ASSERT_FALSE(st_bytes.empty()) << base << ".dequant.safetensors";
+  auto ref = parse_safetensors(st_bytes.data(), st_bytes.size(), base);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+
+  int checked = 0;
+  for (const TensorInfo& info : model->index.tensors()) {
+    if (info.dtype == DType::kF32) continue;
+    ASSERT_EQ(info.dtype, dtype) << info.name;
+    const TensorInfo* expect = nullptr;
+    for (const auto& e : ref->tensors)
+      if (e.name == info.name) expect = &e;
+    ASSERT_NE(expect, nullptr) << info.name << " missing from the dequant file";
+    const int64_t cols = info.cols(), rows = 16;
+    ASSERT_EQ(expect->n_elements(), rows * cols) << info.name;
+
+    std::vector<uint8_t> bytes(info.nbytes);
+    ASSERT_TRUE(model->sources[info.source]->read(info.offset, bytes.data(), info.nbytes).ok());
+    std::vector<float> got(size_t(rows * cols));
+    ASSERT_TRUE(dequantize(dtype, bytes.data(), got.data(), rows * cols).ok()) << info.name;
+    const uint8_t* want = st_bytes.data() + expect->offset;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      uint32_t g, w;
+      std::memcpy(&g, &got[size_t(i)], 4);
+      std::memcpy(&w, want + 4 * i, 4);
+      ASSERT_EQ(g, w) << name << " " << info.name << " value " << i;
+    }
+
+    std::vector<BlockQ8_0> q8(size_t(info.n_elements() / 32));
+    ASSERT_TRUE(convert_to_q8_0(dtype, bytes.data(), q8.data(), info.n_elements()).ok()) << info.name;
+    std::vector<float> ref_f(size_t(rows * cols));
+    std::memcpy(ref_f.data(), want, ref_f.size() * 4);
+    std::vector<BlockQ8_0> q8_ref(ref_f.size() / 32);
+    quantize_q8_0(ref_f.data(), q8_ref.data(), rows * cols);
+    ASSERT_EQ(std::memcmp(q8.data(), q8_ref.data(), q8_ref.size() * sizeof(BlockQ8_0)), 0) << info.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, QuantFixture,
+    ::testing::Values(std::pair{"Q4_0", DType::kQ4_0}, std::pair{"Q4_1", DType::kQ4_1}, std::pair{"Q5_0", DType::kQ5_0},
+                      std::pair{"Q5_1", DType::kQ5_1}, std::pair{"Q8_0", DType::kQ8_0}, std::pair{"Q2_K", DType::kQ2_K},
+                      std::pair{"Q3_K_M", DType::kQ3_K}, std::pair{"Q4_K_M", DType::kQ4_K},
+                      std::pair{"Q5_K_M", DType::kQ5_K}, std::pair{"Q6_K", DType::kQ6_K}),
+    [](const auto& info) { return std::string(info.param.first); });
 
 TEST(Quant, Q8_0HandBlock) {
   BlockQ8_0 b;

@@ -20,6 +20,7 @@ struct CheckOptions {
   ModelFlags model;
   std::string reference;
   double tol = 1e-3;
+  bool per_position = false;
 };
 
 /// A tensor of the reference file, copied out (validated shape and dtype).
@@ -84,6 +85,10 @@ int check(const CheckOptions& o) {
   out.mode = HeadMode::kLogitsAll;
   if (Status s = p.forward(*input, 0, out); !s.ok()) return fail(s);
   double err = max_abs_diff(out.logits.data(), logits->data(), T * V);
+  if (o.per_position)
+    for (size_t t = 0; t < T; ++t)
+      std::printf("prefill position %zu: max_abs_err=%.3g\n", t,
+                  max_abs_diff(out.logits.data() + t * V, logits->data() + t * V, V));
   // Greedy decode, teacher-forced with the reference ids so that one miss does not cascade.
   size_t matched = 0;
   int32_t next = argmax(out.logits.data() + (T - 1) * V, V);
@@ -115,6 +120,7 @@ CommandFn add_check_command(CLI::App& app) {
                   "Reference .safetensors with input_ids, logits, generated_ids (and decode_logits)")
       ->required();
   cmd->add_option("--tol", o->tol, "Largest allowed |logit difference|")->capture_default_str();
+  cmd->add_flag("--per-position", o->per_position, "Also print the error at every prompt position");
   return [o] { return check(*o); };
 }
 

@@ -57,7 +57,10 @@ const std::vector<MetaValue>* MetaValue::as_array() const {
 std::string MetaValue::to_string(size_t max_items) const {
   if (const auto* u = std::get_if<uint64_t>(&v)) return fmt::format("{}", *u);
   if (const auto* i = std::get_if<int64_t>(&v)) return fmt::format("{}", *i);
-  if (const auto* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
+  if (const auto* d = std::get_if<double>(&v)) {
+    // f32 values print as the shortest float that reads back, not as the widened double.
+    return type == MetaType::kF32 ? fmt::format("{}", float(*d)) : fmt::format("{}", *d);
+  }
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const auto* s = std::get_if<std::string>(&v)) {
     // Quoted, control characters escaped so a value never breaks a line of output.

@@ -24,6 +24,23 @@ std::string supported_list() {
   return s;
 }
 
+/// The dtype the checkpoint was saved in, when it is a 16-bit float type (see RopeConfig::freq_dtype).
+DType checkpoint_dtype(const ModelFile& f) {
+  if (f.format == ModelFormat::kGguf) {
+    const auto ft = f.metadata.get_int("general.file_type");  // llama_ftype
+    if (ft == 32) return DType::kBF16;                           // LLAMA_FTYPE_MOSTLY_BF16
+    if (ft == 1) return DType::kF16;                             // LLAMA_FTYPE_MOSTLY_F16
+    return DType::kF32;
+  }
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    auto it = f.hf_config.find(key);
+    if (it == f.hf_config.end() || !it->is_string()) continue;
+    if (*it == "bfloat16") return DType::kBF16;
+    if (*it == "float16") return DType::kF16;
+  }
+  return DType::kF32;
+}
+
 }  // namespace
 
 Result<const ArchInfo*> find_architecture(const ModelFile& f) {
@@ -53,6 +70,7 @@ Result<ModelConfig> load_model_config(const ModelFile& f) {
   Status s = f.format == ModelFormat::kGguf ? arch->from_gguf(f, cfg) : arch->from_hf(f, cfg);
   if (!s.ok()) return s.with_context(f.path);
   cfg.rope.interleaved = f.format == ModelFormat::kGguf && arch->gguf_rope_interleaved;
+  cfg.rope.freq_dtype = checkpoint_dtype(f);
   if (cfg.name.empty()) {
     auto n = f.metadata.get_string("general.name");
     cfg.name = n ? *n : f.path.substr(f.path.find_last_of('/') + 1);

@@ -2,12 +2,14 @@
 
 #include <cmath>
 
+#include "core/half.h"
+
 namespace shoal {
 
 std::vector<float> rope_inv_freq(const RopeConfig& r, bool local, const float* freq_factors) {
   const int half = r.rot_dims / 2;
   const double theta = (local && r.theta_local > 0) ? r.theta_local : r.theta;
-  std::vector<float> out(size_t(half));
+  std::vector<float> out(static_cast<size_t>(half));
   constexpr double kPi = 3.14159265358979323846;
   for (int i = 0; i < half; ++i) {
     // As HF: base ** (arange(0, dim, 2).float() / dim), in float32.
@@ -37,7 +39,10 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, bool local, const float* f
       }
       if (freq_factors) f /= freq_factors[i];
     }
-    out[size_t(i)] = float(f);
+    float v = float(f);
+    if (r.freq_dtype == DType::kBF16) v = bf16_to_f32(f32_to_bf16(v));
+    if (r.freq_dtype == DType::kF16) v = f16_to_f32(f32_to_f16(v));
+    out[size_t(i)] = v;
   }
   return out;
 }

@@ -135,8 +135,8 @@ Status Slice::alloc_buffers() {
   SHOAL_ASSIGN_OR_RETURN(a.v, alloc({B, kw}));
   SHOAL_ASSIGN_OR_RETURN(a.gate, alloc({B, ff}));
   SHOAL_ASSIGN_OR_RETURN(a.up, alloc({B, ff}));
-  SHOAL_ASSIGN_OR_RETURN(a.ids, alloc({B}, DType::kI32));
-  SHOAL_ASSIGN_OR_RETURN(a.pos, alloc({B}, DType::kI32));
+  SHOAL_ASSIGN_OR_RETURN(a.ids, alloc({B, 1}, DType::kI32));
+  SHOAL_ASSIGN_OR_RETURN(a.pos, alloc({B, 1}, DType::kI32));
   SHOAL_ASSIGN_OR_RETURN(hop_, alloc({B, d}, DType::kF16));
   if (spec_.end > spec_.first) {
     std::vector<float> factors;
@@ -165,9 +165,9 @@ Status Slice::alloc_buffers() {
   if (spec_.head) {
     logits_rows_ = int(std::min<int64_t>(B, 32));
     SHOAL_ASSIGN_OR_RETURN(logits_, alloc({logits_rows_, cfg_.vocab_size}));
-    SHOAL_ASSIGN_OR_RETURN(argmax_, alloc({B}, DType::kI32));
-    SHOAL_ASSIGN_OR_RETURN(topk_ids_, alloc({256}, DType::kI32));
-    SHOAL_ASSIGN_OR_RETURN(topk_vals_, alloc({256}));
+    SHOAL_ASSIGN_OR_RETURN(argmax_, alloc({B, 1}, DType::kI32));
+    SHOAL_ASSIGN_OR_RETURN(topk_ids_, alloc({256, 1}, DType::kI32));
+    SHOAL_ASSIGN_OR_RETURN(topk_vals_, alloc({256, 1}));
   }
   return Status::Ok();
 }
@@ -246,7 +246,7 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
     return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", in.pos0, in.pos0 + n - 1,
                       opts_.n_ctx);
   Backend& be = backend_;
-  std::vector<int32_t> pos(size_t(n));
+  std::vector<int32_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), int32_t(in.pos0));
   SHOAL_RETURN_IF_ERROR(be.to_device(act_.pos, pos.data(), uint64_t(n) * 4));
   Tensor x = act_.x.rows_view(0, n);

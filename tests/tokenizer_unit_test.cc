@@ -145,5 +145,20 @@ TEST(TokenizerBpe, TinyVocabularyMergesByRank) {
   EXPECT_EQ((*t)->encode("aa", false, false), (std::vector<int32_t>{4}));
 }
 
+// SentencePiece-style BPE in tokenizer.json (Metaspace, byte_fallback), by hand:
+// "a b" -> "▁a▁b" (prefix + spaces as U+2581) -> ▁ a ▁ b -> merge "▁ a" -> ▁a ▁ b;
+// "b" is no token, so byte fallback gives <0x62>: [2, 0, 3].
+TEST(TokenizerBpe, MetaspaceWithByteFallback) {
+  const char* j = R"({"model": {"type": "BPE", "byte_fallback": true,
+      "vocab": {"\u2581": 0, "a": 1, "\u2581a": 2, "<0x62>": 3}, "merges": [["\u2581", "a"]]},
+      "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}})";
+  auto v = vocab_from_tokenizer_json(j, nlohmann::json(), "t.json");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  auto t = VocabTokenizer::create(std::move(v).value());
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->encode("a b", false, false), (std::vector<int32_t>{2, 0, 3}));
+  EXPECT_EQ((*t)->decode({2, 0, 3}), " a b");
+}
+
 }  // namespace
 }  // namespace shoal::tok

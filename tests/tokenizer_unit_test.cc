@@ -160,5 +160,25 @@ TEST(TokenizerBpe, MetaspaceWithByteFallback) {
   EXPECT_EQ((*t)->decode({2, 0, 3}), " a b");
 }
 
+// Post-processors decide BOS/EOS for tokenizer.json: a special token before $A is BOS.
+TEST(TokenizerBpe, PostProcessorsAddSpecialTokens) {
+  const std::string base = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+      "added_tokens": [{"id": 3, "content": "<s>", "special": true}, {"id": 4, "content": "</s>", "special": true}],
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "post_processor": )";
+  const std::string tmpl = base + R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}})";
+  const std::string roberta = base + R"({"type": "RobertaProcessing", "sep": ["</s>", 4], "cls": ["<s>", 3]}})";
+  for (const auto& [text, want] : {std::pair{tmpl, std::vector<int32_t>{3, 2}},
+                                   std::pair{roberta, std::vector<int32_t>{3, 2, 4}}}) {
+    auto v = vocab_from_tokenizer_json(text, nlohmann::json(), "t.json");
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    auto t = VocabTokenizer::create(std::move(v).value());
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ((*t)->encode("ab", true, false), want);
+    EXPECT_EQ((*t)->encode("ab", false, false), (std::vector<int32_t>{2}));
+  }
+}
+
 }  // namespace
 }  // namespace shoal::tok

@@ -238,7 +238,7 @@ TEST(Room, AuthenticatedPeersArriveRefusedOnesDoNot) {
 TEST(Room, SilentClientDoesNotHoldUpOthers) {
   InProcessNetwork net;
   Refusals refusals;
-  auto room = open_room(net, refusals, /*handshake=*/300ms);
+  auto room = open_room(net, refusals, /*handshake=*/1500ms);
   auto silent = net.connect(":7000", 1s);  // connects and never answers
   ASSERT_TRUE(silent.ok());
   const auto t0 = Clock::now();
@@ -246,7 +246,7 @@ TEST(Room, SilentClientDoesNotHoldUpOthers) {
   ASSERT_TRUE(auth_client(**good, kSecret, PeerRole::kGuest).ok());
   auto arrival = room->next(2s);
   ASSERT_TRUE(arrival.ok());
-  EXPECT_LT(Clock::now() - t0, 250ms);  // before the silent one's handshake timed out
+  EXPECT_LT(Clock::now() - t0, 1200ms);  // before the silent one's handshake timed out
   ASSERT_TRUE(refusals.wait_for(1, 2s));
   EXPECT_NE(refusals.reasons[0].find("did not answer the challenge"), std::string::npos);
 }

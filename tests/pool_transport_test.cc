@@ -200,6 +200,14 @@ TEST(Tcp, ListensOnLoopbackUnlessTold) {
   EXPECT_EQ((*any)->address().rfind("0.0.0.0:", 0), 0u);
 }
 
+TEST(Tcp, BothEndsKnowBothAddresses) {
+  TcpPair p = tcp_pair();
+  EXPECT_EQ(p.client->peer(), p.listener->address());
+  EXPECT_EQ(p.server->peer(), p.client->local());
+  EXPECT_EQ(p.server->local(), p.listener->address());
+  EXPECT_EQ(p.client->local().rfind("127.0.0.1:", 0), 0u);
+}
+
 TEST(Tcp, LargeMessagesBothWaysAtOnce) {
   TcpPair p = tcp_pair();
   const Message big = big_message(4 << 20);

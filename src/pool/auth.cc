@@ -48,12 +48,12 @@ Nonce random_nonce() {
 
 Mac auth_mac(std::string_view secret, std::string_view label, const Nonce& server_nonce,
              const Nonce& client_nonce, uint16_t version, PeerRole role) {
-  std::vector<uint8_t> msg(label.begin(), label.end());
-  msg.insert(msg.end(), server_nonce.begin(), server_nonce.end());
-  msg.insert(msg.end(), client_nonce.begin(), client_nonce.end());
-  msg.push_back(uint8_t(version));
-  msg.push_back(uint8_t(version >> 8));
-  msg.push_back(static_cast<uint8_t>(role));
+  std::vector<uint8_t> msg;
+  const uint8_t tail[3] = {uint8_t(version), uint8_t(version >> 8), static_cast<uint8_t>(role)};
+  append_bytes(msg, label.data(), label.size());
+  append_bytes(msg, server_nonce.data(), server_nonce.size());
+  append_bytes(msg, client_nonce.data(), client_nonce.size());
+  append_bytes(msg, tail, sizeof tail);
   Mac out{};
   unsigned int len = 0;
   const uint8_t* r = HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(),

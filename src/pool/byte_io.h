@@ -26,6 +26,14 @@ Status check_printable_utf8(std::string_view s, std::string_view what);
 /// on a character boundary: text we put in a string field from our own messages.
 std::string printable_text(std::string_view s, size_t max_len);
 
+/// Appends n bytes to out (resize + memcpy: no per-byte growth).
+inline void append_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
+  if (n == 0) return;
+  const size_t at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, p, n);
+}
+
 /// Appends fields little-endian: integers and enums at their width, f32 as its IEEE bits, byte
 /// arrays as-is, strings as u16 length + bytes.
 class PayloadWriter {
@@ -42,7 +50,9 @@ class PayloadWriter {
       num(nullptr, bits);
     } else {
       static_assert(std::is_unsigned_v<T>, "wire integers are unsigned");
-      for (size_t i = 0; i < sizeof(T); ++i) out_.push_back(static_cast<uint8_t>(uint64_t(v) >> (8 * i)));
+      uint8_t b[sizeof(T)];
+      for (size_t i = 0; i < sizeof(T); ++i) b[i] = static_cast<uint8_t>(uint64_t(v) >> (8 * i));
+      append_bytes(out_, b, sizeof(T));
     }
   }
   /// Writes v as the narrower wire type W (a DType id as one byte).
@@ -52,13 +62,13 @@ class PayloadWriter {
   }
   template <size_t N>
   void blob(const char*, const std::array<uint8_t, N>& v) {
-    out_.insert(out_.end(), v.begin(), v.end());
+    append_bytes(out_, v.data(), N);
   }
   /// `max_len` is the decoder's limit; encoding a longer string is a bug in the caller.
   void str(const char* field, const std::string& v, size_t max_len) {
     SHOAL_CHECK(v.size() <= max_len, "field '{}' is {} bytes, limit {}", field, v.size(), max_len);
     num(nullptr, static_cast<uint16_t>(v.size()));
-    out_.insert(out_.end(), v.begin(), v.end());
+    append_bytes(out_, v.data(), v.size());
   }
 
  private:

@@ -190,7 +190,7 @@ Message encode_frame(const FrameHeader& h, std::span<const uint8_t> data) {
   out.payload.reserve(kFrameHeaderSize + data.size());
   PayloadWriter w(out.payload);
   FrameHeader::fields(h, w);
-  out.payload.insert(out.payload.end(), data.begin(), data.end());
+  append_bytes(out.payload, data.data(), data.size());
   return out;
 }
 

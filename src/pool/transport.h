@@ -43,8 +43,10 @@ class ByteStream {
   /// Wakes blocked reads/writes (they return kUnavailable) and tells the peer. Idempotent,
   /// thread-safe.
   virtual void close() = 0;
-  /// Who is on the other end, for messages: "127.0.0.1:51234", "in-process 127.0.0.1:7000#3".
+  /// Who is on the other end, for messages: "127.0.0.1:51234", "in-process 127.0.0.1:7000".
   virtual std::string peer() const = 0;
+  /// This end's address: "10.0.0.2:40122" (the interface that reaches the peer), "in-process ...".
+  virtual std::string local() const = 0;
 };
 
 /// Limits shared by every connection.
@@ -73,6 +75,8 @@ class Connection {
   void close();
   bool is_closed() const;
   const std::string& peer() const { return peer_; }
+  /// This end's address (a worker listens for its upstream hop on the host part of it).
+  std::string local() const { return stream_->local(); }
 
  private:
   void fail(const Status& why);

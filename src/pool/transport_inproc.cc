@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "pool/address.h"
+#include "pool/byte_io.h"
 
 namespace shoal::pool {
 namespace {
@@ -22,8 +23,8 @@ struct Pipe {
 
 class PipeStream : public ByteStream {
  public:
-  PipeStream(std::shared_ptr<Pipe> in, std::shared_ptr<Pipe> out, std::string peer)
-      : in_(std::move(in)), out_(std::move(out)), peer_(std::move(peer)) {}
+  PipeStream(std::shared_ptr<Pipe> in, std::shared_ptr<Pipe> out, std::string peer, std::string local)
+      : in_(std::move(in)), out_(std::move(out)), peer_(std::move(peer)), local_(std::move(local)) {}
   ~PipeStream() override { close(); }
 
   Result<size_t> read_some(std::span<uint8_t> buf, Clock::time_point deadline) override {
@@ -50,7 +51,7 @@ class PipeStream : public ByteStream {
         }
         if (out_->closed) return make_error(Code::kUnavailable, "{} closed the connection", peer_);
         const size_t n = std::min(part.size(), out_->capacity - out_->size());
-        out_->buf.insert(out_->buf.end(), part.begin(), part.begin() + static_cast<ptrdiff_t>(n));
+        append_bytes(out_->buf, part.data(), n);
         part = part.subspan(n);
         out_->cv.notify_all();
       }
@@ -67,11 +68,13 @@ class PipeStream : public ByteStream {
   }
 
   std::string peer() const override { return peer_; }
+  std::string local() const override { return local_; }
 
  private:
   std::shared_ptr<Pipe> in_;
   std::shared_ptr<Pipe> out_;
   std::string peer_;
+  std::string local_;
 };
 
 }  // namespace
@@ -82,8 +85,7 @@ std::pair<std::unique_ptr<ByteStream>, std::unique_ptr<ByteStream>> make_pipe_pa
   auto ba = std::make_shared<Pipe>();
   ab->capacity = ba->capacity = capacity;
   // Stream a reads what b writes; its peer is b.
-  return {std::make_unique<PipeStream>(ba, ab, std::move(name_b)),
-          std::make_unique<PipeStream>(ab, ba, std::move(name_a))};
+  return {std::make_unique<PipeStream>(ba, ab, name_b, name_a), std::make_unique<PipeStream>(ab, ba, name_a, name_b)};
 }
 
 std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> make_connection_pair(

@@ -12,8 +12,9 @@
 
 namespace shoal::pool {
 
-/// Two connected byte streams; what one writes the other reads. Each direction buffers at most
-/// `capacity` bytes: a writer whose peer does not read blocks, then times out.
+/// Two connected byte streams (a, b); what one writes the other reads; a's local() is name_a and
+/// its peer() name_b. Each direction buffers at most `capacity` bytes: a writer whose peer does
+/// not read blocks, then times out.
 std::pair<std::unique_ptr<ByteStream>, std::unique_ptr<ByteStream>> make_pipe_pair(
     std::string name_a, std::string name_b, size_t capacity = 1 << 20);
 

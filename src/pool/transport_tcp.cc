@@ -58,6 +58,8 @@ class TcpStream : public ByteStream {
     socket_.set_option(asio::socket_base::keep_alive(true), ec);
     socket_.non_blocking(true, ec);
     fd_ = socket_.native_handle();
+    const tcp::endpoint me = socket_.local_endpoint(ec);
+    local_ = ec ? std::string("unknown") : endpoint_string(me);
   }
   ~TcpStream() override {
     asio::error_code ec;
@@ -122,10 +124,12 @@ class TcpStream : public ByteStream {
   }
 
   std::string peer() const override { return peer_; }
+  std::string local() const override { return local_; }
 
  private:
   tcp::socket socket_;
   std::string peer_;
+  std::string local_;
   int fd_ = -1;
   std::atomic<bool> closed_{false};
 };

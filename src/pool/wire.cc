@@ -77,11 +77,10 @@ RecordFraming frame_record(MsgType type, std::span<const uint8_t> payload, uint1
 
 std::vector<uint8_t> encode_record(const Message& m, uint16_t version) {
   const RecordFraming f = frame_record(m.type, m.payload, version);
-  std::vector<uint8_t> out;
-  out.reserve(kRecordHeaderSize + m.payload.size() + kRecordTrailerSize);
-  out.insert(out.end(), f.header.begin(), f.header.end());
-  out.insert(out.end(), m.payload.begin(), m.payload.end());
-  out.insert(out.end(), f.trailer.begin(), f.trailer.end());
+  std::vector<uint8_t> out(kRecordHeaderSize + m.payload.size() + kRecordTrailerSize);
+  std::memcpy(out.data(), f.header.data(), kRecordHeaderSize);
+  if (!m.payload.empty()) std::memcpy(out.data() + kRecordHeaderSize, m.payload.data(), m.payload.size());
+  std::memcpy(out.data() + kRecordHeaderSize + m.payload.size(), f.trailer.data(), kRecordTrailerSize);
   return out;
 }
 
@@ -91,7 +90,7 @@ void RecordDecoder::feed(std::span<const uint8_t> bytes) {
     buf_.erase(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(pos_));
     pos_ = 0;
   }
-  buf_.insert(buf_.end(), bytes.begin(), bytes.end());
+  append_bytes(buf_, bytes.data(), bytes.size());
 }
 
 Status RecordDecoder::check_header(const uint8_t* h) const {

@@ -62,6 +62,8 @@ TEST(TokenizerForms, HfTokenizerJsonAgreesWithItsGgufConversion) {
   ASSERT_NE(json_tok, nullptr);
   ASSERT_NE(gguf_tok, nullptr);
   ASSERT_EQ(json_tok->vocab_size(), gguf_tok->vocab_size());
+  EXPECT_EQ(vocab_of(*json_tok).merges.size(), 255u);
+  EXPECT_EQ(vocab_of(*gguf_tok).merges.size(), 255u);
   for (int32_t id = 0; id < json_tok->vocab_size(); ++id) {
     ASSERT_EQ(json_tok->token_text(id), gguf_tok->token_text(id)) << id;
   }

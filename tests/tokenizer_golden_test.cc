@@ -19,6 +19,8 @@ void expect_golden(const Tokenizer& tok, const std::string& vectors_base) {
     const auto ids = tok.encode(cases[i].text, false, false);
     EXPECT_EQ(ids, cases[i].ids) << "case " << i << ": '" << cases[i].text << "'";
     failures += ids != cases[i].ids;
+    // Byte-level BPE is lossless on valid UTF-8: the pieces give back the text.
+    if (tok.kind() == TokenizerKind::kByteBpe) EXPECT_EQ(tok.decode(ids), cases[i].text) << "case " << i;
   }
   EXPECT_EQ(failures, 0) << vectors_base;
 }
@@ -46,6 +48,23 @@ INSTANTIATE_TEST_SUITE_P(Tokenizer, VocabGguf,
                            for (char& c : s) c = c == '-' ? '_' : c;
                            return s;
                          });
+
+// Vocab files without vectors upstream: they load, and encode/decode consistently.
+TEST(TokenizerGolden, BaichuanAndGptNeoxLoad) {
+  auto baichuan = load("vocab/ggml-vocab-baichuan.gguf");
+  ASSERT_NE(baichuan, nullptr);
+  EXPECT_EQ(baichuan->describe(), "llama/spm");
+  const auto ids = baichuan->encode("Hello world", true, false);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(baichuan->decode(ids), " Hello world");
+  auto neox = load("vocab/ggml-vocab-gpt-neox.gguf");
+  ASSERT_NE(neox, nullptr);
+  EXPECT_EQ(neox->describe(), "gpt2/default");  // no tokenizer.ggml.pre: llama.cpp's default
+  for (const auto& c : test::read_golden(test::fixture("vocab/ggml-vocab-mpt.gguf"))) {
+    EXPECT_EQ(neox->decode(neox->encode(c.text, false, false)), c.text);
+  }
+}
 
 TEST(TokenizerGolden, Qwen2VocabMergesMatchesLlamaCppVectors) {
   auto tok = load("tokenizers/qwen2");

@@ -72,6 +72,9 @@ TEST(TokenizerMalformed, UnsupportedModelAndPreTokenizer) {
   std::string p(kGoodJson);
   p.replace(p.find("\"ByteLevel\""), 11, "\"Whitespace\"");
   expect_error(vocab_from_tokenizer_json(p, json(), "t.json"), Code::kUnsupported, "Whitespace");
+  std::string w(kGoodJson);
+  w.replace(w.find("\"type\": \"BPE\""), 13, "\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\"");
+  expect_error(vocab_from_tokenizer_json(w, json(), "t.json"), Code::kUnsupported, "continuing_subword_prefix");
 }
 
 TEST(TokenizerMalformed, MergesTxtBadLineAndUnknownToken) {

@@ -21,15 +21,15 @@ std::unique_ptr<Tokenizer> load(const std::string& rel) {
   return t.ok() ? std::move(t).value() : nullptr;
 }
 
-class Qwen2 : public ::testing::Test {
+class TokenizerQwen2 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { tok_ = load("tokenizers/qwen2").release(); }
   static void TearDownTestSuite() { delete tok_; }
   static Tokenizer* tok_;
 };
-Tokenizer* Qwen2::tok_ = nullptr;
+Tokenizer* TokenizerQwen2::tok_ = nullptr;
 
-TEST_F(Qwen2, SpecialTokensOnlyWithParseSpecial) {
+TEST_F(TokenizerQwen2, SpecialTokensOnlyWithParseSpecial) {
   ASSERT_NE(tok_, nullptr);
   EXPECT_EQ(tok_->encode("Hello world", false, false), (Ids{9707, 1879}));
   EXPECT_EQ(tok_->encode("<|im_start|>", false, true), (Ids{151644}));
@@ -40,7 +40,7 @@ TEST_F(Qwen2, SpecialTokensOnlyWithParseSpecial) {
   EXPECT_EQ(tok_->encode("<|im_start|>Hello world<|im_end|>", false, true), (Ids{151644, 9707, 1879, 151645}));
 }
 
-TEST_F(Qwen2, NoBosAndEndOfGeneration) {
+TEST_F(TokenizerQwen2, NoBosAndEndOfGeneration) {
   ASSERT_NE(tok_, nullptr);
   EXPECT_FALSE(tok_->add_bos());
   EXPECT_EQ(tok_->encode("Hello world", true, false), (Ids{9707, 1879}));
@@ -53,7 +53,7 @@ TEST_F(Qwen2, NoBosAndEndOfGeneration) {
   EXPECT_FALSE(tok_->chat_template().empty());
 }
 
-TEST_F(Qwen2, ByteLevelRoundTripsEveryGoldenString) {
+TEST_F(TokenizerQwen2, ByteLevelRoundTripsEveryGoldenString) {
   ASSERT_NE(tok_, nullptr);
   for (const auto& c : test::read_golden(test::fixture("vocab/vectors-without-vocab/ggml-vocab-qwen2.gguf"))) {
     EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, false)), c.text);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/json_stream.h"
 #include "tokenizer/loaders.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/regex_split.h"
@@ -107,6 +108,23 @@ TEST(TokenizerRegex, EveryKnownPreTokenizerCompiles) {
   EXPECT_NE(bad.status().message().find("no-such-pre"), std::string::npos);
 }
 
+TEST(TokenizerJson, FlatVocabEscapesAndErrors) {
+  auto v = parse_flat_vocab(R"( {"a\"b": 0, "\u00e9\n": 1, "\ud83e\udd99": 2,"x":-3} )", "v.json");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  ASSERT_EQ(v->size(), 4u);
+  EXPECT_EQ((*v)[0], (std::pair<std::string, int64_t>{"a\"b", 0}));
+  EXPECT_EQ((*v)[1].first, "\xC3\xA9\n");
+  EXPECT_EQ((*v)[2].first, "\xF0\x9F\xA6\x99");  // surrogate pair -> U+1F999
+  EXPECT_EQ((*v)[3].second, -3);
+  EXPECT_TRUE(parse_flat_vocab("{}", "v.json").ok());
+  for (const char* bad : {R"({"a": 1.5})", R"({"a": "1"})", R"({"a" 1})", R"({"a": 1,})", R"({"\ud800": 1})",
+                          R"({"a": 1} x)", R"({"a": 1)", "[1]", ""}) {
+    auto r = parse_flat_vocab(bad, "v.json");
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("at byte"), std::string::npos) << bad;
+  }
+}
+
 // A five-token byte-level vocabulary with three merges (rank: pair), encoded by hand:
 //   "aab":  a a b   -> rank 0 (a b) -> a ab -> rank 1 (a ab) -> aab                 = [3]
 //   "aaab": a a a b -> rank 0 (a b) -> a a ab -> rank 1 (a ab) beats rank 2 (a a)
@@ -125,6 +143,41 @@ TEST(TokenizerBpe, TinyVocabularyMergesByRank) {
   EXPECT_EQ((*t)->encode("aab", false, false), (std::vector<int32_t>{3}));
   EXPECT_EQ((*t)->encode("aaab", false, false), (std::vector<int32_t>{0, 3}));
   EXPECT_EQ((*t)->encode("aa", false, false), (std::vector<int32_t>{4}));
+}
+
+// SentencePiece-style BPE in tokenizer.json (Metaspace, byte_fallback), by hand:
+// "a b" -> "▁a▁b" (prefix + spaces as U+2581) -> ▁ a ▁ b -> merge "▁ a" -> ▁a ▁ b;
+// "b" is no token, so byte fallback gives <0x62>: [2, 0, 3].
+TEST(TokenizerBpe, MetaspaceWithByteFallback) {
+  const char* j = R"({"model": {"type": "BPE", "byte_fallback": true,
+      "vocab": {"\u2581": 0, "a": 1, "\u2581a": 2, "<0x62>": 3}, "merges": [["\u2581", "a"]]},
+      "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}})";
+  auto v = vocab_from_tokenizer_json(j, nlohmann::json(), "t.json");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  auto t = VocabTokenizer::create(std::move(v).value());
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->encode("a b", false, false), (std::vector<int32_t>{2, 0, 3}));
+  EXPECT_EQ((*t)->decode({2, 0, 3}), " a b");
+}
+
+// Post-processors decide BOS/EOS for tokenizer.json: a special token before $A is BOS.
+TEST(TokenizerBpe, PostProcessorsAddSpecialTokens) {
+  const std::string base = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+      "added_tokens": [{"id": 3, "content": "<s>", "special": true}, {"id": 4, "content": "</s>", "special": true}],
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "post_processor": )";
+  const std::string tmpl = base + R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}})";
+  const std::string roberta = base + R"({"type": "RobertaProcessing", "sep": ["</s>", 4], "cls": ["<s>", 3]}})";
+  for (const auto& [text, want] : {std::pair{tmpl, std::vector<int32_t>{3, 2}},
+                                   std::pair{roberta, std::vector<int32_t>{3, 2, 4}}}) {
+    auto v = vocab_from_tokenizer_json(text, nlohmann::json(), "t.json");
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    auto t = VocabTokenizer::create(std::move(v).value());
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ((*t)->encode("ab", true, false), want);
+    EXPECT_EQ((*t)->encode("ab", false, false), (std::vector<int32_t>{2}));
+  }
 }
 
 }  // namespace

@@ -48,10 +48,13 @@ struct MergeInfo {
 /// (left id, right id) -> MergeInfo; the first insertion of a pair wins.
 class MergeTable {
  public:
+  /// Makes room for `n` pairs without regrowing.
   void reserve(size_t n);
   /// Inserts unless the pair is present; false if it was.
   bool insert(int32_t left, int32_t right, MergeInfo m);
+  /// The merge of (left, right), or null.
   const MergeInfo* find(int32_t left, int32_t right) const;
+  /// Number of pairs held.
   size_t size() const { return size_; }
 
  private:

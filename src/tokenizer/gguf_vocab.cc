@@ -58,7 +58,10 @@ Result<Vocab> vocab_from_gguf(const Metadata& md, std::string_view source) {
     return make_error(Code::kUnsupported, "{}: unsupported tokenizer model '{}' (tokenizer.ggml.model)",
                       source, v.model);
   }
-  v.add_space_prefix = md.get_bool("tokenizer.ggml.add_space_prefix").value_or(v.add_space_prefix);
+  // Only SentencePiece vocabularies prepend a space (llama.cpp's BPE path ignores the key).
+  if (v.type == VocabType::kSpm) {
+    v.add_space_prefix = md.get_bool("tokenizer.ggml.add_space_prefix").value_or(v.add_space_prefix);
+  }
 
   auto texts = md.get_string_array("tokenizer.ggml.tokens");
   SHOAL_RETURN_IF_ERROR(check_array(md, "tokenizer.ggml.tokens", texts.has_value(), source));

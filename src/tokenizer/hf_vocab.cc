@@ -102,12 +102,25 @@ Status apply_normalizer(Vocab& v, const json& n, std::string_view source) {
   return Status::Ok();
 }
 
-// TemplateProcessing: a special token before $A adds BOS, one after it adds EOS.
+// TemplateProcessing: a special token before $A adds BOS, one after it adds EOS; Roberta/Bert
+// processing add their cls and sep tokens the same way.
 void apply_post_processor(Vocab& v, const json& pp) {
   if (!pp.is_object()) return;
   const json& procs = json_member(pp, "processors");
   if (json_string(pp, "type") == "Sequence" && procs.is_array()) {
     for (const auto& p : procs) apply_post_processor(v, p);
+    return;
+  }
+  if (json_string(pp, "type") == "RobertaProcessing" || json_string(pp, "type") == "BertProcessing") {
+    // "cls": ["<s>", 0], "sep": ["</s>", 2]: <s> $A </s>
+    const json& cls = json_member(pp, "cls");
+    const json& sep = json_member(pp, "sep");
+    if (cls.is_array() && !cls.empty() && cls[0].is_string()) {
+      if (int32_t id = v.find(cls[0].get<std::string>()); id >= 0) v.bos = id, v.add_bos = true;
+    }
+    if (sep.is_array() && !sep.empty() && sep[0].is_string()) {
+      if (int32_t id = v.find(sep[0].get<std::string>()); id >= 0) v.eos = id, v.add_eos = true;
+    }
     return;
   }
   const json& single = json_member(pp, "single");
@@ -150,6 +163,12 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
   if (mtype != "BPE") {
     return make_error(Code::kUnsupported, "{}: tokenizer model type '{}' is not supported (BPE only)", source,
                       mtype);
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (!json_string(model, key).empty()) {
+      return make_error(Code::kUnsupported, "{}: BPE with {} '{}' is not supported", source, key,
+                        json_string(model, key));
+    }
   }
   Vocab v;
   v.type = VocabType::kBpe;
@@ -196,12 +215,11 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
 Result<Vocab> vocab_from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
                                       const json& config, std::string_view source) {
   const std::string vocab_src = std::string(source) + "/vocab.json";
-  SHOAL_ASSIGN_OR_RETURN(TokenizerJson vj, parse_tokenizer_json(vocab_json, {}, {"(none)"}, vocab_src));
-  if (!vj.has_vocab) return make_error(Code::kCorrupt, "{}: not a JSON object", vocab_src);
+  SHOAL_ASSIGN_OR_RETURN(auto entries, parse_flat_vocab(vocab_json, vocab_src));
   Vocab v;
   v.type = VocabType::kBpe;
   v.model = "gpt2";
-  SHOAL_RETURN_IF_ERROR(load_vocab(v, vj.vocab, vocab_src));
+  SHOAL_RETURN_IF_ERROR(load_vocab(v, entries, vocab_src));
   SHOAL_RETURN_IF_ERROR(add_config_tokens(v, config, std::string(source) + "/tokenizer_config.json"));
   const std::string cls = json_string(config, "tokenizer_class");
   v.pre = cls.rfind("Qwen2", 0) == 0 ? "qwen2" : "gpt-2";

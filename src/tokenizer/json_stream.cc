@@ -1,7 +1,10 @@
 #include "tokenizer/json_stream.h"
 
+#include <charconv>
 #include <cstdint>
 #include <limits>
+
+#include "tokenizer/unicode.h"
 
 namespace shoal::tok {
 namespace {
@@ -174,6 +177,108 @@ Result<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::vec
     return make_error(Code::kCorrupt, "{}: invalid JSON: {}", source, e.what());
   }
   if (!ok) return make_error(Code::kCorrupt, "{}: {}", source, h.error().empty() ? "invalid JSON" : h.error());
+  return out;
+}
+
+namespace {
+
+// Cursor over flat-object JSON; each reader returns false at the first byte that does not fit.
+struct FlatReader {
+  std::string_view s;
+  size_t i = 0;
+
+  void ws() {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+  }
+  bool eat(char c) {
+    ws();
+    if (i < s.size() && s[i] == c) return ++i, true;
+    return false;
+  }
+  bool hex4(uint32_t* v) {
+    if (s.size() - i < 4) return false;
+    *v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s[i++];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) return false;
+      *v = *v * 16 + uint32_t(d);
+    }
+    return true;
+  }
+  bool string(std::string* out) {
+    if (!eat('"')) return false;
+    out->clear();
+    while (i < s.size()) {
+      const char c = s[i++];
+      if (c == '"') return true;
+      if (uint8_t(c) < 0x20) return false;
+      if (c != '\\') {
+        out->push_back(c);
+        continue;
+      }
+      if (i >= s.size()) return false;
+      const char e = s[i++];
+      uint32_t cpt = 0;
+      switch (e) {
+        case '"': case '\\': case '/': out->push_back(e); continue;
+        case 'b': out->push_back('\b'); continue;
+        case 'f': out->push_back('\f'); continue;
+        case 'n': out->push_back('\n'); continue;
+        case 'r': out->push_back('\r'); continue;
+        case 't': out->push_back('\t'); continue;
+        case 'u':
+          if (!hex4(&cpt)) return false;
+          if (cpt >= 0xD800 && cpt <= 0xDBFF) {  // high surrogate: a low one must follow
+            uint32_t lo = 0;
+            if (s.substr(i, 2) != "\\u") return false;
+            i += 2;
+            if (!hex4(&lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
+            cpt = 0x10000 + ((cpt - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cpt >= 0xDC00 && cpt <= 0xDFFF) {
+            return false;
+          }
+          append_utf8(*out, cpt);
+          continue;
+        default: return false;
+      }
+    }
+    return false;
+  }
+  bool integer(int64_t* v) {
+    ws();
+    const char* b = s.data() + i;
+    auto [end, ec] = std::from_chars(b, s.data() + s.size(), *v);
+    if (ec != std::errc() || end == b) return false;
+    i += size_t(end - b);
+    return i >= s.size() || (s[i] != '.' && s[i] != 'e' && s[i] != 'E');
+  }
+};
+
+}  // namespace
+
+Result<std::vector<std::pair<std::string, int64_t>>> parse_flat_vocab(std::string_view text,
+                                                                      std::string_view source) {
+  FlatReader r{text};
+  std::vector<std::pair<std::string, int64_t>> out;
+  out.reserve(text.size() / 12);
+  auto bad = [&](const char* what) {
+    return make_error(Code::kCorrupt, "{}: {} at byte {}", source, what, r.i);
+  };
+  if (!r.eat('{')) return bad("expected '{' (a JSON object of token ids)");
+  if (!r.eat('}')) {
+    std::string key;
+    do {
+      int64_t id = 0;
+      if (!r.string(&key)) return bad("expected a JSON string (token text)");
+      if (!r.eat(':')) return bad("expected ':'");
+      if (!r.integer(&id)) return bad("expected an integer token id");
+      out.emplace_back(key, id);
+    } while (r.eat(','));
+    if (!r.eat('}')) return bad("expected ',' or '}'");
+  }
+  r.ws();
+  if (r.i != text.size()) return bad("unexpected text after the object");
   return out;
 }
 

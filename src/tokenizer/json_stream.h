@@ -30,4 +30,10 @@ Result<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::vec
                                            const std::vector<std::string>& merges_path,
                                            std::string_view source);
 
+/// Fast path for a whole file that is one flat object of integer ids (vocab.json): strict JSON
+/// (string escapes including surrogate pairs; no other value types). Errors (kCorrupt) name the
+/// byte offset.
+Result<std::vector<std::pair<std::string, int64_t>>> parse_flat_vocab(std::string_view text,
+                                                                      std::string_view source);
+
 }  // namespace shoal::tok

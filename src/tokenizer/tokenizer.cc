@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "core/mmap_file.h"

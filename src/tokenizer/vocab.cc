@@ -1,8 +1,7 @@
 #include "tokenizer/vocab.h"
 
 #include <algorithm>
-
-#include "core/log.h"
+#include <string>
 
 namespace shoal::tok {
 namespace {

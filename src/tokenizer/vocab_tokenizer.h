@@ -36,6 +36,7 @@ class VocabTokenizer final : public Tokenizer {
   bool add_bos() const override { return v_.add_bos && v_.bos >= 0; }
   std::string chat_template() const override { return v_.chat_template; }
 
+  /// The vocabulary and flags this tokenizer runs on (for inspection and tests).
   const Vocab& vocab() const { return v_; }
 
   /// Splits `text` around special tokens (control and unknown ones only when parse_special;

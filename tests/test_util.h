@@ -1,6 +1,9 @@
 // Helpers shared by the tests: where the fixtures are, the shoal binary, running a command.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -17,5 +20,24 @@ inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/"
 
 /// Path of the built `shoal` executable.
 inline std::string shoal_bin() { return SHOAL_BIN; }
+
+/// Output of a shell command: exit status (-1 if it did not exit normally) and stdout.
+struct CommandResult {
+  int status = -1;
+  std::string out;
+};
+
+/// Runs `cmd` through /bin/sh and collects its stdout (stderr passes through).
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
 
 }  // namespace shoal::test

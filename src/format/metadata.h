@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -26,10 +27,16 @@ struct MetaValue {
   // Unsigned ints as uint64_t, signed as int64_t, floats as double, then bool, string, array.
   std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<MetaValue>> v;
 
+  static MetaValue u8(uint8_t x) { return {MetaType::kU8, MetaType::kU8, uint64_t(x)}; }
+  static MetaValue i8(int8_t x) { return {MetaType::kI8, MetaType::kU8, int64_t(x)}; }
+  static MetaValue u16(uint16_t x) { return {MetaType::kU16, MetaType::kU8, uint64_t(x)}; }
+  static MetaValue i16(int16_t x) { return {MetaType::kI16, MetaType::kU8, int64_t(x)}; }
   static MetaValue u32(uint32_t x) { return {MetaType::kU32, MetaType::kU8, uint64_t(x)}; }
   static MetaValue i32(int32_t x) { return {MetaType::kI32, MetaType::kU8, int64_t(x)}; }
   static MetaValue u64(uint64_t x) { return {MetaType::kU64, MetaType::kU8, x}; }
+  static MetaValue i64(int64_t x) { return {MetaType::kI64, MetaType::kU8, x}; }
   static MetaValue f32(float x) { return {MetaType::kF32, MetaType::kU8, double(x)}; }
+  static MetaValue f64(double x) { return {MetaType::kF64, MetaType::kU8, x}; }
   static MetaValue boolean(bool x) { return {MetaType::kBool, MetaType::kU8, x}; }
   static MetaValue str(std::string s) { return {MetaType::kString, MetaType::kU8, std::move(s)}; }
   static MetaValue array(MetaType elem, std::vector<MetaValue> items) {
@@ -45,6 +52,8 @@ struct MetaValue {
   const std::vector<MetaValue>* as_array() const;
   /// Human-readable rendering, arrays abbreviated after `max_items`.
   std::string to_string(size_t max_items = 8) const;
+  /// Same type(s) and same value (recursively for arrays).
+  bool operator==(const MetaValue&) const = default;
 };
 
 /// Ordered key -> value map.
@@ -67,6 +76,7 @@ class Metadata {
 
  private:
   std::vector<std::pair<std::string, MetaValue>> entries_;
+  std::unordered_map<std::string, size_t> by_key_;  // key -> index in entries_
 };
 
 }  // namespace shoal

@@ -29,6 +29,11 @@ struct RopeConfig {
   int original_context = 8192;         // llama3 / yarn: original_max_position_embeddings
   float attn_factor = 1.0f;            // yarn magnitude (1 otherwise)
   float theta_local = 0.0f;            // sliding-window layers' base when it differs (Gemma 3)
+  // Precision of the frequency table. Hugging Face transformers keeps its rotary `inv_freq`
+  // buffer in the dtype the checkpoint is loaded in, so a bf16 checkpoint rotates with
+  // bf16-rounded frequencies; Shoal reproduces that for bf16/f16 checkpoints (HF config `dtype`,
+  // GGUF general.file_type) so its logits match the reference implementation. F32 otherwise.
+  DType freq_dtype = DType::kF32;
 };
 
 /// One transformer block. Arrays allow per-layer head counts, windows and kinds.
@@ -73,7 +78,6 @@ struct ModelConfig {
   bool learned_pos_embd = false; // absolute position embedding table (GPT-2)
   float embed_scale = 1.0f;      // multiply embeddings (Gemma: sqrt(d_model))
   float attn_scale = 0.0f;       // 0: 1/sqrt(head_dim); else this (Gemma 3: query_pre_attn_scalar^-0.5)
-  float final_logit_softcap = 0.0f;
   float attn_logit_softcap = 0.0f;
   RopeConfig rope;
   std::vector<LayerConfig> layers;  // n_layers entries

@@ -17,6 +17,7 @@ struct ModelFile;
 enum class TokenizerKind {
   kSentencePiece,  // llama.cpp "llama": SPM-style BPE over scores with byte fallback
   kByteBpe,        // llama.cpp "gpt2": byte-level BPE with a pre-tokenizer regex
+  kWordPiece,      // llama.cpp "bert": WordPiece, greedy longest match
 };
 
 class Tokenizer {
@@ -42,6 +43,9 @@ class Tokenizer {
   /// End of generation: EOS, EOT, <|im_end|>, <|eot_id|>...
   virtual bool is_eog(int32_t id) const = 0;
   virtual bool add_bos() const = 0;
+  /// The model's chat template (Jinja source from tokenizer.chat_template or
+  /// tokenizer_config.json); empty if the files carry none.
+  virtual std::string chat_template() const = 0;
 
   /// Concatenated pieces (SentencePiece: the leading space of the first piece is kept, as
   /// llama.cpp's token_to_piece does).
@@ -52,7 +56,8 @@ class Tokenizer {
 /// the token that completes it arrives.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+  /// special: render control tokens as their text (token_to_piece's `special`).
+  explicit StreamDecoder(const Tokenizer& tok, bool special = false) : tok_(tok), special_(special) {}
   /// Returns the text that is complete after adding this token (may be empty).
   std::string push(int32_t id);
   /// Whatever is still held back (invalid bytes become U+FFFD).
@@ -60,6 +65,7 @@ class StreamDecoder {
 
  private:
   const Tokenizer& tok_;
+  bool special_ = false;
   std::string pending_;
 };
 

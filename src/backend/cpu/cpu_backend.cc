@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "backend/cpu/attention_fast.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/ref_ops.h"
 
 namespace shoal {
@@ -91,7 +93,11 @@ Status CpuBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t
 void CpuBackend::embed(const Tensor& table, const Tensor& ids, Tensor& out) { ref::embed(table, ids, out); }
 
 void CpuBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) {
-  ref::matmul(w, x, y, bias);
+  if (reference_) {
+    ref::matmul(w, x, y, bias);
+  } else {
+    fast_matmul(*pool_, w, x, y, bias);
+  }
 }
 
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) { ref::rms_norm(x, w, eps, y); }
@@ -114,7 +120,11 @@ void CpuBackend::kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, con
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                            const AttentionSpec& spec, Tensor& out) {
-  ref::attention(q, k_cache, v_cache, pos, spec, out);
+  if (reference_) {
+    ref::attention(q, k_cache, v_cache, pos, spec, out);
+  } else {
+    fast_attention(*pool_, q, k_cache, v_cache, pos, spec, out);
+  }
 }
 
 void CpuBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {

@@ -82,7 +82,7 @@ void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) {
   const int64_t n = x.rows(), in = x.cols(), out = w.rows();
   SHOAL_CHECK(w.cols() == in, "matmul: w {} vs x {}", w.shape_string(), x.shape_string());
   SHOAL_CHECK(y.rows() == n && y.cols() == out, "matmul: y {} for n={} out={}", y.shape_string(), n, out);
-  std::vector<float> wrow(size_t(in));
+  std::vector<float> wrow(static_cast<size_t>(in));
   const float* xs = f32(x);
   float* ys = f32(y);
   const float* b = bias ? f32(*bias) : nullptr;
@@ -191,8 +191,8 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
   SHOAL_CHECK(k_cache.cols() == int64_t(spec.n_kv_heads) * hd, "attention cache width");
   const int32_t* p = i32(pos);
   const int64_t kvw = k_cache.cols();
-  std::vector<float> krow(size_t(kvw)), vrow(size_t(kvw));
-  std::vector<double> scores, acc(size_t(hd));
+  std::vector<float> krow(static_cast<size_t>(kvw)), vrow(static_cast<size_t>(kvw));
+  std::vector<double> scores, acc(static_cast<size_t>(hd));
   for (int64_t t = 0; t < n; ++t) {
     const int64_t last = p[t];
     const int64_t first = spec.sliding_window > 0 ? std::max<int64_t>(0, last - spec.sliding_window + 1) : 0;
@@ -243,7 +243,7 @@ void activation(const Tensor& x, Activation act, Tensor& out) {
 void convert(const Tensor& src, Tensor& dst) {
   const int64_t n = src.n_elements();
   SHOAL_CHECK(dst.n_elements() == n, "convert shapes");
-  std::vector<float> tmp(size_t(n));
+  std::vector<float> tmp(static_cast<size_t>(n));
   for (int64_t r = 0; r < src.rows(); ++r) dequantize_row(src, r, tmp.data() + r * src.cols());
   switch (dst.dtype) {
     case DType::kF32:
@@ -276,7 +276,7 @@ void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) {
   const int64_t v = logits.cols();
   SHOAL_CHECK(k > 0 && k <= v && ids.n_elements() >= k && vals.n_elements() >= k, "top_k shapes");
   const float* l = f32(logits);
-  std::vector<int32_t> idx(size_t(v));
+  std::vector<int32_t> idx(static_cast<size_t>(v));
   std::iota(idx.begin(), idx.end(), 0);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
     return l[a] > l[b] || (l[a] == l[b] && a < b);

@@ -1,0 +1,101 @@
+// shoal bench: prefill and decode speed of one model on one device (llama-bench's pp / tg tests).
+// Decode is bound by memory bandwidth, so it also reports GB/s of weights streamed; prefill is
+// bound by matmul throughput, so it reports TFLOP/s (matmuls only).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+
+#include "app/commands.h"
+#include "app/common_options.h"
+#include "core/log.h"
+
+namespace shoal::app {
+
+namespace {
+
+struct BenchOptions {
+  ModelFlags model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int reps = 3;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int bench(const BenchOptions& o) {
+  auto opts = local_options(o.model);
+  if (!opts.ok()) return fail(opts.status());
+  opts->tokenizer = false;
+  if (opts->n_ctx == 0) opts->n_ctx = o.n_prompt + o.n_gen + 1;
+  auto loaded = load_local_model(o.model.model, *opts);
+  if (!loaded.ok()) return fail(loaded.status());
+  LocalModel& m = *loaded;
+  auto cost = token_cost(m.config, m.weights);
+  if (!cost.ok()) return fail(cost.status());
+  Pipeline& p = *m.pipeline;
+  const int V = m.config.vocab_size;
+  std::vector<int32_t> prompt(size_t(std::max(o.n_prompt, 1)));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 17) % size_t(V));
+
+  std::vector<double> pp_s, tg_s;
+  for (int r = 0; r < o.reps + 1; ++r) {  // the first round warms up and is not counted
+    if (Status s = p.rewind(0); !s.ok()) return fail(s);
+    StepOutput out;
+    out.mode = HeadMode::kArgmaxLast;
+    double t0 = now_s();
+    if (o.n_prompt > 0) {
+      if (Status s = p.forward(prompt, 0, out); !s.ok()) return fail(s);
+    }
+    double t1 = now_s();
+    int32_t id = o.n_prompt > 0 ? out.ids.at(0) : 1;
+    for (int g = 0; g < o.n_gen; ++g) {
+      StepOutput step;
+      step.mode = HeadMode::kArgmaxLast;
+      if (Status s = p.forward(std::span<const int32_t>(&id, 1), int64_t(o.n_prompt) + g, step); !s.ok()) return fail(s);
+      id = step.ids.at(0);
+    }
+    double t2 = now_s();
+    if (r > 0) {
+      pp_s.push_back(t1 - t0);
+      tg_s.push_back(t2 - t1);
+    }
+  }
+  const double pp = median(pp_s), tg = median(tg_s);
+  const double pp_tps = pp > 0 ? o.n_prompt / pp : 0, tg_tps = tg > 0 ? o.n_gen / tg : 0;
+  std::printf("| model | device | weights | test | tokens/s | GB/s | TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  const std::string name = m.config.name, dev = m.backend->name();
+  const double gib = double(cost->weight_bytes) / (1u << 30);
+  if (o.n_prompt > 0)
+    std::printf("| %s | %s | %.2f GiB | pp%d | %.1f | - | %.3f |\n", name.c_str(), dev.c_str(), gib, o.n_prompt, pp_tps,
+                pp_tps * cost->flops / 1e12);
+  if (o.n_gen > 0)
+    std::printf("| %s | %s | %.2f GiB | tg%d | %.1f | %.1f | - |\n", name.c_str(), dev.c_str(), gib, o.n_gen, tg_tps,
+                tg_tps * double(cost->weight_bytes) / 1e9);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+CommandFn add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (tokens/s, GB/s, TFLOP/s)");
+  o->model.batch = 512;  // pp512 in one step by default
+  add_model_flags(cmd, o->model, "f16");
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the prefill test (pp)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (tg), after the prompt")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (the median is reported)")->capture_default_str();
+  return [o] { return bench(*o); };
+}
+
+}  // namespace shoal::app

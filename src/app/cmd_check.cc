@@ -1,0 +1,127 @@
+// shoal check: validate a model against a reference (the format of
+// ../shared/fixtures/hf/*/reference.safetensors): prefill logits at every prompt position, then a
+// teacher-forced greedy decode whose logits and argmax ids are compared step by step.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "app/commands.h"
+#include "app/common_options.h"
+#include "core/log.h"
+#include "core/mmap_file.h"
+#include "format/safetensors.h"
+
+namespace shoal::app {
+
+namespace {
+
+struct CheckOptions {
+  ModelFlags model;
+  std::string reference;
+  double tol = 1e-3;
+  bool per_position = false;
+};
+
+/// A tensor of the reference file, copied out (validated shape and dtype).
+template <typename T>
+Result<std::vector<T>> ref_tensor(const MappedFile& f, const SafetensorsFile& st, const std::string& name, DType dt,
+                                  size_t rank) {
+  for (const auto& t : st.tensors) {
+    if (t.name != name) continue;
+    if (t.dtype != dt || t.shape.size() != rank)
+      return make_error(Code::kCorrupt, "reference tensor '{}' should be {} of rank {}, is {} {}", name, dtype_name(dt),
+                        rank, dtype_name(t.dtype), t.shape_string());
+    std::vector<T> v(t.nbytes / sizeof(T));
+    std::memcpy(v.data(), f.data() + t.offset, t.nbytes);
+    return v;
+  }
+  return make_error(Code::kNotFound, "reference has no tensor '{}'", name);
+}
+
+double max_abs_diff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= m)) m = d;  // NaN propagates as the maximum
+  }
+  return m;
+}
+
+int32_t argmax(const float* x, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return int32_t(best);
+}
+
+int check(const CheckOptions& o) {
+  auto mf = MappedFile::open(o.reference);
+  if (!mf.ok()) return fail(mf.status());
+  auto st = parse_safetensors(mf->data(), mf->size(), o.reference);
+  if (!st.ok()) return fail(st.status());
+  auto input = ref_tensor<int32_t>(*mf, *st, "input_ids", DType::kI32, 1);
+  auto logits = ref_tensor<float>(*mf, *st, "logits", DType::kF32, 2);
+  auto gen = ref_tensor<int32_t>(*mf, *st, "generated_ids", DType::kI32, 1);
+  for (const Status* s : {&input.status(), &logits.status(), &gen.status()})
+    if (!s->ok()) return fail(*s);
+  auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2);
+
+  auto opts = local_options(o.model);
+  if (!opts.ok()) return fail(opts.status());
+  opts->tokenizer = false;
+  opts->progress = false;
+  const size_t T = input->size(), G = gen->size();
+  if (opts->n_ctx == 0) opts->n_ctx = int(T + G + 1);
+  auto loaded = load_local_model(o.model.model, *opts);
+  if (!loaded.ok()) return fail(loaded.status());
+  Pipeline& p = *loaded->pipeline;
+  const size_t V = size_t(loaded->config.vocab_size);
+  if (logits->size() != T * V)
+    return fail(make_error(Code::kInvalidArgument, "reference logits are {} values, expected {} x {} (vocab)",
+                           logits->size(), T, V));
+
+  StepOutput out;
+  out.mode = HeadMode::kLogitsAll;
+  if (Status s = p.forward(*input, 0, out); !s.ok()) return fail(s);
+  double err = max_abs_diff(out.logits.data(), logits->data(), T * V);
+  if (o.per_position)
+    for (size_t t = 0; t < T; ++t)
+      std::printf("prefill position %zu: max_abs_err=%.3g\n", t,
+                  max_abs_diff(out.logits.data() + t * V, logits->data() + t * V, V));
+  // Greedy decode, teacher-forced with the reference ids so that one miss does not cascade.
+  size_t matched = 0;
+  int32_t next = argmax(out.logits.data() + (T - 1) * V, V);
+  for (size_t g = 0; g < G; ++g) {
+    if (next == (*gen)[g]) ++matched;
+    if (decode_logits.ok() && decode_logits->size() == G * V && g > 0)
+      err = std::max(err, max_abs_diff(out.logits.data(), decode_logits->data() + g * V, V));
+    if (g + 1 == G) break;
+    StepOutput step;
+    step.mode = HeadMode::kLogitsAll;
+    const int32_t id = (*gen)[g];
+    if (Status s = p.forward(std::span<const int32_t>(&id, 1), int64_t(T + g), step); !s.ok()) return fail(s);
+    out = std::move(step);
+    next = argmax(out.logits.data(), V);
+  }
+  std::printf("max_abs_err=%.3g greedy=%zu/%zu\n", err, matched, G);
+  const bool ok = err <= o.tol && matched == G;
+  if (!ok) spdlog::error("check failed: tolerance {} ({})", o.tol, matched == G ? "logits differ" : "greedy ids differ");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+CommandFn add_check_command(CLI::App& app) {
+  auto o = std::make_shared<CheckOptions>();
+  CLI::App* cmd = app.add_subcommand("check", "Compare a model's logits and greedy ids with a reference file");
+  add_model_flags(cmd, o->model, "f32");
+  cmd->add_option("--reference", o->reference,
+                  "Reference .safetensors with input_ids, logits, generated_ids (and decode_logits)")
+      ->required();
+  cmd->add_option("--tol", o->tol, "Largest allowed |logit difference|")->capture_default_str();
+  cmd->add_flag("--per-position", o->per_position, "Also print the error at every prompt position");
+  return [o] { return check(*o); };
+}
+
+}  // namespace shoal::app

@@ -1,0 +1,33 @@
+// Options shared by the subcommands that load a model (llama.cpp-style flags).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "runtime/local_model.h"
+#include "runtime/sampler.h"
+
+namespace shoal::app {
+
+struct ModelFlags {
+  std::string model;
+  std::string device = "cpu";
+  int threads = 0;
+  int ctx = 0;
+  std::string kv = "";
+  int batch = 128;
+};
+
+/// -m, --device, --threads/-t, -c/--ctx-size, --kv, -b/--batch-size.
+void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv);
+/// Options for load_local_model from the flags. Errors: kInvalidArgument (bad --kv).
+Result<LocalModelOptions> local_options(const ModelFlags& f);
+
+/// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
+void add_sampling_flags(CLI::App* cmd, SamplingParams& p);
+
+/// Prints "shoal: <message>" to stderr and returns exit status 1.
+int fail(const Status& s);
+
+}  // namespace shoal::app

@@ -1,0 +1,58 @@
+#include "format/model_file.h"
+
+#include <filesystem>
+
+#include "format/gguf.h"
+#include "format/hf_checkpoint.h"
+
+namespace shoal {
+
+uint64_t ModelFile::bytes_read() const {
+  uint64_t n = 0;
+  for (const auto& s : sources) n += s->bytes_read();
+  return n;
+}
+
+namespace {
+
+Result<ModelFile> open_gguf(std::unique_ptr<MmapSource> src, const std::string& path) {
+  // Parsing reads the mapping directly: header bytes are not counted as weight reads.
+  SHOAL_ASSIGN_OR_RETURN(GgufFile g, parse_gguf(src->file().data(), src->size(), path));
+  ModelFile m;
+  m.format = ModelFormat::kGguf;
+  m.path = path;
+  m.file_size = src->size();
+  m.metadata = std::move(g.metadata);
+  for (TensorInfo& t : g.tensors) {
+    // parse_gguf already rejected duplicate names.
+    m.index.add(std::move(t));
+  }
+  m.sources.push_back(std::move(src));
+  return m;
+}
+
+bool has_suffix(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Result<ModelFile> open_model_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) {
+    return make_error(Code::kNotFound, "model '{}' does not exist", path);
+  }
+  if (std::filesystem::is_directory(st)) return open_hf_checkpoint(path);
+  SHOAL_ASSIGN_OR_RETURN(auto src, MmapSource::open(path));
+  const uint8_t* d = src->file().data();
+  if (src->size() >= 4 && d[0] == 'G' && d[1] == 'G' && d[2] == 'U' && d[3] == 'F') {
+    return open_gguf(std::move(src), path);
+  }
+  if (has_suffix(path, ".safetensors")) return open_safetensors_model(std::move(src), path);
+  if (has_suffix(path, ".gguf")) return open_gguf(std::move(src), path);  // reports the bad magic
+  return make_error(Code::kUnsupported,
+                    "'{}' is neither a GGUF file, a .safetensors file nor a checkpoint folder", path);
+}
+
+}  // namespace shoal

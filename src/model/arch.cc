@@ -1,0 +1,260 @@
+#include "model/arch.h"
+
+#include <charconv>
+
+#include "core/log.h"
+#include "model/families.h"
+
+namespace shoal {
+
+const std::vector<ArchInfo>& architectures() {
+  static const std::vector<ArchInfo> table = [] {
+    std::vector<ArchInfo> all;
+    for (auto& a : llama_family()) all.push_back(std::move(a));
+    return all;
+  }();
+  return table;
+}
+
+namespace {
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a.gguf_name);
+  return s;
+}
+
+/// The dtype the checkpoint was saved in, when it is a 16-bit float type (see RopeConfig::freq_dtype).
+DType checkpoint_dtype(const ModelFile& f) {
+  if (f.format == ModelFormat::kGguf) {
+    const auto ft = f.metadata.get_int("general.file_type");  // llama_ftype
+    if (ft == 32) return DType::kBF16;                           // LLAMA_FTYPE_MOSTLY_BF16
+    if (ft == 1) return DType::kF16;                             // LLAMA_FTYPE_MOSTLY_F16
+    return DType::kF32;
+  }
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    auto it = f.hf_config.find(key);
+    if (it == f.hf_config.end() || !it->is_string()) continue;
+    if (*it == "bfloat16") return DType::kBF16;
+    if (*it == "float16") return DType::kF16;
+  }
+  return DType::kF32;
+}
+
+}  // namespace
+
+Result<const ArchInfo*> find_architecture(const ModelFile& f) {
+  if (f.format == ModelFormat::kGguf) {
+    auto name = f.metadata.get_string("general.architecture");
+    if (!name) return make_error(Code::kCorrupt, "'{}' has no general.architecture key", f.path);
+    for (const auto& a : architectures())
+      if (a.gguf_name == *name) return &a;
+    return make_error(Code::kUnsupported, "architecture '{}' is not supported (supported: {})", *name,
+                      supported_list());
+  }
+  const auto& j = f.hf_config;
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
+    return make_error(Code::kCorrupt, "'{}/config.json' has no model_type", f.path);
+  const std::string type = j["model_type"].get<std::string>();
+  for (const auto& a : architectures())
+    for (auto t : a.hf_types)
+      if (t == type) return &a;
+  return make_error(Code::kUnsupported, "model_type '{}' is not supported (supported: {})", type,
+                    supported_list());
+}
+
+Result<ModelConfig> load_model_config(const ModelFile& f) {
+  SHOAL_ASSIGN_OR_RETURN(const ArchInfo* arch, find_architecture(f));
+  ModelConfig cfg;
+  cfg.arch = std::string(arch->gguf_name);
+  Status s = f.format == ModelFormat::kGguf ? arch->from_gguf(f, cfg) : arch->from_hf(f, cfg);
+  if (!s.ok()) return s.with_context(f.path);
+  cfg.rope.interleaved = f.format == ModelFormat::kGguf && arch->gguf_rope_interleaved;
+  cfg.rope.freq_dtype = checkpoint_dtype(f);
+  if (cfg.name.empty()) {
+    auto n = f.metadata.get_string("general.name");
+    cfg.name = n ? *n : f.path.substr(f.path.find_last_of('/') + 1);
+  }
+  if (int(cfg.layers.size()) != cfg.n_layers)
+    return make_error(Code::kInternal, "architecture {} built {} layer configs for {} layers", cfg.arch,
+                      cfg.layers.size(), cfg.n_layers);
+  return cfg;
+}
+
+std::string layer_tensor(int layer, std::string_view suffix) { return fmt::format("blk.{}.{}", layer, suffix); }
+
+const TensorInfo* WeightMap::find(std::string_view canonical) const {
+  auto it = map_.find(std::string(canonical));
+  return it == map_.end() ? nullptr : it->second;
+}
+
+Result<const TensorInfo*> WeightMap::get(std::string_view canonical) const {
+  const TensorInfo* t = find(canonical);
+  if (!t) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", canonical);
+  return t;
+}
+
+Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch) {
+  WeightMap m;
+  if (f.format == ModelFormat::kGguf) {
+    for (const auto& t : f.index.tensors()) m.add(t.name, &t);
+    return m;
+  }
+  for (const auto& t : f.index.tensors()) {
+    std::string_view name = t.name;
+    // Qwen3.5-style checkpoints nest the text model under model.language_model.
+    std::string flat;
+    if (name.starts_with("model.language_model.")) {
+      flat = "model." + std::string(name.substr(21));
+      name = flat;
+    }
+    bool mapped = false;
+    for (const auto& r : arch.global_names) {
+      if (name == r.hf) {
+        m.add(std::string(r.gguf), &t);
+        mapped = true;
+        break;
+      }
+    }
+    constexpr std::string_view kLayers = "model.layers.";
+    if (!mapped && name.starts_with(kLayers)) {
+      std::string_view rest = name.substr(kLayers.size());
+      int layer = -1;
+      auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), layer);
+      if (ec == std::errc() && layer >= 0 && p < rest.data() + rest.size() && *p == '.') {
+        std::string_view suffix(p + 1, size_t(rest.data() + rest.size() - (p + 1)));
+        for (const auto& r : arch.layer_names) {
+          if (suffix == r.hf) {
+            m.add(layer_tensor(layer, r.gguf), &t);
+            mapped = true;
+            break;
+          }
+        }
+      }
+    }
+    if (!mapped) spdlog::debug("{}: tensor '{}' is not used", f.path, t.name);
+  }
+  return m;
+}
+
+namespace arch_util {
+
+namespace {
+std::string arch_key(const ModelFile& f, std::string_view key) {
+  return fmt::format("{}.{}", f.metadata.get_string("general.architecture").value_or(""), key);
+}
+}  // namespace
+
+std::optional<int64_t> gguf_int_opt(const ModelFile& f, std::string_view key) {
+  return f.metadata.get_int(arch_key(f, key));
+}
+
+std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key) {
+  return f.metadata.get_float(arch_key(f, key));
+}
+
+Result<int64_t> gguf_int(const ModelFile& f, std::string_view key, int64_t lo, int64_t hi) {
+  const std::string k = arch_key(f, key);
+  auto v = f.metadata.get_int(k);
+  if (!v) return make_error(Code::kCorrupt, "missing integer key '{}'", k);
+  if (*v < lo || *v > hi) return make_error(Code::kCorrupt, "key '{}' = {} is outside [{}, {}]", k, *v, lo, hi);
+  return *v;
+}
+
+Result<std::vector<int>> gguf_per_layer(const ModelFile& f, std::string_view key, int n_layers, int64_t lo,
+                                        int64_t hi) {
+  const std::string k = arch_key(f, key);
+  const MetaValue* v = f.metadata.find(k);
+  if (!v) return make_error(Code::kCorrupt, "missing key '{}'", k);
+  std::vector<int> out;
+  if (const auto* arr = v->as_array()) {
+    if (int(arr->size()) != n_layers)
+      return make_error(Code::kCorrupt, "key '{}' has {} entries for {} layers", k, arr->size(), n_layers);
+    for (const auto& e : *arr) {
+      auto x = e.as_int();
+      if (!x || *x < lo || *x > hi) return make_error(Code::kCorrupt, "key '{}' has an entry outside [{}, {}]", k, lo, hi);
+      out.push_back(int(*x));
+    }
+    return out;
+  }
+  auto x = v->as_int();
+  if (!x || *x < lo || *x > hi) return make_error(Code::kCorrupt, "key '{}' is not an integer in [{}, {}]", k, lo, hi);
+  out.assign(size_t(n_layers), int(*x));
+  return out;
+}
+
+std::optional<int64_t> hf_int_opt(const nlohmann::json& j, std::string_view key) {
+  auto it = j.find(std::string(key));
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key) {
+  auto it = j.find(std::string(key));
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi) {
+  auto v = hf_int_opt(j, key);
+  if (!v) return make_error(Code::kCorrupt, "config.json: missing integer '{}'", key);
+  if (*v < lo || *v > hi) return make_error(Code::kCorrupt, "config.json: '{}' = {} is outside [{}, {}]", key, *v, lo, hi);
+  return *v;
+}
+
+Result<Activation> hf_activation(const std::string& name) {
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast") return Activation::kGeluTanh;
+  if (name == "gelu") return Activation::kGeluErf;
+  return make_error(Code::kUnsupported, "config.json: hidden_act '{}' is not supported", name);
+}
+
+Status hf_rope(const nlohmann::json& j, RopeConfig& rope) {
+  const nlohmann::json* p = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) p = &*it;
+  if (auto th = hf_float_opt(j, "rope_theta")) rope.theta = float(*th);
+  const nlohmann::json* scaling = p;
+  if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) scaling = &*it;
+  if (p) {
+    // Gemma 3 style: {"full_attention": {...}, "sliding_attention": {...}}
+    if (auto full = p->find("full_attention"); full != p->end() && full->is_object()) {
+      if (auto th = hf_float_opt(*full, "rope_theta")) rope.theta = float(*th);
+      if (auto loc = p->find("sliding_attention"); loc != p->end() && loc->is_object())
+        if (auto th = hf_float_opt(*loc, "rope_theta")) rope.theta_local = float(*th);
+      scaling = &*full;
+    } else if (auto th = hf_float_opt(*p, "rope_theta")) {
+      rope.theta = float(*th);
+    }
+  }
+  if (!scaling) return Status::Ok();
+  std::string type = "default";
+  for (const char* k : {"rope_type", "type"})
+    if (auto it = scaling->find(k); it != scaling->end() && it->is_string()) type = it->get<std::string>();
+  if (type == "default") return Status::Ok();
+  rope.factor = float(hf_float_opt(*scaling, "factor").value_or(1.0));
+  if (type == "linear") {
+    rope.scaling = RopeScaling::kLinear;
+  } else if (type == "llama3") {
+    rope.scaling = RopeScaling::kLlama3;
+    rope.low_freq_factor = float(hf_float_opt(*scaling, "low_freq_factor").value_or(1.0));
+    rope.high_freq_factor = float(hf_float_opt(*scaling, "high_freq_factor").value_or(4.0));
+    rope.original_context = int(hf_int_opt(*scaling, "original_max_position_embeddings").value_or(8192));
+  } else {
+    return make_error(Code::kUnsupported, "config.json: rope scaling type '{}' is not supported", type);
+  }
+  return Status::Ok();
+}
+
+void gguf_rope_scaling(const ModelFile& f, RopeConfig& rope) {
+  const std::string arch = f.metadata.get_string("general.architecture").value_or("");
+  auto type = f.metadata.get_string(arch + ".rope.scaling.type");
+  if (type && *type == "linear") {
+    rope.scaling = RopeScaling::kLinear;
+    rope.factor = float(f.metadata.get_float(arch + ".rope.scaling.factor").value_or(1.0));
+  }
+  // llama3 scaling is stored as the rope_freqs.weight tensor (per-pair divisors), read at load.
+}
+
+}  // namespace arch_util
+
+}  // namespace shoal

@@ -1,0 +1,91 @@
+// The architecture table: for each model family, how GGUF keys / config.json fields become a
+// ModelConfig and how Hugging Face tensor names map to the canonical (GGUF) names.
+// Style: llama.cpp src/llama-arch.cpp (names as tables), one short file per family.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "format/model_file.h"
+#include "model/model_config.h"
+
+namespace shoal {
+
+/// One rename rule: an HF tensor-name suffix and its canonical GGUF suffix. For per-layer rules
+/// the names follow "model.layers.N." / "blk.N."; global rules are whole names.
+struct NameRule {
+  std::string_view hf;
+  std::string_view gguf;
+};
+
+/// Facts about one model family.
+struct ArchInfo {
+  std::string_view gguf_name;                 // general.architecture
+  std::vector<std::string_view> hf_types;     // config.json model_type values
+  bool gguf_rope_interleaved;                 // llama.cpp rope type NORM (Q/K permuted at convert)
+  /// Fills cfg from GGUF metadata (keys "<arch>.*").
+  Status (*from_gguf)(const ModelFile& f, ModelConfig& cfg);
+  /// Fills cfg from config.json.
+  Status (*from_hf)(const ModelFile& f, ModelConfig& cfg);
+  std::vector<NameRule> layer_names;          // HF "model.layers.N.<hf>" -> "blk.N.<gguf>"
+  std::vector<NameRule> global_names;         // HF full name -> GGUF full name
+};
+
+/// Every family Shoal knows.
+const std::vector<ArchInfo>& architectures();
+
+/// Finds the family of a model file (general.architecture or config.json model_type).
+/// Errors: kUnsupported naming the architecture and listing the supported ones.
+Result<const ArchInfo*> find_architecture(const ModelFile& f);
+
+/// Reads the ModelConfig of a model file. Errors: kUnsupported, kCorrupt (missing or
+/// out-of-range keys, naming them).
+Result<ModelConfig> load_model_config(const ModelFile& f);
+
+/// Canonical (GGUF) tensor name -> the file's TensorInfo.
+class WeightMap {
+ public:
+  const TensorInfo* find(std::string_view canonical) const;
+  /// Like find, but an error naming the missing tensor.
+  Result<const TensorInfo*> get(std::string_view canonical) const;
+  void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
+  size_t size() const { return map_.size(); }
+
+ private:
+  std::unordered_map<std::string, const TensorInfo*> map_;
+};
+
+/// Maps the file's tensors to canonical names (identity for GGUF). HF names that no rule covers
+/// are ignored (logged at debug level).
+Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch);
+
+/// "blk.3.attn_q.weight"
+std::string layer_tensor(int layer, std::string_view suffix);
+
+// Helpers for the per-family files.
+namespace arch_util {
+/// GGUF "<arch>.<key>" as an int; error naming the key if missing or out of [lo, hi].
+Result<int64_t> gguf_int(const ModelFile& f, std::string_view key, int64_t lo, int64_t hi);
+std::optional<int64_t> gguf_int_opt(const ModelFile& f, std::string_view key);
+std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key);
+/// A per-layer value that GGUF stores either as one int or as an array of n_layers ints.
+Result<std::vector<int>> gguf_per_layer(const ModelFile& f, std::string_view key, int n_layers, int64_t lo, int64_t hi);
+/// config.json field as an int in [lo, hi]; error naming it.
+Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi);
+std::optional<int64_t> hf_int_opt(const nlohmann::json& j, std::string_view key);
+std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key);
+/// Activation from an HF hidden_act string.
+Result<Activation> hf_activation(const std::string& name);
+/// Fills RopeConfig theta / scaling from HF `rope_parameters` (transformers ≥ 5) or
+/// `rope_theta` + `rope_scaling` (older).
+Status hf_rope(const nlohmann::json& j, RopeConfig& rope);
+/// Fills RopeConfig scaling from GGUF "<arch>.rope.scaling.*" keys.
+void gguf_rope_scaling(const ModelFile& f, RopeConfig& rope);
+}  // namespace arch_util
+
+}  // namespace shoal

@@ -1,0 +1,52 @@
+#include "runtime/local_model.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace shoal {
+
+Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
+  LocalModel m;
+  SHOAL_ASSIGN_OR_RETURN(ModelFile f, open_model_file(path));
+  m.file = std::make_unique<ModelFile>(std::move(f));
+  SHOAL_ASSIGN_OR_RETURN(m.arch, find_architecture(*m.file));
+  SHOAL_ASSIGN_OR_RETURN(m.config, load_model_config(*m.file));
+  SHOAL_ASSIGN_OR_RETURN(m.weights, map_weights(*m.file, *m.arch));
+  if (with_tokenizer) {
+    auto tok = load_tokenizer(*m.file);
+    if (!tok.ok()) return tok.status().with_context("loading the tokenizer of " + path);
+    m.tokenizer = std::move(*tok);
+  }
+  return m;
+}
+
+Result<LocalModel> load_local_model(const std::string& path, const LocalModelOptions& opts) {
+  SHOAL_ASSIGN_OR_RETURN(LocalModel m, open_model(path, opts.tokenizer));
+  BackendOptions bo;
+  bo.threads = opts.threads;
+  SHOAL_ASSIGN_OR_RETURN(m.backend, create_backend(opts.device, bo));
+  SliceSpec spec{0, m.config.n_layers, true, true};
+  SliceOptions so;
+  so.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(m.config.n_ctx_train > 0 ? m.config.n_ctx_train : 4096, 4096);
+  so.kv_dtype = opts.kv_dtype;
+  so.max_tokens = opts.max_tokens;
+  spdlog::info("model {} ({}): {} layers, d_model {}, vocab {}, context {}; device {}", m.config.name, m.config.arch,
+               m.config.n_layers, m.config.d_model, m.config.vocab_size, so.n_ctx, m.backend->name());
+  LoadProgress progress = opts.progress ? stderr_progress("loading") : LoadProgress{};
+  auto slice = Slice::load(*m.file, m.config, m.weights, spec, so, *m.backend, progress);
+  if (!slice.ok()) return slice.status().with_context("loading " + path);
+  m.pipeline = std::make_unique<LocalPipeline>(std::move(*slice));
+  return m;
+}
+
+Result<DType> parse_kv_dtype(const std::string& name) {
+  std::string s = name;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (s == "f32") return DType::kF32;
+  if (s == "f16") return DType::kF16;
+  if (s == "q8" || s == "q8_0") return DType::kQ8_0;
+  return make_error(Code::kInvalidArgument, "KV cache type '{}' (expected f32, f16 or q8_0)", name);
+}
+
+}  // namespace shoal

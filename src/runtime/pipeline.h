@@ -1,0 +1,49 @@
+// The whole model as the host sees it: token ids in, head output out. A local pipeline is one
+// slice with every layer; the pool's pipeline chains the host's slices and remote workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "runtime/slice.h"
+
+namespace shoal {
+
+class Pipeline {
+ public:
+  virtual ~Pipeline() = default;
+  virtual const ModelConfig& config() const = 0;
+  /// Context length (KV positions) every stage holds.
+  virtual int n_ctx() const = 0;
+  /// Runs ids at positions pos0 .. pos0 + ids.size() - 1 through every layer; the head output
+  /// follows out.mode (for kLogitsAll / kArgmaxAll: one row per id). Any number of ids: the
+  /// pipeline splits them into steps. Errors: kOutOfRange (context), stage errors.
+  virtual Status forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) = 0;
+  /// Drops positions >= pos in every stage.
+  virtual Status rewind(int64_t pos) = 0;
+};
+
+/// One slice holding the embedding, every layer and the head.
+class LocalPipeline final : public Pipeline {
+ public:
+  explicit LocalPipeline(std::unique_ptr<Slice> slice) : slice_(std::move(slice)) {}
+  const ModelConfig& config() const override { return slice_->config(); }
+  int n_ctx() const override { return slice_->options().n_ctx; }
+  Status forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) override;
+  Status rewind(int64_t pos) override {
+    slice_->rewind(pos);
+    return Status::Ok();
+  }
+  Slice& slice() { return *slice_; }
+
+ private:
+  std::unique_ptr<Slice> slice_;
+};
+
+/// Splits ids into steps of at most `max_tokens` for `step(ids, pos0, out)`, running the head
+/// only where out.mode needs it, and concatenates per-row outputs. Shared by every pipeline.
+Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_tokens, StepOutput& out,
+                        const std::function<Status(std::span<const int32_t>, int64_t, StepOutput&)>& step);
+
+}  // namespace shoal

@@ -1,0 +1,57 @@
+// Token sampling, as llama.cpp's default chain orders it (common/sampling.cpp): repetition
+// penalty, top-k, top-p (nucleus, Holtzman et al. 2019), min-p, temperature, then a draw.
+// Greedy when temperature <= 0. The same seed gives the same draws.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace shoal {
+
+struct SamplingParams {
+  float temperature = 0.8f;     // <= 0: greedy (argmax)
+  int top_k = 40;               // 0: off
+  float top_p = 0.95f;          // 1: off
+  float min_p = 0.05f;          // 0: off; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;  // 1: off; CTRL-style (Keskar et al. 2019), as llama.cpp
+  int repeat_last_n = 64;       // how many recent tokens the penalty looks at
+  uint64_t seed = 0xFFFFFFFFu;  // 0xFFFFFFFF: a random seed (as llama.cpp's default)
+};
+
+/// One candidate token and its logit.
+struct Candidate {
+  int32_t id;
+  float logit;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  bool greedy() const { return params_.temperature <= 0.0f; }
+  /// True when sampling needs every logit (penalty on, or top-k off / larger than a device top-k
+  /// can give); otherwise the argmax (greedy) or the k best candidates from the device suffice.
+  bool needs_full_logits(int max_device_k) const;
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+
+  /// Picks a token from full logits [vocab].
+  int32_t sample(std::span<const float> logits);
+  /// Picks a token from candidates (e.g. the device's top-k, sorted or not).
+  int32_t sample(std::vector<Candidate> candidates);
+  /// Records a token of the context (prompt or generated) for the repetition penalty.
+  void accept(int32_t id);
+  /// Forgets the recorded context (new conversation).
+  void reset_history() { history_.clear(); }
+
+ private:
+  SamplingParams params_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> history_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,102 @@
+#include "runtime/session.h"
+
+#include <chrono>
+
+namespace shoal {
+
+namespace {
+constexpr int kDeviceTopK = 256;  // the largest top-k the slice computes on the device
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void Session::reset() {
+  cached_.clear();
+  (void)pipeline_.rewind(0);
+}
+
+Status Session::step(std::span<const int32_t> ids, int64_t pos0, Sampler& sampler, int32_t& next) {
+  StepOutput out;
+  if (sampler.needs_full_logits(kDeviceTopK)) {
+    out.mode = HeadMode::kLogitsLast;
+  } else if (sampler.greedy()) {
+    out.mode = HeadMode::kArgmaxLast;
+  } else {
+    out.mode = HeadMode::kTopKLast;
+    out.top_k = sampler.params().top_k;
+  }
+  SHOAL_RETURN_IF_ERROR(pipeline_.forward(ids, pos0, out));
+  switch (out.mode) {
+    case HeadMode::kArgmaxLast:
+      next = out.ids.at(0);
+      break;
+    case HeadMode::kLogitsLast:
+      next = sampler.sample(std::span<const float>(out.logits));
+      break;
+    default: {
+      std::vector<Candidate> c(out.ids.size());
+      for (size_t i = 0; i < c.size(); ++i) c[i] = {out.ids[i], out.logits[i]};
+      next = sampler.sample(std::move(c));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<int32_t>> Session::generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                               const TokenCallback& on_token, GenerateStats* stats) {
+  GenerateStats st;
+  st.n_prompt = int(prompt.size());
+  if (prompt.empty()) return make_error(Code::kInvalidArgument, "the prompt is empty");
+  const int64_t n_ctx = pipeline_.n_ctx();
+  if (int64_t(prompt.size()) >= n_ctx)
+    return make_error(Code::kOutOfRange, "the prompt is {} tokens, longer than the context allows ({} tokens, one "
+                      "kept for the answer); raise -c or shorten the prompt", prompt.size(), n_ctx);
+  // Reuse the cached prefix, but always run at least the last prompt token to get its logits.
+  size_t keep = 0;
+  while (keep < cached_.size() && keep + 1 < prompt.size() && cached_[keep] == prompt[keep]) ++keep;
+  st.n_reused = int(keep);
+  cached_.resize(keep);
+  SHOAL_RETURN_IF_ERROR(pipeline_.rewind(int64_t(keep)));
+
+  Sampler sampler(opts.sampling);
+  for (int32_t id : prompt) sampler.accept(id);
+  std::vector<int32_t> generated;
+  auto t0 = std::chrono::steady_clock::now();
+  int32_t next = -1;
+  Status s = step(prompt.subspan(keep), int64_t(keep), sampler, next);
+  if (!s.ok()) {
+    reset();
+    return s;
+  }
+  cached_.assign(prompt.begin(), prompt.end());
+  st.prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  while (true) {
+    if (opts.stop_at_eog && is_eog_ && is_eog_(next)) {
+      st.hit_eog = true;
+      break;
+    }
+    generated.push_back(next);
+    sampler.accept(next);
+    const bool more = on_token ? on_token(next) : true;
+    if (!more || (opts.n_predict >= 0 && int(generated.size()) >= opts.n_predict)) break;
+    if (int64_t(cached_.size()) >= n_ctx) {  // no room for the next position
+      st.hit_context = true;
+      break;
+    }
+    const int32_t id = next;
+    s = step(std::span<const int32_t>(&id, 1), int64_t(cached_.size()), sampler, next);
+    if (!s.ok()) {
+      reset();
+      return s;
+    }
+    cached_.push_back(id);
+  }
+  st.n_generated = int(generated.size());
+  st.decode_s = seconds_since(t0);
+  if (stats) *stats = st;
+  return generated;
+}
+
+}  // namespace shoal

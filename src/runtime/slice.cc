@@ -1,0 +1,377 @@
+#include "runtime/slice.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/log.h"
+#include "model/rope.h"
+
+namespace shoal {
+
+namespace {
+
+struct Need {
+  std::string name;
+  WeightRole role;
+  Tensor* dst;
+  std::vector<int64_t> shape;  // expected shape (outermost first)
+  bool required;
+};
+
+Status check_shape(const TensorInfo& t, const std::vector<int64_t>& want) {
+  if (t.shape != want) {
+    std::string w = "[";
+    for (size_t i = 0; i < want.size(); ++i) w += fmt::format("{}{}", i ? ", " : "", want[i]);
+    return make_error(Code::kCorrupt, "tensor '{}' has shape {}, expected {}", t.name, t.shape_string(), w + "]");
+  }
+  return Status::Ok();
+}
+
+/// The tensors one layer needs, with their expected shapes.
+std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
+  const LayerConfig& L = cfg.layers[size_t(l)];
+  const int64_t d = cfg.d_model, qw = int64_t(L.n_heads) * L.head_dim, kw = int64_t(L.n_kv_heads) * L.head_dim;
+  const bool ln = cfg.norm == NormKind::kLayer;
+  auto n = [&](std::string_view s) { return layer_tensor(l, s); };
+  std::vector<Need> v = {
+      {n("attn_norm.weight"), WeightRole::kVector, &w.attn_norm, {d}, true},
+      {n("attn_norm.bias"), WeightRole::kVector, &w.attn_norm_b, {d}, ln},
+      {n("attn_q.weight"), WeightRole::kMatrix, &w.wq, {qw, d}, true},
+      {n("attn_k.weight"), WeightRole::kMatrix, &w.wk, {kw, d}, true},
+      {n("attn_v.weight"), WeightRole::kMatrix, &w.wv, {kw, d}, true},
+      {n("attn_output.weight"), WeightRole::kMatrix, &w.wo, {d, qw}, true},
+      {n("attn_q.bias"), WeightRole::kVector, &w.bq, {qw}, cfg.attn_bias},
+      {n("attn_k.bias"), WeightRole::kVector, &w.bk, {kw}, cfg.attn_bias},
+      {n("attn_v.bias"), WeightRole::kVector, &w.bv, {kw}, cfg.attn_bias},
+      {n("attn_output.bias"), WeightRole::kVector, &w.bo, {d}, cfg.attn_out_bias},
+      {n("ffn_up.weight"), WeightRole::kMatrix, &w.w_up, {L.d_ff, d}, true},
+      {n("ffn_down.weight"), WeightRole::kMatrix, &w.w_down, {d, L.d_ff}, true},
+      {n("ffn_up.bias"), WeightRole::kVector, &w.b_up, {L.d_ff}, cfg.ffn_bias},
+      {n("ffn_down.bias"), WeightRole::kVector, &w.b_down, {d}, cfg.ffn_bias},
+  };
+  if (cfg.qk_norm) {
+    v.push_back({n("attn_q_norm.weight"), WeightRole::kVector, &w.q_norm, {L.head_dim}, true});
+    v.push_back({n("attn_k_norm.weight"), WeightRole::kVector, &w.k_norm, {L.head_dim}, true});
+  }
+  if (!cfg.parallel_block) {
+    v.push_back({n("ffn_norm.weight"), WeightRole::kVector, &w.ffn_norm, {d}, true});
+    v.push_back({n("ffn_norm.bias"), WeightRole::kVector, &w.ffn_norm_b, {d}, ln});
+  }
+  if (cfg.gated_ffn) v.push_back({n("ffn_gate.weight"), WeightRole::kMatrix, &w.w_gate, {L.d_ff, d}, true});
+  if (cfg.post_norms) {
+    v.push_back({n("post_attention_norm.weight"), WeightRole::kVector, &w.post_attn_norm, {d}, true});
+    v.push_back({n("post_ffw_norm.weight"), WeightRole::kVector, &w.post_ffn_norm, {d}, true});
+  }
+  return v;
+}
+
+uint64_t kv_row_bytes(DType kv, int64_t width) { return dtype_bytes(kv, width).value_or(0); }
+
+}  // namespace
+
+Result<Tensor> Slice::alloc(std::initializer_list<int64_t> shape, DType dtype) {
+  SHOAL_ASSIGN_OR_RETURN(Tensor t, backend_.alloc(dtype, shape));
+  owned_.push_back(t);
+  return t;
+}
+
+Slice::~Slice() {
+  for (Tensor& t : owned_) backend_.free(t);
+}
+
+Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
+  auto add = [&](const Need& need) -> Status {
+    const TensorInfo* t = weights.find(need.name);
+    if (!t) {
+      if (need.required) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", need.name);
+      return Status::Ok();
+    }
+    SHOAL_RETURN_IF_ERROR(check_shape(*t, need.shape));
+    SHOAL_RETURN_IF_ERROR(loader.add(*t, need.role, *need.dst));
+    owned_.push_back(*need.dst);
+    return Status::Ok();
+  };
+  const int64_t d = cfg_.d_model, vocab = cfg_.vocab_size;
+  layers_.resize(size_t(spec_.end - spec_.first));
+  for (int l = spec_.first; l < spec_.end; ++l)
+    for (const Need& need : layer_needs(cfg_, l, layers_[size_t(l - spec_.first)])) SHOAL_RETURN_IF_ERROR(add(need));
+  if (spec_.end > spec_.first)
+    SHOAL_RETURN_IF_ERROR(add({"rope_freqs.weight", WeightRole::kVector, &global_.rope_freqs, {cfg_.rope.rot_dims / 2}, false}));
+  if (spec_.embed) SHOAL_RETURN_IF_ERROR(add({"token_embd.weight", WeightRole::kMatrix, &global_.token_embd, {vocab, d}, true}));
+  if (spec_.head) {
+    const bool ln = cfg_.norm == NormKind::kLayer;
+    SHOAL_RETURN_IF_ERROR(add({"output_norm.weight", WeightRole::kVector, &global_.output_norm, {d}, true}));
+    SHOAL_RETURN_IF_ERROR(add({"output_norm.bias", WeightRole::kVector, &global_.output_norm_b, {d}, ln}));
+    if (!cfg_.tied_embeddings) {
+      SHOAL_RETURN_IF_ERROR(add({"output.weight", WeightRole::kMatrix, &global_.output, {vocab, d}, true}));
+    } else if (spec_.embed) {
+      global_.output = global_.token_embd;
+    } else {
+      SHOAL_RETURN_IF_ERROR(add({"token_embd.weight", WeightRole::kMatrix, &global_.output, {vocab, d}, true}));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Slice::alloc_buffers() {
+  const int64_t B = opts_.max_tokens, d = cfg_.d_model;
+  int64_t qw = 0, kw = 0, ff = 1;
+  for (int l = spec_.first; l < spec_.end; ++l) {
+    const LayerConfig& L = cfg_.layers[size_t(l)];
+    qw = std::max<int64_t>(qw, int64_t(L.n_heads) * L.head_dim);
+    kw = std::max<int64_t>(kw, int64_t(L.n_kv_heads) * L.head_dim);
+    ff = std::max<int64_t>(ff, L.d_ff);
+  }
+  qw = std::max<int64_t>(qw, 1);
+  kw = std::max<int64_t>(kw, 1);
+  Activations& a = act_;
+  a.max_tokens = int(B);
+  SHOAL_ASSIGN_OR_RETURN(a.x, alloc({B, d}));
+  SHOAL_ASSIGN_OR_RETURN(a.h, alloc({B, d}));
+  SHOAL_ASSIGN_OR_RETURN(a.o, alloc({B, d}));
+  SHOAL_ASSIGN_OR_RETURN(a.q, alloc({B, qw}));
+  SHOAL_ASSIGN_OR_RETURN(a.att, alloc({B, qw}));
+  SHOAL_ASSIGN_OR_RETURN(a.k, alloc({B, kw}));
+  SHOAL_ASSIGN_OR_RETURN(a.v, alloc({B, kw}));
+  SHOAL_ASSIGN_OR_RETURN(a.gate, alloc({B, ff}));
+  SHOAL_ASSIGN_OR_RETURN(a.up, alloc({B, ff}));
+  SHOAL_ASSIGN_OR_RETURN(a.ids, alloc({B, 1}, DType::kI32));
+  SHOAL_ASSIGN_OR_RETURN(a.pos, alloc({B, 1}, DType::kI32));
+  SHOAL_ASSIGN_OR_RETURN(hop_, alloc({B, d}, DType::kF16));
+  if (spec_.end > spec_.first) {
+    std::vector<float> factors;
+    if (global_.rope_freqs.data) {
+      factors.resize(size_t(cfg_.rope.rot_dims / 2));
+      SHOAL_RETURN_IF_ERROR(backend_.to_host(factors.data(), global_.rope_freqs, factors.size() * 4));
+    }
+    const int64_t half = cfg_.rope.rot_dims / 2;
+    for (bool local : {false, true}) {
+      auto f = rope_inv_freq(cfg_.rope, local, factors.empty() ? nullptr : factors.data());
+      SHOAL_ASSIGN_OR_RETURN(Tensor t, alloc({half}));
+      SHOAL_RETURN_IF_ERROR(backend_.to_device(t, f.data(), f.size() * 4));
+      (local ? a.inv_freq_local : a.inv_freq) = t;
+    }
+    for (int l = spec_.first; l < spec_.end; ++l) {
+      const LayerConfig& L = cfg_.layers[size_t(l)];
+      const int64_t w = int64_t(L.n_kv_heads) * L.head_dim;
+      if (opts_.kv_dtype == DType::kQ8_0 && w % 32 != 0)
+        return make_error(Code::kUnsupported, "a Q8_0 KV cache needs KV rows of whole 32-value blocks (layer {} has {})", l, w);
+      LayerCache c;
+      SHOAL_ASSIGN_OR_RETURN(c.k, alloc({opts_.n_ctx, w}, opts_.kv_dtype));
+      SHOAL_ASSIGN_OR_RETURN(c.v, alloc({opts_.n_ctx, w}, opts_.kv_dtype));
+      cache_.push_back(c);
+    }
+  }
+  if (spec_.head) {
+    logits_rows_ = int(std::min<int64_t>(B, 32));
+    SHOAL_ASSIGN_OR_RETURN(logits_, alloc({logits_rows_, cfg_.vocab_size}));
+    SHOAL_ASSIGN_OR_RETURN(argmax_, alloc({B, 1}, DType::kI32));
+    SHOAL_ASSIGN_OR_RETURN(topk_ids_, alloc({256, 1}, DType::kI32));
+    SHOAL_ASSIGN_OR_RETURN(topk_vals_, alloc({256, 1}));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& cfg, const WeightMap& weights,
+                                           const SliceSpec& spec, const SliceOptions& opts, Backend& backend,
+                                           const LoadProgress& progress) {
+  if (spec.first < 0 || spec.end > cfg.n_layers || spec.first > spec.end)
+    return make_error(Code::kInvalidArgument, "layer range [{}, {}) is outside the model's {} layers", spec.first,
+                      spec.end, cfg.n_layers);
+  if (opts.n_ctx < 1 || opts.max_tokens < 1)
+    return make_error(Code::kInvalidArgument, "context {} / batch {} must be positive", opts.n_ctx, opts.max_tokens);
+  if (opts.kv_dtype != DType::kF32 && opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kQ8_0)
+    return make_error(Code::kInvalidArgument, "KV cache type {} is not supported (f32, f16, q8_0)", dtype_name(opts.kv_dtype));
+  std::unique_ptr<Slice> s(new Slice(cfg, spec, opts, backend));
+  WeightLoader loader(file, backend);
+  SHOAL_RETURN_IF_ERROR(s->plan_weights(loader, weights));
+  SHOAL_RETURN_IF_ERROR(loader.run(progress));
+  s->weight_bytes_ = loader.backend_bytes();
+  s->file_bytes_ = loader.file_bytes();
+  SHOAL_RETURN_IF_ERROR(s->alloc_buffers());
+  return s;
+}
+
+Status Slice::run_head(int n, StepOutput& out) {
+  Backend& be = backend_;
+  ForwardContext ctx{&be, &cfg_, &act_};
+  const int64_t V = cfg_.vocab_size;
+  switch (out.mode) {
+    case HeadMode::kLogitsLast: {
+      Tensor l = logits_.rows_view(0, 1);
+      forward_head(ctx, global_, n - 1, 1, l);
+      break;
+    }
+    case HeadMode::kTopKLast: {
+      if (out.top_k < 1 || out.top_k > 256 || out.top_k > V)
+        return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
+      Tensor l = logits_.rows_view(0, 1);
+      forward_head(ctx, global_, n - 1, 1, l);
+      Tensor ids = topk_ids_.rows_view(0, out.top_k).reshaped({out.top_k});
+      Tensor vals = topk_vals_.rows_view(0, out.top_k).reshaped({out.top_k});
+      be.top_k(l, out.top_k, ids, vals);
+      break;
+    }
+    case HeadMode::kArgmaxLast: {
+      Tensor l = logits_.rows_view(0, 1);
+      forward_head(ctx, global_, n - 1, 1, l);
+      Tensor am = argmax_.rows_view(0, 1).reshaped({1});
+      be.argmax(l, am);
+      break;
+    }
+    case HeadMode::kArgmaxAll:
+      for (int r = 0; r < n; r += logits_rows_) {
+        const int m = std::min(logits_rows_, n - r);
+        Tensor l = logits_.rows_view(0, m);
+        forward_head(ctx, global_, r, m, l);
+        Tensor am = argmax_.rows_view(r, m).reshaped({m});
+        be.argmax(l, am);
+      }
+      break;
+    case HeadMode::kNone:
+    case HeadMode::kLogitsAll:  // chunked with copies in forward()
+      break;
+  }
+  return Status::Ok();
+}
+
+Status Slice::forward(const StepInput& in, StepOutput& out) {
+  const int n = in.n;
+  const int64_t d = cfg_.d_model;
+  if (n < 1 || n > opts_.max_tokens)
+    return make_error(Code::kOutOfRange, "{} tokens in one step (1..{})", n, opts_.max_tokens);
+  if (in.pos0 < 0 || in.pos0 > n_past_)
+    return make_error(Code::kOutOfRange, "step at position {} does not continue the cache (at {})", in.pos0, n_past_);
+  if (in.pos0 + n > opts_.n_ctx)
+    return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", in.pos0, in.pos0 + n - 1,
+                      opts_.n_ctx);
+  Backend& be = backend_;
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  std::iota(pos.begin(), pos.end(), int32_t(in.pos0));
+  SHOAL_RETURN_IF_ERROR(be.to_device(act_.pos, pos.data(), uint64_t(n) * 4));
+  Tensor x = act_.x.rows_view(0, n);
+  if (spec_.embed) {
+    if (!in.ids) return make_error(Code::kInvalidArgument, "this slice embeds: token ids expected");
+    for (int i = 0; i < n; ++i)
+      if (in.ids[i] < 0 || in.ids[i] >= cfg_.vocab_size)
+        return make_error(Code::kInvalidArgument, "token id {} outside the vocabulary of {}", in.ids[i], cfg_.vocab_size);
+    SHOAL_RETURN_IF_ERROR(be.to_device(act_.ids, in.ids, uint64_t(n) * 4));
+  } else {
+    if (!in.hidden) return make_error(Code::kInvalidArgument, "hidden state expected");
+    if (in.hidden_dtype == DType::kF32) {
+      SHOAL_RETURN_IF_ERROR(be.to_device(act_.x, in.hidden, uint64_t(n) * uint64_t(d) * 4));
+    } else if (in.hidden_dtype == DType::kF16) {
+      SHOAL_RETURN_IF_ERROR(be.to_device(hop_, in.hidden, uint64_t(n) * uint64_t(d) * 2));
+    } else {
+      return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(in.hidden_dtype));
+    }
+  }
+  const bool graph_head = spec_.head && out.mode != HeadMode::kLogitsAll;
+  const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
+  const uint64_t key = uint64_t(n) | (uint64_t(spec_.head ? int(out.mode) + 1 : 0) << 16) |
+                       (uint64_t(out.top_k) << 24) | (uint64_t(in.hidden_dtype == DType::kF16) << 40) |
+                       (uint64_t(hop_f16) << 41);
+  Status head_status;
+  SHOAL_RETURN_IF_ERROR(be.run_graph(key, [&] {
+    ForwardContext ctx{&be, &cfg_, &act_};
+    if (spec_.embed) {
+      Tensor ids = act_.ids.rows_view(0, n).reshaped({n});
+      be.embed(global_.token_embd, ids, x);
+      if (cfg_.embed_scale != 1.0f) be.scale(x, cfg_.embed_scale);
+    } else if (in.hidden_dtype == DType::kF16) {
+      Tensor hop = hop_.rows_view(0, n);
+      be.convert(hop, x);
+    }
+    forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n);
+    if (graph_head) head_status = run_head(n, out);
+    if (hop_f16) {
+      Tensor hop = hop_.rows_view(0, n);
+      be.convert(x, hop);
+    }
+  }));
+  SHOAL_RETURN_IF_ERROR(head_status);
+  n_past_ = in.pos0 + n;
+  if (!spec_.head) {
+    if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
+    if (hop_f16) return be.to_host(out.hidden, hop_, uint64_t(n) * uint64_t(d) * 2);
+    if (out.hidden_dtype != DType::kF32)
+      return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(out.hidden_dtype));
+    return be.to_host(out.hidden, act_.x, uint64_t(n) * uint64_t(d) * 4);
+  }
+  const uint64_t V = uint64_t(cfg_.vocab_size);
+  switch (out.mode) {
+    case HeadMode::kNone:
+      return Status::Ok();
+    case HeadMode::kArgmaxLast:
+      out.ids.resize(1);
+      return be.to_host(out.ids.data(), argmax_, 4);
+    case HeadMode::kLogitsLast:
+      out.logits.resize(V);
+      return be.to_host(out.logits.data(), logits_, V * 4);
+    case HeadMode::kTopKLast:
+      out.ids.resize(size_t(out.top_k));
+      out.logits.resize(size_t(out.top_k));
+      SHOAL_RETURN_IF_ERROR(be.to_host(out.ids.data(), topk_ids_, uint64_t(out.top_k) * 4));
+      return be.to_host(out.logits.data(), topk_vals_, uint64_t(out.top_k) * 4);
+    case HeadMode::kArgmaxAll:
+      out.ids.resize(size_t(n));
+      return be.to_host(out.ids.data(), argmax_, uint64_t(n) * 4);
+    case HeadMode::kLogitsAll: {
+      out.logits.resize(size_t(n) * V);
+      ForwardContext ctx{&be, &cfg_, &act_};
+      for (int r = 0; r < n; r += logits_rows_) {
+        const int m = std::min(logits_rows_, n - r);
+        Tensor l = logits_.rows_view(0, m);
+        forward_head(ctx, global_, r, m, l);
+        SHOAL_RETURN_IF_ERROR(be.to_host(out.logits.data() + uint64_t(r) * V, logits_, uint64_t(m) * V * 4));
+      }
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype) {
+  std::vector<uint64_t> out(size_t(cfg.n_layers), 0);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    LayerWeights scratch;
+    for (const Need& need : layer_needs(cfg, l, scratch)) {
+      const TensorInfo* t = weights.find(need.name);
+      if (!t) {
+        if (need.required) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", need.name);
+        continue;
+      }
+      SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t->dtype, need.role, t->name));
+      out[size_t(l)] += dtype_bytes(dt, t->n_elements()).value_or(0);
+    }
+    const LayerConfig& L = cfg.layers[size_t(l)];
+    out[size_t(l)] += 2 * uint64_t(n_ctx) * kv_row_bytes(kv_dtype, int64_t(L.n_kv_heads) * L.head_dim);
+  }
+  return out;
+}
+
+}  // namespace shoal
+
+namespace shoal {
+
+Result<TokenCost> token_cost(const ModelConfig& cfg, const WeightMap& weights) {
+  TokenCost c;
+  auto count = [&](const TensorInfo& t) -> Status {
+    if (t.shape.size() != 2) return Status::Ok();
+    SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t.dtype, WeightRole::kMatrix, t.name));
+    c.weight_bytes += dtype_bytes(dt, t.n_elements()).value_or(0);
+    c.flops += 2.0 * double(t.n_elements());
+    return Status::Ok();
+  };
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    LayerWeights scratch;
+    for (const Need& need : layer_needs(cfg, l, scratch))
+      if (const TensorInfo* t = weights.find(need.name)) SHOAL_RETURN_IF_ERROR(count(*t));
+  }
+  const TensorInfo* head = weights.find(cfg.tied_embeddings ? "token_embd.weight" : "output.weight");
+  if (!head) return make_error(Code::kNotFound, "the model has no LM head tensor");
+  SHOAL_RETURN_IF_ERROR(count(*head));
+  return c;
+}
+
+}  // namespace shoal

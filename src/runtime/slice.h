@@ -1,0 +1,130 @@
+// A slice: a contiguous range of layers of one model on one backend, with its KV cache and
+// work buffers; optionally the embedding (first slice) and the head (final norm + LM head).
+// A single machine runs one slice holding everything; the pool chains several.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "format/model_file.h"
+#include "model/arch.h"
+#include "model/forward.h"
+#include "runtime/weight_loader.h"
+
+namespace shoal {
+
+/// Which part of the model a slice holds. Layers [first, end).
+struct SliceSpec {
+  int first = 0;
+  int end = 0;
+  bool embed = false;  // holds token_embd and takes token ids
+  bool head = false;   // holds output_norm + output and produces logits
+};
+
+struct SliceOptions {
+  int n_ctx = 4096;              // KV cache positions
+  DType kv_dtype = DType::kF32;  // F32, F16 or Q8_0
+  int max_tokens = 128;          // tokens per forward() call (prefill chunk)
+};
+
+/// Input of one forward step: n tokens at positions pos0 .. pos0 + n - 1.
+struct StepInput {
+  int n = 0;
+  int64_t pos0 = 0;
+  const int32_t* ids = nullptr;      // [n] when the slice embeds
+  const void* hidden = nullptr;      // [n, d_model] of hidden_dtype otherwise (host memory)
+  DType hidden_dtype = DType::kF32;  // F32, F16 or BF16
+};
+
+/// What the head should produce.
+enum class HeadMode {
+  kNone,        // no head (a prefill chunk that is not the last)
+  kLogitsLast,  // f32 logits of the last position
+  kLogitsAll,   // f32 logits of every position
+  kArgmaxLast,  // the argmax id of the last position (greedy: 4 bytes back)
+  kArgmaxAll,   // the argmax id of every position (verifying drafts)
+  kTopKLast,    // the top_k (id, logit) candidates of the last position
+};
+
+/// Output of one forward step.
+struct StepOutput {
+  // Slices without a head: the hidden state [n, d_model] of hidden_dtype (host memory).
+  void* hidden = nullptr;
+  DType hidden_dtype = DType::kF32;
+  // Slices with a head:
+  HeadMode mode = HeadMode::kLogitsLast;
+  int top_k = 0;
+  std::vector<float> logits;    // [rows, vocab] (kLogits*) or [top_k] values (kTopKLast)
+  std::vector<int32_t> ids;     // [1] (kArgmaxLast), [n] (kArgmaxAll) or [top_k] (kTopKLast)
+};
+
+class Slice {
+ public:
+  /// Allocates every buffer, then streams this slice's tensors in (and only those).
+  /// Errors: kNotFound (a tensor missing, named), kUnsupported, kOutOfMemory, kIoError.
+  static Result<std::unique_ptr<Slice>> load(ModelFile& file, const ModelConfig& cfg, const WeightMap& weights,
+                                             const SliceSpec& spec, const SliceOptions& opts, Backend& backend,
+                                             const LoadProgress& progress = {});
+  ~Slice();
+  Slice(const Slice&) = delete;
+  Slice& operator=(const Slice&) = delete;
+
+  /// Runs in.n (<= max_tokens) tokens. Positions must continue the cache: pos0 <= n_past().
+  /// Errors: kOutOfRange (context full, batch too large), kInvalidArgument (bad ids), backend errors.
+  Status forward(const StepInput& in, StepOutput& out);
+  /// Drops cached positions >= pos (the next forward starts at pos).
+  void rewind(int64_t pos) { n_past_ = std::min(n_past_, pos); }
+  int64_t n_past() const { return n_past_; }
+
+  const SliceSpec& spec() const { return spec_; }
+  const SliceOptions& options() const { return opts_; }
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return backend_; }
+  /// Bytes of weights this slice holds on its backend, and bytes it read from the file.
+  uint64_t weight_bytes() const { return weight_bytes_; }
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  Slice(const ModelConfig& cfg, const SliceSpec& spec, const SliceOptions& opts, Backend& backend)
+      : cfg_(cfg), spec_(spec), opts_(opts), backend_(backend) {}
+  Status plan_weights(WeightLoader& loader, const WeightMap& weights);
+  Status alloc_buffers();
+  Status run_head(int n, StepOutput& out);
+  Result<Tensor> alloc(std::initializer_list<int64_t> shape, DType dtype = DType::kF32);
+
+  ModelConfig cfg_;
+  SliceSpec spec_;
+  SliceOptions opts_;
+  Backend& backend_;
+  std::vector<Tensor> owned_;  // everything allocated, freed in the destructor
+  std::vector<LayerWeights> layers_;
+  GlobalWeights global_;
+  std::vector<LayerCache> cache_;
+  Activations act_;
+  Tensor hop_;                        // [B, d_model] hidden-state staging in the hop dtype
+  Tensor logits_, argmax_, topk_ids_, topk_vals_;
+  int logits_rows_ = 0;
+  int64_t n_past_ = 0;
+  uint64_t weight_bytes_ = 0, file_bytes_ = 0;
+};
+
+/// Bytes layers [first, end) take on a backend (weights after load-time conversion + KV cache at
+/// n_ctx), for the planner. Errors as Slice::load for missing/unsupported tensors.
+Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype);
+
+}  // namespace shoal
+
+namespace shoal {
+
+/// What one decode token costs: weight bytes streamed (every layer matrix and the LM head, as
+/// stored on the backend after load-time conversion) and matmul FLOPs (2 per weight value),
+/// attention excluded. For `shoal bench` and the planner's speed estimates.
+struct TokenCost {
+  uint64_t weight_bytes = 0;
+  double flops = 0;
+};
+Result<TokenCost> token_cost(const ModelConfig& cfg, const WeightMap& weights);
+
+}  // namespace shoal

@@ -1,0 +1,78 @@
+// Rung 4 of the verification ladder: a real trained model (stories260K, llama.cpp's CI model)
+// must produce exactly llama.cpp's greedy output (../shared/fixtures/expected/).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "runtime/local_model.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+namespace shoal {
+namespace {
+
+nlohmann::json expected() {
+  std::ifstream in(test::fixture("expected/stories260K_greedy.json"));
+  return nlohmann::json::parse(in);
+}
+
+struct Case {
+  std::string device;
+  DType kv;
+  int threads;
+};
+
+class StoriesGreedy : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StoriesGreedy, MatchesLlamaCpp) {
+  LocalModelOptions o;
+  o.device = GetParam().device;
+  o.kv_dtype = GetParam().kv;
+  o.threads = GetParam().threads;
+  o.progress = false;
+  auto m = load_local_model(test::fixture("models/stories260K.gguf"), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  Session session(*m->pipeline, [&](int32_t id) { return m->tokenizer->is_eog(id); });
+  for (const auto& c : expected()["cases"]) {
+    const auto want_prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    const auto want = c["generated_ids"].get<std::vector<int32_t>>();
+    auto ids = m->tokenizer->encode(c["prompt"].get<std::string>(), true, true);
+    EXPECT_EQ(ids, want_prompt) << c["prompt"];
+    GenerateOptions g;
+    g.n_predict = int(want.size());
+    g.sampling.temperature = 0;
+    auto out = session.generate(want_prompt, g, {});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(*out, want) << c["prompt"];
+    EXPECT_EQ(m->tokenizer->decode(*out), c["generated_text"].get<std::string>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, StoriesGreedy,
+                         ::testing::Values(Case{"cpu-ref", DType::kF32, 1}, Case{"cpu", DType::kF16, 2},
+                                           Case{"cpu", DType::kF32, 1}, Case{"cpu", DType::kQ8_0, 3}));
+
+TEST(StoriesCli, RunPrintsTheExpectedContinuation) {
+  const auto c = expected()["cases"][0];
+  const std::string cmd = test::shoal_bin() + " --log-level off run -m " + test::fixture("models/stories260K.gguf") +
+                          " -p \"Once upon a time\" -n 48 --temp 0";
+  const auto r = test::run_command(cmd);
+  ASSERT_EQ(r.status, 0);
+  const std::string& out = r.out;
+  EXPECT_EQ(out, c["generated_text"].get<std::string>() + "\n");
+}
+
+TEST(StoriesCli, OutputIdsPrintsJson) {
+  const auto c = expected()["cases"][1];
+  const std::string cmd = test::shoal_bin() + " --log-level off run -m " + test::fixture("models/stories260K.gguf") +
+                          " -p \"The little dog\" -n 48 --temp 0 --output-ids";
+  const auto r = test::run_command(cmd);
+  ASSERT_EQ(r.status, 0);
+  const std::string& out = r.out;
+  EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int32_t>>(), c["generated_ids"].get<std::vector<int32_t>>());
+}
+
+}  // namespace
+}  // namespace shoal

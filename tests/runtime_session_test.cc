@@ -1,0 +1,137 @@
+// Session and pipeline behaviour on real fixture models: thread-count independence, prompt-cache
+// reuse, context limits, load-time conversions.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "runtime/local_model.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+namespace shoal {
+namespace {
+
+LocalModel load(const std::string& rel, const std::string& device, int threads, int n_ctx = 0) {
+  LocalModelOptions o;
+  o.device = device;
+  o.threads = threads;
+  o.n_ctx = n_ctx;
+  o.progress = false;
+  auto m = load_local_model(test::fixture(rel), o);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(*m);
+}
+
+std::vector<float> all_logits(LocalModel& m, const std::vector<int32_t>& ids) {
+  StepOutput out;
+  out.mode = HeadMode::kLogitsAll;
+  Status s = m.pipeline->forward(ids, 0, out);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return out.logits;
+}
+
+TEST(Determinism, LogitsAreBitIdenticalForAnyThreadCount) {
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+  for (const char* model : {"models/stories260K.gguf", "hf/qwen3/model-bf16.gguf", "quant/q-Q4_0.gguf",
+                            "quant/q-Q8_0.gguf"}) {
+    auto one = load(model, "cpu", 1);
+    const auto ref = all_logits(one, ids);
+    for (int threads : {2, 3}) {
+      auto many = load(model, "cpu", threads);
+      const auto got = all_logits(many, ids);
+      ASSERT_EQ(got.size(), ref.size());
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << model << " with " << threads << " threads";
+    }
+  }
+}
+
+TEST(Determinism, BatchSizeDoesNotChangeLogits) {
+  // The same prompt prefilled in one step or in steps of 3 tokens gives the same bits.
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 432, 383, 286};
+  LocalModelOptions o;
+  o.progress = false;
+  o.max_tokens = 3;
+  auto small = load_local_model(test::fixture("models/stories260K.gguf"), o);
+  ASSERT_TRUE(small.ok());
+  auto big = load("models/stories260K.gguf", "cpu", 0);
+  const auto a = all_logits(*small, ids), b = all_logits(big, ids);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+TEST(Session, ReusedPrefixGivesTheSameContinuation) {
+  auto m = load("models/stories260K.gguf", "cpu", 0);
+  Session s(*m.pipeline, {});
+  GenerateOptions g;
+  g.n_predict = 12;
+  g.sampling.temperature = 0;
+  const std::vector<int32_t> a = {1, 403, 407, 261, 378};
+  auto first = s.generate(a, g, {});
+  ASSERT_TRUE(first.ok());
+  // Follow-up turn: the old prompt + answer + more text. Only the new part is prefilled.
+  std::vector<int32_t> b = a;
+  b.insert(b.end(), first->begin(), first->end());
+  b.push_back(426);
+  GenerateStats st;
+  auto cached = s.generate(b, g, {}, &st);
+  ASSERT_TRUE(cached.ok());
+  EXPECT_GE(st.n_reused, int(a.size()));
+  Session fresh(*m.pipeline, {});
+  fresh.reset();
+  auto clean = fresh.generate(b, g, {});
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(*cached, *clean);
+}
+
+TEST(Session, PromptLongerThanTheContextIsAClearError) {
+  auto m = load("models/stories260K.gguf", "cpu", 0, 16);
+  Session s(*m.pipeline, {});
+  std::vector<int32_t> prompt(40, 300);
+  auto r = s.generate(prompt, {}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kOutOfRange);
+  EXPECT_NE(r.status().message().find("40 tokens"), std::string::npos) << r.status().message();
+}
+
+TEST(Session, GenerationStopsWhenTheContextIsFull) {
+  auto m = load("models/stories260K.gguf", "cpu", 0, 16);
+  Session s(*m.pipeline, {});
+  GenerateOptions g;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  GenerateStats st;
+  auto r = s.generate(std::vector<int32_t>{1, 403, 407}, g, {}, &st);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(st.hit_context);
+  EXPECT_EQ(r->size(), 16u - 3u + 1u);  // the last token needs no cache slot
+}
+
+TEST(Session, BadTokenIdIsRejected) {
+  auto m = load("models/stories260K.gguf", "cpu", 0);
+  StepOutput out;
+  const std::vector<int32_t> ids = {1, 99999};
+  Status st = m.pipeline->forward(ids, 0, out);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+}
+
+class QuantGenerate : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantGenerate, EveryLoadableTypeGeneratesText) {
+  auto m = load("quant/q-" + GetParam() + ".gguf", "cpu", 0);
+  Session s(*m.pipeline, [&](int32_t id) { return m.tokenizer->is_eog(id); });
+  GenerateOptions g;
+  g.n_predict = 8;
+  g.sampling.seed = 42;
+  auto ids = m.tokenizer->encode("Once upon a time", true, false);
+  auto r = s.generate(ids, g, {});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->empty());
+  for (int32_t id : *r) EXPECT_TRUE(id >= 0 && id < m.config.vocab_size);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantGenerate,
+                         ::testing::Values("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M",
+                                           "Q5_K_M", "Q6_K"));
+
+}  // namespace
+}  // namespace shoal

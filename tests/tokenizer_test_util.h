@@ -1,0 +1,57 @@
+// Helpers for the tokenizer tests: llama.cpp's golden .inp/.out vectors.
+#pragma once
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace shoal::test {
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// One test string and the ids llama.cpp expects for it (no BOS, parse_special false).
+struct GoldenCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+/// Reads `<base>.inp` / `<base>.out` (format: fixtures/SOURCES.md). Strings are separated by
+/// "\n__ggml_vocab_test__\n"; a separator that closes the file ends the last string.
+inline std::vector<GoldenCase> read_golden(const std::string& base) {
+  const std::string inp = slurp(base + ".inp");
+  const std::string out = slurp(base + ".out");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = inp.find(sep, pos);
+    if (hit == std::string::npos) {
+      if (pos < inp.size()) texts.push_back(inp.substr(pos));
+      break;
+    }
+    texts.push_back(inp.substr(pos, hit - pos));
+    pos = hit + sep.size();
+  }
+  std::vector<GoldenCase> cases;
+  std::istringstream lines(out);
+  std::string line;
+  for (const std::string& t : texts) {
+    if (!std::getline(lines, line)) break;
+    GoldenCase c{t, {}};
+    std::istringstream nums(line);
+    int64_t id;
+    while (nums >> id) c.ids.push_back(int32_t(id));
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+}  // namespace shoal::test

@@ -12,7 +12,7 @@
 namespace shoal::cuda {
 namespace {
 
-constexpr int kF32 = 0, kF16 = 1, kBF16 = 30;  // DType ids
+constexpr int kF32 = 0, kF16 = 1;  // DType ids (anything else: BF16 = 30)
 
 __device__ __forceinline__ int64_t global_index() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

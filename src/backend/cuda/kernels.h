@@ -129,4 +129,13 @@ constexpr int kTopKMax = 1024;
 cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids,
                   float* vals, cudaStream_t stream);
 
+// ---- probe_kernels.cu: for benchmarks (cuda_probe.h) ------------------------------------------
+enum class FillKind : int { kF32, kF16, kBF16, kBytes, kScales };
+/// Fills n elements with pseudo-random values: plain kinds uniform in [-scale, scale], kBytes
+/// random bytes, kScales f16 values in [scale / 64, 1.5 * scale / 64].
+cudaError_t fill_random(void* p, int64_t n, FillKind kind, uint64_t seed, float scale, cudaStream_t stream);
+/// Reads `bytes` (a multiple of 16) once with 16-byte loads on `grid` blocks; `sink` keeps the
+/// loads from being optimised away.
+cudaError_t read_all(const void* p, uint64_t bytes, int grid, uint32_t* sink, cudaStream_t stream);
+
 }  // namespace shoal::cuda

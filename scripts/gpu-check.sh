@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,cl
 
 if [ -n "${SHOAL_GPU_PREBUILT:-}" ]; then
   BUILD=$SHOAL_GPU_PREBUILT
-  export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$BUILD/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   note "build: prebuilt $BUILD"
 else
   BUILD=${SHOAL_GPU_BUILD:-build-gpu}

@@ -13,6 +13,7 @@
 #   SHOAL_GPU_PREBUILT  a build folder made elsewhere (same layout; lib/ holds extra shared
 #                       libraries): skip configure and build, run what is there
 #   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings + decode steps) or "off"
+#   SHOAL_GPU_TEST_TIMEOUT  seconds per test executable (default 300)
 #   OUT                 if set, full logs go there
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +49,7 @@ fi
 fails=0
 for t in "$BUILD"/tests/cuda_*_test; do
   name=$(basename "$t")
-  if "$t" --gtest_color=no >"$LOGS/$name.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
+  if timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$t" --gtest_color=no >"$LOGS/$name.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
   counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/$name.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
   [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr' "$LOGS/$name.log" | head -30
   note "test $name: $r ($counts)"

@@ -73,7 +73,8 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
       for (int i = 0; i < copies; ++i) ws.push_back(weight(b, t, rows, cols, uint64_t(i + 1)));
       Tensor x = act(b, DType::kF32, {8, cols}, 99), y = must(b.alloc(DType::kF32, {8, rows}));
       const double bytes = wb + 4.0 * double(cols + rows);
-      for (int r : {0, 1, 2, 4}) {
+      const bool quant = t == DType::kQ8_0 || t == DType::kQ4_0;
+      for (int r : quant ? std::vector<int>{0, 4, 8} : std::vector<int>{0, 1, 4}) {
         probe::set_gemv_rows(r);
         Tensor x1 = x.rows_view(0, 1), y1 = y.rows_view(0, 1);
         const double ms = must(probe::time_graph_ms(b, [&] { for (auto& w : ws) b.matmul(w, x1, y1, nullptr); }, reps)) / copies;

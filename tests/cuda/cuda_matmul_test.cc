@@ -7,12 +7,9 @@ namespace {
 
 class CudaMatmulTest : public CudaVsRef {
  protected:
-  // Normalised-error bound: the GEMV path accumulates in f32 (~1e-6 of the double reference);
-  // the GEMM path rounds activations to f16 (~3e-4) or bf16 (~3e-3) for the tensor cores.
-  static double tolerance(DType t, int64_t n) {
-    if (n <= 8 || t == DType::kF32) return 2e-5;
-    return t == DType::kBF16 ? 1e-2 : 2e-3;
-  }
+  // Normalised-error bound: f32 accumulation against the double reference. The GEMM path
+  // (n > 8) splits operands into 16-bit parts for the tensor cores and stays as close.
+  static double tolerance(DType, int64_t) { return 2e-5; }
 
   void check(DType t, int64_t out, int64_t in, int64_t n, bool with_bias) {
     SCOPED_TRACE(fmt::format("{} [{}, {}] x n={} bias={}", dtype_name(t), out, in, n, with_bias));
@@ -55,6 +52,34 @@ TEST_F(CudaMatmulTest, GemmQuantizedInSeveralTiles) {
   check(DType::kQ4_0, 2300, 16384, 12, false);
 }
 
+TEST_F(CudaMatmulTest, GemmActivationsBeyondTheF16Range) {
+  // Rows scaled by powers of two before the f16 split: large and tiny rows both stay accurate.
+  for (DType t : {DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t out = 130, in = 256, n = 11;
+    Dual w = make_weight(t, {out, in});
+    std::vector<float> xv = randn(n * in);
+    for (int64_t k = 0; k < in; ++k) {
+      xv[size_t(k)] *= 1e6f;                // row 0: far above 65504
+      xv[size_t(in + k)] *= 1e-9f;          // row 1: far below the f16 subnormals
+    }
+    Dual x = make_f32({n, in}, xv);
+    Dual y = output(DType::kF32, {n, out});
+    cpu_->matmul(w.c, x.c, y.c, nullptr);
+    gpu_->matmul(w.g, x.g, y.g, nullptr);
+    const auto g = floats(*gpu_, y.g), c = floats(*cpu_, y.c);
+    for (int64_t row = 0; row < n; ++row) {
+      double num = 0, den = 0;
+      for (int64_t o = 0; o < out; ++o) {
+        const double d = double(g[size_t(row * out + o)]) - c[size_t(row * out + o)];
+        num += d * d;
+        den += double(c[size_t(row * out + o)]) * c[size_t(row * out + o)];
+      }
+      EXPECT_LT(std::sqrt(num / den), 2e-5) << "row " << row;
+    }
+  }
+}
+
 TEST_F(CudaMatmulTest, FusedGateUpGlu) {
   for (DType t : kWeightTypes)
     for (int64_t n : {1, 2, 4, 7, 12})
@@ -67,13 +92,13 @@ TEST_F(CudaMatmulTest, FusedGateUpGlu) {
         Dual out = output(DType::kF32, {n, ff});
         cpu_->matmul_glu(wg.c, wu.c, x.c, act, gb.c, ub.c, out.c);
         gpu_->matmul_glu(wg.g, wu.g, x.g, act, gb.g, ub.g, out.g);
-        EXPECT_LT(nerr(out), n <= 8 ? 2e-5 : 1e-2);
+        EXPECT_LT(nerr(out), 5e-5);
       }
 }
 
 TEST_F(CudaMatmulTest, UploadLargerThanStagingIsExact) {
   // Weights above the 32 MiB staging half go up in several chunks; embed reads rows back exactly.
-  for (auto [t, rows, cols] : {std::tuple<DType, int64_t, int64_t>{DType::kQ8_0, 2200, 16384},
+  for (auto [t, rows, cols] : {std::tuple<DType, int64_t, int64_t>{DType::kQ8_0, 2201, 16384},
                                {DType::kQ4_0, 4100, 16384},
                                {DType::kF16, 4100, 4352}}) {
     SCOPED_TRACE(dtype_name(t));

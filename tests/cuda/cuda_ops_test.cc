@@ -101,7 +101,7 @@ TEST_F(CudaOpsTest, ConvertBetweenF32F16Bf16IsExact) {
 TEST_F(CudaOpsTest, EmbedEveryDtypeIsExact) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     SCOPED_TRACE(dtype_name(t));
-    Dual table = make_weight(t, {300, 96});
+    Dual table = make_weight(t, {301, 96});
     Dual ids = make_i32({5, 299, 0, 5, 17, 128, 200});
     Dual out = output(DType::kF32, {7, 96});
     cpu_->embed(table.c, ids.c, out.c);

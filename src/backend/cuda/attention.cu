@@ -1,10 +1,12 @@
 // Causal attention over the KV cache with GQA, split along the sequence (flash-decoding, Dao et
 // al. 2023) and combined in a second kernel. One block handles one (split, KV head, group of up
-// to 8 query heads sharing it, token): it walks its keys in tiles of 256 with an online softmax
-// (Milakov & Gimelshein 2018), so K and V rows are read once per block for all heads of the
-// group. (Loops carry explicit unroll pragmas: nvcc 13's default unrolling of this kernel did
-// not finish compiling.) The key range comes from pos[t] on the device, so the grid depends only on the cache
-// size and a captured graph stays valid as positions grow; splits past pos[t] exit at once.
+// to 8 query heads sharing it, token). It walks its keys in tiles of 32: the tile's K and V rows
+// are loaded with all threads (16-byte loads, all in flight at once) into shared memory as f32,
+// then scores, an online softmax (Milakov & Gimelshein 2018) and the V sum run from shared
+// memory, so each K/V row is read from memory once per block for all heads of the group. Decode
+// uses small splits (many blocks, one or a few tiles each), so a short context still fills the
+// GPU. The key range comes from pos[t] on the device: the grid depends only on the cache size, a
+// captured graph stays valid as positions grow, and splits past pos[t] exit at once.
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cuda_fp16.h>
 
@@ -18,10 +20,10 @@ namespace shoal::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kTile = 256;       // keys scored per pass (shared-memory scores)
+constexpr int kTile = 32;        // keys per shared-memory tile (one per lane in the softmax)
 constexpr int kMaxHeadDim = 256;
 
-// Cache row loaders: 8 values at column c (c % 8 == 0) and 2 values at column c (c even).
+// Cache row loaders: 8 values at column c (c % 8 == 0) of a row.
 // Read-only loads (__ldg); with plain loads nvcc 13 did not finish compiling the F32 variant.
 struct CacheF32 {
   __device__ static void load8(const void* cache, int64_t width, int64_t row, int64_t c, float* out) {
@@ -29,9 +31,6 @@ struct CacheF32 {
     const float4 a = __ldg(p), b = __ldg(p + 1);
     out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
     out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
-  }
-  __device__ static float2 load2(const void* cache, int64_t width, int64_t row, int64_t c) {
-    return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(cache) + row * width + c));
   }
 };
 
@@ -45,10 +44,6 @@ struct CacheF16 {
       out[2 * i] = f.x;
       out[2 * i + 1] = f.y;
     }
-  }
-  __device__ static float2 load2(const void* cache, int64_t width, int64_t row, int64_t c) {
-    const unsigned two = __ldg(reinterpret_cast<const unsigned*>(static_cast<const __half*>(cache) + row * width + c));
-    return __half22float2(*reinterpret_cast<const __half2*>(&two));
   }
 };
 
@@ -68,12 +63,6 @@ struct CacheQ8 {
       out[2 * i + 1] = d * float(int8_t(two >> 8));
     }
   }
-  __device__ static float2 load2(const void* cache, int64_t width, int64_t row, int64_t c) {
-    const uint8_t* b = block(cache, width, row, c);
-    const float d = f16_bits_to_float(__ldg(reinterpret_cast<const uint16_t*>(b)));
-    const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(b + 2 + c % 32));
-    return make_float2(d * float(int8_t(two & 0xff)), d * float(int8_t(two >> 8)));
-  }
 };
 
 struct Params {
@@ -89,10 +78,15 @@ struct Params {
   float* part_ml;  // [n_tokens, n_heads, n_splits, 2] running max and sum
 };
 
+// Shared memory of the split kernel, in floats: q [GB][D], K and V tiles [kTile][D + 4] (rows
+// padded so that 16-byte reads of consecutive rows hit distinct banks), p [GB][kTile].
+constexpr int smem_floats(int gb, int d) { return gb * d + 2 * kTile * (d + 4) + gb * kTile; }
+
 template <class C, int GB>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params P) {
+  constexpr int kOut = GB * kMaxHeadDim / kThreads;  // outputs per thread at most
   const AttnArgs& a = P.a;
-  const int D = a.head_dim, G = a.n_heads / a.n_kv_heads;
+  const int D = a.head_dim, DP = a.head_dim + 4, G = a.n_heads / a.n_kv_heads;
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / P.groups;
   const int h0 = kvh * G + (blockIdx.y % P.groups) * GB;  // first query head of this block
@@ -106,79 +100,91 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
   const int64_t k1 = min(last, int64_t(split) * P.chunk + P.chunk - 1);
   const int64_t out_base = (t * a.n_heads + h0) * P.n_splits + split;  // + g * n_splits
   if (k0 > k1) {
-#pragma unroll 1
-    for (int g = threadIdx.x; g < nh; g += kThreads) {
-      P.part_ml[(out_base + int64_t(g) * P.n_splits) * 2] = -INFINITY;
-      P.part_ml[(out_base + int64_t(g) * P.n_splits) * 2 + 1] = 0.0f;
+    if (threadIdx.x < nh) {
+      P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2] = -INFINITY;
+      P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2 + 1] = 0.0f;
     }
     return;
   }
 
-  __shared__ float q_s[GB][kMaxHeadDim];
-  __shared__ float scores[GB][kTile];
+  extern __shared__ float4 smem4[];
+  float* q_s = reinterpret_cast<float*>(smem4);
+  float* k_s = q_s + GB * D;
+  float* v_s = k_s + kTile * DP;
+  float* p_s = v_s + kTile * DP;
   __shared__ float m_s[GB], l_s[GB], corr_s[GB];
 #pragma unroll 1
   for (int i = threadIdx.x; i < GB * D; i += kThreads) {
     const int g = i / D, d = i % D;
-    q_s[g][d] = g < nh ? P.q[(t * a.n_heads + h0 + g) * D + d] * a.scale : 0.0f;
+    q_s[i] = g < nh ? P.q[(t * a.n_heads + h0 + g) * D + d] * a.scale : 0.0f;
   }
   if (threadIdx.x < GB) {
     m_s[threadIdx.x] = -INFINITY;
     l_s[threadIdx.x] = 0.0f;
   }
-  // PV layout: threads split the head dimension in pairs; kg key groups take alternate keys.
-  const int pairs = D / 2;
-  const int kgroups = kThreads / pairs;
-  const int kg = threadIdx.x / pairs, pr = threadIdx.x % pairs;
-  const bool pv_active = kg < kgroups;
-  float acc[GB][2];
+  float acc[kOut];
 #pragma unroll
-  for (int g = 0; g < GB; ++g) acc[g][0] = acc[g][1] = 0.0f;
+  for (int i = 0; i < kOut; ++i) acc[i] = 0.0f;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
+  const int chunks = D / 8;  // 8-value pieces per row
 
   const int n_tiles = int((k1 - k0) / kTile) + 1;
 #pragma unroll 1
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int64_t tile0 = k0 + int64_t(tile) * kTile;
     const int len = int(min(int64_t(kTile), k1 - tile0 + 1));
-    // 1. scores: one key per thread, all heads of the group.
-#pragma unroll 1
-    for (int j = threadIdx.x; j < len; j += kThreads) {
-      float s[GB];
+    // 1. K and V rows of the tile into shared memory (all loads issued before any store).
+    constexpr int kPieces = kTile * kMaxHeadDim / 8 / kThreads;
 #pragma unroll
-      for (int g = 0; g < GB; ++g) s[g] = 0.0f;
-#pragma unroll 2
-      for (int e = 0; e < D; e += 8) {
-        float kv[8];
+    for (int i = 0; i < kPieces; ++i) {
+      const int piece = threadIdx.x + i * kThreads;
+      const int j = piece / chunks, e = (piece % chunks) * 8;
+      if (j < len) {
+        float kv[8], vv[8];
         C::load8(P.k, width, tile0 + j, int64_t(kvh) * D + e, kv);
-#pragma unroll
-        for (int g = 0; g < GB; ++g)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) s[g] = fmaf(q_s[g][e + i], kv[i], s[g]);
+        C::load8(P.v, width, tile0 + j, int64_t(kvh) * D + e, vv);
+        float4* kd = reinterpret_cast<float4*>(k_s + j * DP + e);
+        float4* vd = reinterpret_cast<float4*>(v_s + j * DP + e);
+        kd[0] = make_float4(kv[0], kv[1], kv[2], kv[3]);
+        kd[1] = make_float4(kv[4], kv[5], kv[6], kv[7]);
+        vd[0] = make_float4(vv[0], vv[1], vv[2], vv[3]);
+        vd[1] = make_float4(vv[4], vv[5], vv[6], vv[7]);
       }
-#pragma unroll
-      for (int g = 0; g < GB; ++g)
-        scores[g][j] = a.softcap > 0.0f ? a.softcap * tanhf(s[g] / a.softcap) : s[g];
     }
     __syncthreads();
-    // 2. online softmax statistics: warp w owns heads w, w + 4, ...
+    // 2. scores: item (head g, key j); a warp holds 32 keys of one head.
+#pragma unroll
+    for (int i = 0; i < (GB * kTile + kThreads - 1) / kThreads; ++i) {
+      const int item = threadIdx.x + i * kThreads;
+      if (item < GB * kTile) {
+        const int g = item / kTile, j = item % kTile;
+        float s = -INFINITY;
+        if (j < len && g < nh) {
+          const float4* qr = reinterpret_cast<const float4*>(q_s + g * D);
+          const float4* kr = reinterpret_cast<const float4*>(k_s + j * DP);
+          float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 1
+          for (int e = 0; e < D / 4; e += 2) {
+            const float4 q0 = qr[e], k0v = kr[e], q1 = qr[e + 1], k1v = kr[e + 1];
+            s0 = fmaf(q0.x, k0v.x, fmaf(q0.y, k0v.y, fmaf(q0.z, k0v.z, fmaf(q0.w, k0v.w, s0))));
+            s1 = fmaf(q1.x, k1v.x, fmaf(q1.y, k1v.y, fmaf(q1.z, k1v.z, fmaf(q1.w, k1v.w, s1))));
+          }
+          s = s0 + s1;
+          if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+        }
+        p_s[g * kTile + j] = s;
+      }
+    }
+    __syncthreads();
+    // 3. online softmax statistics: warp w owns heads w, w + 4, ...; one key per lane.
 #pragma unroll 1
     for (int g = warp; g < nh; g += kThreads / 32) {
-      float mx = -INFINITY;
-#pragma unroll 1
-      for (int j = lane; j < len; j += 32) mx = fmaxf(mx, scores[g][j]);
-      mx = warp_max(mx);
+      const float s = p_s[g * kTile + lane];
       const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-#pragma unroll 1
-      for (int j = lane; j < len; j += 32) {
-        const float p = m_new == -INFINITY ? 0.0f : expf(scores[g][j] - m_new);
-        scores[g][j] = p;
-        sum += p;
-      }
-      sum = warp_sum(sum);
+      const float m_new = fmaxf(m_old, warp_max(s));
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      p_s[g * kTile + lane] = p;
+      const float sum = warp_sum(p);
       if (lane == 0) {
         const float corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
         corr_s[g] = corr;
@@ -187,45 +193,32 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
       }
     }
     __syncthreads();
-    // 3. acc = acc * corr + sum_j p_j v_j.
-    if (pv_active) {
+    // 4. acc = acc * corr + sum_j p_j v_j; output o = (head o / D, dim o % D).
 #pragma unroll
-      for (int g = 0; g < GB; ++g) {
-        const float c = g < nh ? corr_s[g] : 0.0f;
-        acc[g][0] *= c;
-        acc[g][1] *= c;
-      }
-#pragma unroll 4
-      for (int j = kg; j < len; j += kgroups) {
-        const float2 v = C::load2(P.v, width, tile0 + j, int64_t(kvh) * D + 2 * pr);
+    for (int i = 0; i < kOut; ++i) {
+      const int o = threadIdx.x + i * kThreads;
+      if (o < nh * D) {
+        const int g = o / D, d = o % D;
+        const float* pr = p_s + g * kTile;
+        const float* vc = v_s + d;
+        float v[4] = {acc[i] * corr_s[g], 0.0f, 0.0f, 0.0f};
+        if (len == kTile) {  // full tile: unrolled, four independent sums
 #pragma unroll
-        for (int g = 0; g < GB; ++g) {
-          const float p = scores[g][j];
-          acc[g][0] = fmaf(p, v.x, acc[g][0]);
-          acc[g][1] = fmaf(p, v.y, acc[g][1]);
+          for (int j = 0; j < kTile; ++j) v[j % 4] = fmaf(pr[j], vc[j * DP], v[j % 4]);
+        } else {
+#pragma unroll 1
+          for (int j = 0; j < len; ++j) v[0] = fmaf(pr[j], vc[j * DP], v[0]);
         }
+        acc[i] = (v[0] + v[1]) + (v[2] + v[3]);
       }
     }
-    __syncthreads();  // scores are rewritten by the next tile
+    __syncthreads();  // the next tile overwrites k_s, v_s, p_s
   }
 
-  // Sum the key groups in a fixed order (scores is free now) and store the partial result.
-  float* red = &scores[0][0];  // [kgroups][GB][D] <= GB * kTile floats since kgroups * D <= 256
-  if (pv_active) {
 #pragma unroll
-    for (int g = 0; g < GB; ++g) {
-      red[(kg * GB + g) * D + 2 * pr] = acc[g][0];
-      red[(kg * GB + g) * D + 2 * pr + 1] = acc[g][1];
-    }
-  }
-  __syncthreads();
-#pragma unroll 1
-  for (int i = threadIdx.x; i < nh * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    float o = 0.0f;
-#pragma unroll 1
-    for (int k = 0; k < kgroups; ++k) o += red[(k * GB + g) * D + d];
-    P.part_o[(out_base + int64_t(g) * P.n_splits) * D + d] = o;
+  for (int i = 0; i < kOut; ++i) {
+    const int o = threadIdx.x + i * kThreads;
+    if (o < nh * D) P.part_o[(out_base + int64_t(o / D) * P.n_splits) * D + o % D] = acc[i];
   }
   if (threadIdx.x < nh) {
     P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2] = m_s[threadIdx.x];
@@ -254,12 +247,12 @@ __global__ void attention_combine_kernel(const float* __restrict__ part_o,
   }
 }
 
-// Keys per split: small chunks (more blocks) for decode, at most 8 splits for prefill batches
-// so the partial results stay small.
+// Keys per split (a multiple of kTile): decode uses small splits (many blocks) up to 256 of them;
+// prefill batches use at most 8 splits so the partial results stay small.
 int64_t chunk_for(const AttnArgs& a) {
-  if (a.n_tokens > kGemvMaxTokens) return int64_t(align_up(uint64_t(div_up(a.n_ctx, 8)), kTile));
-  const int64_t c = int64_t(align_up(uint64_t(div_up(a.n_ctx, 128)), kTile));
-  return c < 4 * kTile ? c : 4 * kTile;
+  const int64_t parts = a.n_tokens > kGemvMaxTokens ? 8 : 256;
+  const int64_t c = int64_t(align_up(uint64_t(div_up(a.n_ctx, parts)), kTile));
+  return c < kTile ? kTile : c;
 }
 
 int heads_per_block(const AttnArgs& a) {
@@ -267,23 +260,28 @@ int heads_per_block(const AttnArgs& a) {
   return g >= 8 ? 8 : g >= 4 ? 4 : g >= 2 ? 2 : 1;
 }
 
+template <class C, int GB>
+cudaError_t launch_gb(const Params& P, dim3 grid, cudaStream_t stream) {
+  const size_t smem = size_t(smem_floats(GB, P.a.head_dim)) * sizeof(float);
+  const cudaError_t e = cudaFuncSetAttribute(attention_split_kernel<C, GB>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  attention_split_kernel<C, GB><<<grid, kThreads, smem, stream>>>(P);
+  return cudaGetLastError();
+}
+
 template <class C>
 cudaError_t launch(const Params& P, int gb, dim3 grid, cudaStream_t stream) {
   switch (gb) {
     case 1:
-      attention_split_kernel<C, 1><<<grid, kThreads, 0, stream>>>(P);
-      break;
+      return launch_gb<C, 1>(P, grid, stream);
     case 2:
-      attention_split_kernel<C, 2><<<grid, kThreads, 0, stream>>>(P);
-      break;
+      return launch_gb<C, 2>(P, grid, stream);
     case 4:
-      attention_split_kernel<C, 4><<<grid, kThreads, 0, stream>>>(P);
-      break;
+      return launch_gb<C, 4>(P, grid, stream);
     default:
-      attention_split_kernel<C, 8><<<grid, kThreads, 0, stream>>>(P);
-      break;
+      return launch_gb<C, 8>(P, grid, stream);
   }
-  return cudaGetLastError();
 }
 
 }  // namespace

@@ -167,11 +167,15 @@ Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int6
   uint64_t scales_at = 0;
   if (is_repacked(dtype)) {
     scales_at = cuda::scale_offset(q4, t.rows(), t.cols());
-    bytes = scales_at + uint64_t(t.rows() * (t.cols() / 32)) * 2;
+    bytes = cuda::repacked_bytes(q4, t.rows(), t.cols());
   }
   if (!use_device()) return error_;
   SHOAL_ASSIGN_OR_RETURN(t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
-  if (is_repacked(dtype)) t.aux = static_cast<uint8_t*>(t.data) + scales_at;
+  if (is_repacked(dtype)) {
+    t.aux = static_cast<uint8_t*>(t.data) + scales_at;
+    // The padding rows of the last group of 4 are computed (never stored): keep them finite.
+    if (t.rows() % 4 != 0) SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, bytes, stream_));
+  }
   return t;
 }
 
@@ -204,8 +208,8 @@ Status CudaBackend::stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, c
     if (repack) {
       SHOAL_CUDA_TRY(cudaMemcpyAsync(raw_[h], host, len, cudaMemcpyHostToDevice, stream_));
       const int64_t first = int64_t(off / block_bytes), nb = int64_t(len / block_bytes);
-      SHOAL_CUDA_TRY(cuda::repack_blocks(q4, raw_[h], nb, dst + uint64_t(first) * (q4 ? 16 : 32),
-                                         static_cast<uint16_t*>(repack->aux) + first, stream_));
+      SHOAL_CUDA_TRY(cuda::repack_blocks(q4, raw_[h], first, nb, repack->cols(), dst,
+                                         static_cast<uint16_t*>(repack->aux), stream_));
     } else {
       SHOAL_CUDA_TRY(cudaMemcpyAsync(dst + off, host, len, cudaMemcpyHostToDevice, stream_));
     }

@@ -40,7 +40,8 @@ Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, in
 /// [-scale, scale]; quantized blocks random quants with scales near scale / 64.
 Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale = 1.0f);
 
-/// GEMV rows per block (1, 2, 4; 0: the per-dtype default), to compare variants.
+/// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
+/// quantized weights 4 or 8 (one or two interleaved groups).
 void set_gemv_rows(int rows_per_block);
 
 }  // namespace shoal::cuda_probe

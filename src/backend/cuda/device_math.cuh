@@ -75,18 +75,16 @@ __device__ __forceinline__ float weight_value(const WeightRef& w, int64_t i) {
       return f16_bits_to_float(static_cast<const uint16_t*>(w.data)[i]);
     case WKind::kBF16:
       return __uint_as_float(uint32_t(static_cast<const uint16_t*>(w.data)[i]) << 16);
-    case WKind::kQ8_0: {
-      const int8_t q = static_cast<const int8_t*>(w.data)[i];
-      return f16_bits_to_float(w.scales[i / 32]) * float(q);
-    }
+    case WKind::kQ8_0:
     case WKind::kQ4_0: {
-      // Block b = i / 32 holds 16 bytes; value j < 16 is the low nibble of byte j, else the high
-      // nibble of byte j - 16.
-      const int64_t b = i / 32;
-      const int j = int(i % 32);
-      const uint8_t byte = static_cast<const uint8_t*>(w.data)[b * 16 + (j & 15)];
-      const int q = j < 16 ? (byte & 0x0f) : (byte >> 4);
-      return f16_bits_to_float(w.scales[b]) * float(q - 8);
+      // Interleaved groups of 4 rows (cuda_util.h).
+      const int64_t r = i / w.cols, k = i % w.cols, g = r / 4, rr = r % 4;
+      const float d = f16_bits_to_float(w.scales[(g * (w.cols / 32) + k / 32) * 4 + rr]);
+      const uint8_t* q = static_cast<const uint8_t*>(w.data);
+      if (w.kind == WKind::kQ8_0)
+        return d * float(int8_t(q[(g * (w.cols / 4) + k / 4) * 16 + rr * 4 + k % 4]));
+      const uint8_t byte = q[(g * (w.cols / 8) + k / 8) * 16 + rr * 4 + (k % 8) / 2];
+      return d * float(int((k % 2) ? (byte >> 4) : (byte & 0x0f)) - 8);
     }
   }
   return 0.0f;

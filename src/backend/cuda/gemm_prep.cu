@@ -1,5 +1,6 @@
-// Helpers of the prefill GEMM (cuBLAS on f16/bf16 operands, cuda_gemm.cc): dequantizing weight
-// row tiles, converting activations, adding the bias. Elementwise, memory-bound.
+// Helpers of the prefill GEMM (cuBLAS on 16-bit operands with f32 accumulation, cuda_ops.cc):
+// splitting activations and dequantized weights into sums of 16-bit parts so the products keep
+// f32 accuracy, and summing the partial products. Elementwise or one block per row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -10,49 +11,96 @@
 namespace shoal::cuda {
 namespace {
 
-__device__ __forceinline__ uint16_t to16(float v, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+// Rounds v to f16 (or bf16) and returns the bits; r gets the rounded value back as f32.
+__device__ __forceinline__ uint16_t round16(float v, bool bf16, float& r) {
+  if (bf16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    r = __bfloat162float(h);
+    return __bfloat16_as_ushort(h);
+  }
+  const __half h = __float2half_rn(v);
+  r = __half2float(h);
+  return __half_as_ushort(h);
 }
 
-__global__ void dequant_kernel(const WeightRef w, int64_t first, int64_t n, bool bf16,
-                               uint16_t* __restrict__ dst) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = to16(weight_value(w, first + i), bf16);
+constexpr int kRowThreads = 256;
+
+// One block per row: f16 rows are scaled by a power of two putting max|x| in [2^14, 2^15), far
+// from overflow (65504) and keeping the low parts above the f16 subnormals.
+__global__ void __launch_bounds__(kRowThreads)
+    split_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts,
+                 uint16_t* __restrict__ out, float* __restrict__ inv_scale) {
+  __shared__ float smem[32];
+  const int64_t t = blockIdx.x;
+  const float* xr = x + t * k;
+  float scale = 1.0f;
+  if (!bf16) {
+    float mx = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += kRowThreads) mx = fmaxf(mx, fabsf(xr[i]));
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = mx;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kRowThreads / 32; ++w) mx = fmaxf(mx, smem[w]);
+    if (mx > 0.0f && isfinite(mx)) {
+      int e;
+      frexpf(mx, &e);  // mx = m * 2^e, m in [0.5, 1)
+      scale = ldexpf(1.0f, max(-100, min(100, 15 - e)));
+    }
+  }
+  if (threadIdx.x == 0) inv_scale[t] = 1.0f / scale;
+  for (int64_t i = threadIdx.x; i < k; i += kRowThreads) {
+    float v = xr[i] * scale;
+    for (int p = 0; p < parts; ++p) {
+      float r;
+      out[(p * n + t) * k + i] = round16(v, bf16, r);
+      v -= r;
+    }
+  }
 }
 
-__global__ void f32_to_16_kernel(const float* __restrict__ src, int64_t n, bool bf16,
-                                 uint16_t* __restrict__ dst) {
+__global__ void dequant_split_kernel(const WeightRef w, int64_t first, int64_t count, uint16_t* __restrict__ hi,
+                                     uint16_t* __restrict__ lo) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = to16(src[i], bf16);
+  if (i >= count) return;
+  const float v = weight_value(w, first + i);
+  float r, unused;
+  hi[i] = round16(v, false, r);
+  lo[i] = round16(v - r, false, unused);
 }
 
-__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t n,
-                                int64_t rows) {
+__global__ void combine_kernel(const float* __restrict__ yp, int blocks, int64_t n, int64_t rows,
+                               const float* __restrict__ inv_scale, const float* __restrict__ bias,
+                               float* __restrict__ y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n * rows) y[i] += bias[i % rows];
+  if (i >= n * rows) return;
+  float s = 0.0f;
+  for (int b = 0; b < blocks; ++b) s += yp[b * n * rows + i];
+  if (inv_scale) s *= inv_scale[i / rows];
+  y[i] = bias ? s + bias[i % rows] : s;
 }
 
 }  // namespace
 
-cudaError_t dequant_rows(const WeightRef& w, int64_t r0, int64_t nr, bool bf16, void* dst,
-                         cudaStream_t stream) {
-  const int64_t n = nr * w.cols;
+cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* out,
+                              float* inv_scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  dequant_kernel<<<unsigned(div_up(n, kBlock)), kBlock, 0, stream>>>(
-      w, r0 * w.cols, n, bf16, static_cast<uint16_t*>(dst));
+  split_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(x, n, k, bf16, parts, out, inv_scale);
   return cudaGetLastError();
 }
 
-cudaError_t f32_to_16(const float* src, int64_t n, bool bf16, void* dst, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  f32_to_16_kernel<<<unsigned(div_up(n, kBlock)), kBlock, 0, stream>>>(src, n, bf16,
-                                                                         static_cast<uint16_t*>(dst));
+cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo,
+                          cudaStream_t stream) {
+  const int64_t count = nr * w.cols;
+  if (count == 0) return cudaSuccess;
+  dequant_split_kernel<<<unsigned(div_up(count, kBlock)), kBlock, 0, stream>>>(w, r0 * w.cols, count, hi, lo);
   return cudaGetLastError();
 }
 
-cudaError_t add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t stream) {
+cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
+                          const float* bias, float* y, cudaStream_t stream) {
   if (n * rows == 0) return cudaSuccess;
-  add_bias_kernel<<<unsigned(div_up(n * rows, kBlock)), kBlock, 0, stream>>>(y, bias, n, rows);
+  combine_kernel<<<unsigned(div_up(n * rows, kBlock)), kBlock, 0, stream>>>(yp, blocks, n, rows, inv_scale, bias, y);
   return cudaGetLastError();
 }
 

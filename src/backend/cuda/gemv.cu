@@ -2,15 +2,20 @@
 // the gate+up+activation fusion (gemv_glu). Memory-bound: the weights are read once, as 16-byte
 // loads that skip L1, several per lane in flight; the f32 activations come from L1.
 //
-// Work split: a block of 4 warps computes R rows; its 128 lanes split each row's 16-byte vectors
-// round-robin (coalesced), then the per-lane partial sums are reduced in a fixed order (warp
-// butterfly, then warps 0..3), so results are deterministic.
+// Plain weights: a block of 4 warps computes R rows; its 128 lanes take each row's 16-byte
+// vectors round-robin. Quantized weights (4-row-interleaved layout, cuda_util.h): a block takes
+// RG groups of 4 rows; a vector holds 4 rows x 4 (Q8_0) or 8 (Q4_0) values, so the lanes of a
+// warp read consecutive activations (a block per 32-value run of one row made every lane touch
+// its own cache line of x, which capped the kernel at a third of the bandwidth). Partial sums are
+// reduced in a fixed order (warp butterfly, then warps 0..3): results are deterministic.
 //
 // Quantized values become floats without I2F (a quarter-rate instruction on sm_80..sm_90): the
 // byte is placed in the mantissa of 2^23 (prmt) and 2^23 + offset subtracted, which is exact.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
@@ -26,7 +31,7 @@ struct GemvArgs {
   const uint4* w[2];        // gate (or the only weight), up
   const uint16_t* s[2];     // block scales (quantized kinds)
   int64_t rows;
-  int64_t nvec;             // 16-byte vectors per row
+  int64_t nvec;             // 16-byte vectors per row (plain) or per group of 4 rows (quantized)
   int64_t cols;
   const float* x;           // [n, cols]
   int n;
@@ -43,8 +48,7 @@ __device__ __forceinline__ float byte_plus_2p23(uint32_t u, int i) {
 // Per-dtype decoding of one 16-byte vector. kVals: values per vector; dot() adds w . x to acc.
 struct F32W {
   static constexpr int kVals = 4;
-  static constexpr bool kScaled = false;
-  __device__ static float dot(uint4 w, const float* x, float, float acc) {
+  __device__ static float dot(uint4 w, const float* x, float acc) {
     acc = fmaf(__uint_as_float(w.x), x[0], acc);
     acc = fmaf(__uint_as_float(w.y), x[1], acc);
     acc = fmaf(__uint_as_float(w.z), x[2], acc);
@@ -54,8 +58,7 @@ struct F32W {
 
 struct F16W {
   static constexpr int kVals = 8;
-  static constexpr bool kScaled = false;
-  __device__ static float dot(uint4 w, const float* x, float, float acc) {
+  __device__ static float dot(uint4 w, const float* x, float acc) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -69,8 +72,7 @@ struct F16W {
 
 struct BF16W {
   static constexpr int kVals = 8;
-  static constexpr bool kScaled = false;
-  __device__ static float dot(uint4 w, const float* x, float, float acc) {
+  __device__ static float dot(uint4 w, const float* x, float acc) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -81,45 +83,30 @@ struct BF16W {
   }
 };
 
-// Q8_0: a vector is half a block (16 int8); two lanes share a scale.
-struct Q8W {
-  static constexpr int kVals = 16;
-  static constexpr bool kScaled = true;
-  __device__ static int64_t scale_index(int64_t v) { return v >> 1; }
-  __device__ static float dot(uint4 w, const float* x, float d, float acc) {
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t u = ws[i] ^ 0x80808080u;  // int8 q -> q + 128 in 0..255
-      s0 = fmaf(byte_plus_2p23(u, 0) - 8388736.0f, x[4 * i + 0], s0);
-      s1 = fmaf(byte_plus_2p23(u, 1) - 8388736.0f, x[4 * i + 1], s1);
-      s0 = fmaf(byte_plus_2p23(u, 2) - 8388736.0f, x[4 * i + 2], s0);
-      s1 = fmaf(byte_plus_2p23(u, 3) - 8388736.0f, x[4 * i + 3], s1);
-    }
-    return fmaf(d, s0 + s1, acc);
+// Quantized, 4-row-interleaved: one 32-bit word is 4 (Q8_0) or 8 (Q4_0) values of one row.
+struct Q8G {
+  static constexpr int kVals = 4;  // values of each row per vector
+  __device__ static float dot_word(uint32_t w, const float* x) {
+    const uint32_t u = w ^ 0x80808080u;  // int8 q -> q + 128 in 0..255
+    float s0 = (byte_plus_2p23(u, 0) - 8388736.0f) * x[0];
+    float s1 = (byte_plus_2p23(u, 1) - 8388736.0f) * x[1];
+    s0 = fmaf(byte_plus_2p23(u, 2) - 8388736.0f, x[2], s0);
+    s1 = fmaf(byte_plus_2p23(u, 3) - 8388736.0f, x[3], s1);
+    return s0 + s1;
   }
 };
 
-// Q4_0: a vector is one block (32 nibbles); byte j holds values j (low) and j + 16 (high).
-struct Q4W {
-  static constexpr int kVals = 32;
-  static constexpr bool kScaled = true;
-  __device__ static int64_t scale_index(int64_t v) { return v; }
-  __device__ static float dot(uint4 w, const float* x, float d, float acc) {
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+struct Q4G {
+  static constexpr int kVals = 8;
+  __device__ static float dot_word(uint32_t w, const float* x) {
+    const uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;  // values 2b, 2b + 1
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = ws[i] & 0x0f0f0f0fu;
-      const uint32_t hi = (ws[i] >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        s0 = fmaf(byte_plus_2p23(lo, j) - 8388616.0f, x[4 * i + j], s0);
-        s1 = fmaf(byte_plus_2p23(hi, j) - 8388616.0f, x[16 + 4 * i + j], s1);
-      }
+    for (int b = 0; b < 4; ++b) {
+      s0 = fmaf(byte_plus_2p23(lo, b) - 8388616.0f, x[2 * b], s0);
+      s1 = fmaf(byte_plus_2p23(hi, b) - 8388616.0f, x[2 * b + 1], s1);
     }
-    return fmaf(d, s0 + s1, acc);
+    return s0 + s1;
   }
 };
 
@@ -171,20 +158,18 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const G
   }
 }
 
-// The vectorised kernel: R rows per block, NT tokens, S = 2 for the gate/up fusion, U vectors
+// The plain kernel: R rows per block, NT tokens, S = 2 for the gate/up fusion, U vectors
 // per row loaded per lane before use.
 template <class T, int R, int NT, int S, int U>
 __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
   const int64_t row0 = int64_t(blockIdx.x) * R;
   const uint4* wrow[S][R];
-  const uint16_t* srow[S][R];
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int64_t row = min(row0 + r, a.rows - 1);  // spare rows redo the last; not stored
       wrow[s][r] = a.w[s] + row * a.nvec;
-      srow[s][r] = T::kScaled ? a.s[s] + row * (a.cols / 32) : nullptr;
     }
   float acc[S][R][NT];
 #pragma unroll
@@ -196,7 +181,6 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
 
   for (int64_t v0 = threadIdx.x; v0 < a.nvec; v0 += int64_t(kThreads) * U) {
     uint4 wv[S][R][U];
-    float d[S][R][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t vi = v0 + int64_t(u) * kThreads;
@@ -204,12 +188,65 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
 #pragma unroll
       for (int s = 0; s < S; ++s)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          wv[s][r][u] = ok ? load_stream(wrow[s][r] + vi) : make_uint4(0, 0, 0, 0);
-          if constexpr (T::kScaled)
-            d[s][r][u] = ok ? f16_bits_to_float(__ldg(srow[s][r] + T::scale_index(vi))) : 0.0f;
-          else
-            d[s][r][u] = 0.0f;
+        for (int r = 0; r < R; ++r) wv[s][r][u] = ok ? load_stream(wrow[s][r] + vi) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      if (vi >= a.nvec) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
+        float xv[T::kVals];
+        load_x(a.x + int64_t(tt) * a.cols + vi * T::kVals, xv);
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[s][r][t] = T::dot(wv[s][r][u], xv, acc[s][r][t]);
+      }
+    }
+  }
+  reduce_and_store<S, R, NT>(acc, a, row0);
+}
+
+// The quantized kernel: RG groups of 4 rows per block; U vectors per group loaded per lane
+// before use.
+template <class T, int RG, int NT, int S, int U>
+__global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a) {
+  const int64_t n_groups = (a.rows + 3) / 4, nb = a.cols / 32;
+  const int64_t g0 = int64_t(blockIdx.x) * RG;
+  constexpr int kPerBlock = 32 / T::kVals;  // vectors per 32-value block
+  const uint4* wg[S][RG];
+  const uint2* sg[S][RG];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int q = 0; q < RG; ++q) {
+      const int64_t g = min(g0 + q, n_groups - 1);  // spare groups redo the last; not stored
+      wg[s][q] = a.w[s] + g * a.nvec;
+      sg[s][q] = reinterpret_cast<const uint2*>(a.s[s]) + g * nb;
+    }
+  float acc[S][RG * 4][NT];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int r = 0; r < RG * 4; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
+
+  for (int64_t v0 = threadIdx.x; v0 < a.nvec; v0 += int64_t(kThreads) * U) {
+    uint4 wv[S][RG][U];
+    uint2 sv[S][RG][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      const bool ok = vi < a.nvec;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int q = 0; q < RG; ++q) {
+          wv[s][q][u] = ok ? load_stream(wg[s][q] + vi) : make_uint4(0, 0, 0, 0);
+          sv[s][q][u] = ok ? __ldg(sg[s][q] + vi / kPerBlock) : make_uint2(0, 0);
         }
     }
 #pragma unroll
@@ -224,11 +261,21 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
 #pragma unroll
         for (int s = 0; s < S; ++s)
 #pragma unroll
-          for (int r = 0; r < R; ++r) acc[s][r][t] = T::dot(wv[s][r][u], xv, d[s][r][u], acc[s][r][t]);
+          for (int q = 0; q < RG; ++q) {
+            const uint4 w = wv[s][q][u];
+            const uint2 sc = sv[s][q][u];
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+            const uint32_t halves[2] = {sc.x, sc.y};
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const float d = f16_bits_to_float(uint16_t(halves[r / 2] >> (16 * (r % 2))));
+              acc[s][q * 4 + r][t] = fmaf(d, T::dot_word(words[r], xv), acc[s][q * 4 + r][t]);
+            }
+          }
       }
     }
   }
-  reduce_and_store<S, R, NT>(acc, a, row0);
+  reduce_and_store<S, RG * 4, NT>(acc, a, g0 * 4);
 }
 
 // Element loaders for the scalar path (plain weights whose rows are not whole 16-byte vectors).
@@ -265,31 +312,46 @@ __global__ void __launch_bounds__(kThreads) gemv_scalar_kernel(const GemvArgs a,
 
 int g_rows_override = 0;
 
-// Rows per block: enough 16-byte loads in flight per lane without spilling registers.
-template <class T, int S, int NT>
-constexpr int default_rows() {
-  if (NT == 1) return T::kVals == 32 ? 4 : 2;
+// Rows per block of the plain kernel: enough 16-byte loads in flight per lane without spilling.
+template <int S, int NT>
+constexpr int plain_rows() {
   return (NT >= 4 && S == 2) ? 1 : 2;
 }
 
 template <class T, int R, int NT, int S>
-cudaError_t launch_vec(const GemvArgs& a, cudaStream_t stream) {
-  constexpr int U = T::kVals == 32 ? 2 : 4;
+cudaError_t launch_plain(const GemvArgs& a, cudaStream_t stream) {
   const unsigned grid = unsigned(div_up(a.rows, R));
-  gemv_vec_kernel<T, R, NT, S, U><<<grid, kThreads, 0, stream>>>(a);
+  gemv_vec_kernel<T, R, NT, S, 4><<<grid, kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <class T, int RG, int NT, int S>
+cudaError_t launch_grouped(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int U = (NT >= 4 && S == 2) ? 2 : 4;  // fewer loads in flight where registers run short
+  const unsigned grid = unsigned(div_up(div_up(a.rows, 4), RG));
+  gemv_grouped_kernel<T, RG, NT, S, U><<<grid, kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <class T, int S, int NT>
 cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
-  constexpr int kDefault = default_rows<T, S, NT>();
-  if constexpr (S == 1 && NT == 1) {
-    // Benchmarks try other row counts for the plain GEMV.
-    if (g_rows_override == 1 && kDefault != 1) return launch_vec<T, 1, 1, 1>(a, stream);
-    if (g_rows_override == 2 && kDefault != 2) return launch_vec<T, 2, 1, 1>(a, stream);
-    if (g_rows_override == 4 && kDefault != 4) return launch_vec<T, 4, 1, 1>(a, stream);
+  constexpr bool kGrouped = std::is_same_v<T, Q8G> || std::is_same_v<T, Q4G>;
+  if constexpr (kGrouped) {
+    // Q4_0 takes two groups (8 rows) per block for the plain GEMV: twice the bytes in flight.
+    constexpr int kDefault = (S == 1 && NT == 1 && T::kVals == 8) ? 2 : 1;
+    if constexpr (S == 1 && NT == 1) {
+      if (g_rows_override == 4 && kDefault != 1) return launch_grouped<T, 1, 1, 1>(a, stream);
+      if (g_rows_override == 8 && kDefault != 2) return launch_grouped<T, 2, 1, 1>(a, stream);
+    }
+    return launch_grouped<T, kDefault, NT, S>(a, stream);
+  } else {
+    constexpr int kDefault = plain_rows<S, NT>();
+    if constexpr (S == 1 && NT == 1) {  // benchmarks try other row counts for the plain GEMV
+      if (g_rows_override == 1 && kDefault != 1) return launch_plain<T, 1, 1, 1>(a, stream);
+      if (g_rows_override == 4 && kDefault != 4) return launch_plain<T, 4, 1, 1>(a, stream);
+    }
+    return launch_plain<T, kDefault, NT, S>(a, stream);
   }
-  return launch_vec<T, kDefault, NT, S>(a, stream);
 }
 
 template <class T, int S>
@@ -318,9 +380,9 @@ int vals_per_vector(WKind k) {
     case WKind::kBF16:
       return 8;
     case WKind::kQ8_0:
-      return 16;
+      return 4;  // per row of the 4-row vector
     case WKind::kQ4_0:
-      return 32;
+      return 8;
   }
   return 1;
 }
@@ -346,9 +408,9 @@ cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, 
   const bool vec_ok = w.cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   switch (w.kind) {
     case WKind::kQ8_0:
-      return dispatch_tokens<Q8W, S>(a, stream);
+      return dispatch_tokens<Q8G, S>(a, stream);
     case WKind::kQ4_0:
-      return dispatch_tokens<Q4W, S>(a, stream);
+      return dispatch_tokens<Q4G, S>(a, stream);
     case WKind::kF32:
       return vec_ok ? dispatch_tokens<F32W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
     case WKind::kF16:

@@ -30,11 +30,11 @@ enum class Act : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
 enum class CacheKind : int { kF32, kF16, kQ8_0 };
 
 // ---- weights.cu -----------------------------------------------------------------------------
-/// Splits n_blocks GGUF blocks (Q8_0: 34 bytes, Q4_0: 18 bytes each) at `raw` into quants (block
-/// b's bytes at quants + b * 32 or b * 16) and f16 scales (scales[b]). The caller offsets both
-/// outputs to the first block of the chunk.
-cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t n_blocks, uint8_t* quants,
-                          uint16_t* scales, cudaStream_t stream);
+/// Repacks GGUF blocks [first, first + n_blocks) of a [rows, cols] Q8_0 (34-byte blocks) or Q4_0
+/// (18-byte blocks) weight, read from `raw` (the chunk's bytes), into the interleaved quants and
+/// scales of cuda_util.h (the whole tensor's arrays).
+cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t first, int64_t n_blocks, int64_t cols,
+                          uint8_t* quants, uint16_t* scales, cudaStream_t stream);
 
 // ---- gemv.cu: matmul for n <= kGemvMaxTokens tokens, weights read once ---------------------
 constexpr int kGemvMaxTokens = 8;
@@ -45,17 +45,27 @@ cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, f
 /// out[t, r] = act(gate[r] . x[t]) * (up[r] . x[t]); gate and up have the same shape and kind.
 cudaError_t gemv_glu(const WeightRef& gate, const WeightRef& up, const float* x, int n, Act act,
                      float* out, cudaStream_t stream);
-/// Rows per block of the vectorised GEMV (1, 2 or 4; 0 picks per dtype). For benchmarks.
+/// Rows per block of the GEMV (0: per dtype; plain weights 1, 2, 4; quantized 4 or 8). For
+/// benchmarks.
 void set_gemv_rows_override(int rows_per_block);
 
 // ---- gemm_prep.cu: helpers of the cuBLAS path (n > kGemvMaxTokens) --------------------------
-/// Dequantizes rows [r0, r0 + nr) of w into dst as f16 (bf16 when `bf16`), [nr, cols].
-cudaError_t dequant_rows(const WeightRef& w, int64_t r0, int64_t nr, bool bf16, void* dst,
-                         cudaStream_t stream);
-/// dst[i] = f16(src[i]) (or bf16), n values.
-cudaError_t f32_to_16(const float* src, int64_t n, bool bf16, void* dst, cudaStream_t stream);
-/// y[t, r] += bias[r] for y: [n, rows].
-cudaError_t add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t stream);
+// cuBLAS multiplies 16-bit operands with f32 accumulation. To stay within ~1e-6 of the f32
+// reference, the f32 activations are split into a sum of 16-bit parts (x = hi + lo (+ lo2)), the
+// dequantized weights into hi + lo f16 parts, and the partial products summed in f32.
+/// Splits x [n, k] into `parts` 16-bit parts out[p][t][:] with sum_p out[p][t] ~ x[t] * scale[t]
+/// (f16: scale[t] a power of two that keeps row t inside the f16 range; bf16: 1), and writes
+/// inv_scale[t] = 1 / scale[t].
+cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* out,
+                              float* inv_scale, cudaStream_t stream);
+/// Dequantizes rows [r0, r0 + nr) of w into hi and lo f16 parts, [nr, cols] each, hi + lo = w
+/// (exact for Q8_0 and Q4_0 values).
+cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo,
+                          cudaStream_t stream);
+/// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]), yp: [blocks, n, rows]; inv_scale and
+/// bias may be null; y may alias yp when blocks == 1.
+cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
+                          const float* bias, float* y, cudaStream_t stream);
 
 // ---- norm.cu --------------------------------------------------------------------------------
 /// y = x / sqrt(mean(x^2) + eps) * w over `groups` groups of g values. y may alias x.

@@ -166,7 +166,7 @@ struct Layer {
   Tensor attn_norm, ffn_norm, q_norm, k_norm, wq, wk, wv, wo, wg, wu, wd, kc, vc;
 };
 
-void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps) {
+void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note) {
   const int64_t ctx = 1024, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
   const int32_t position = 576;  // a tg128 token after a 512-token prompt
   double wbytes = 0;
@@ -231,7 +231,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   const double ms = must(probe::time_graph_ms(b, step, reps));
   const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
   const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
-  std::printf("| %s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, std::string(dtype_name(t)).c_str(),
+  std::printf("| %s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note, std::string(dtype_name(t)).c_str(),
               wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
   std::fflush(stdout);
   for (auto& L : layers)
@@ -268,8 +268,12 @@ int run(int device, int reps, bool quick) {
   std::printf("| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
   const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps);
-  bench_decode(b, c, qwen, DType::kF16, reps);
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");
+  bench_decode(b, c, qwen, DType::kF16, reps, "");
+  // The same without programmatic dependent launch: what the launch-gap hiding is worth.
+  probe::set_pdl(false);
+  bench_decode(b, c, llama, DType::kQ4_0, reps, " (no PDL)");
+  bench_decode(b, c, qwen, DType::kF16, reps, " (no PDL)");
   if (Status s = b.synchronize(); !s.ok()) die(s);
   return 0;
 }

@@ -60,7 +60,9 @@ TEST_F(CudaOpsTest, LayerNormWithAndWithoutBias) {
 
 TEST_F(CudaOpsTest, AddScaleGluActivation) {
   for (int64_t n : {1, 255, 4097}) {
-    Dual a = make_f32({n}, randn(n, 2.0f)), b = make_f32({n}, randn(n, 2.0f));
+    std::vector<float> av = randn(n, 2.0f);
+    if (n > 4) av[0] = -5.5f, av[1] = -4.5f, av[2] = -3.0f, av[3] = 7.5f;  // the tails of each activation
+    Dual a = make_f32({n}, av), b = make_f32({n}, randn(n, 2.0f));
     Dual y = output(DType::kF32, {n});
     cpu_->add(a.c, b.c, y.c);
     gpu_->add(a.g, b.g, y.g);
@@ -78,6 +80,23 @@ TEST_F(CudaOpsTest, AddScaleGluActivation) {
       gpu_->activation(a.g, act, o2.g);
       EXPECT_LT(nerr(o2), kF32Tol);
     }
+  }
+}
+
+TEST_F(CudaOpsTest, ActivationsKeepRelativeAccuracyInTheTails) {
+  // 1 + tanh(u) and 1 + erf(z) cancel in f32 for negative inputs; each element is checked alone.
+  // (Below -6 the double-precision reference itself loses the digits to the same cancellation.)
+  std::vector<float> v;
+  for (float x = -5.75f; x <= 12.0f; x += 0.25f) v.push_back(x);
+  const int64_t n = int64_t(v.size());
+  Dual x = make_f32({n}, v);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
+    Dual o = output(DType::kF32, {n});
+    cpu_->activation(x.c, act, o.c);
+    gpu_->activation(x.g, act, o.g);
+    const auto g = floats(*gpu_, o.g), c = floats(*cpu_, o.c);
+    for (size_t i = 0; i < c.size(); ++i)
+      if (std::fabs(c[i]) > 1e-30f) EXPECT_NEAR(g[i] / c[i], 1.0, 1e-5) << "act " << int(act) << " x " << v[i];
   }
 }
 

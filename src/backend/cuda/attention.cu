@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -84,6 +85,7 @@ constexpr int smem_floats(int gb, int d) { return gb * d + 2 * kTile * (d + 4) +
 
 template <class C, int GB>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params P) {
+  pdl_prologue();
   constexpr int kOut = GB * kMaxHeadDim / kThreads;  // outputs per thread at most
   const AttnArgs& a = P.a;
   const int D = a.head_dim, DP = a.head_dim + 4, G = a.n_heads / a.n_kv_heads;
@@ -230,6 +232,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
 __global__ void attention_combine_kernel(const float* __restrict__ part_o,
                                          const float* __restrict__ part_ml, int n_splits, int D,
                                          float* __restrict__ out) {
+  pdl_prologue();
   const int64_t th = blockIdx.x;  // token * n_heads + head
   const float* ml = part_ml + th * n_splits * 2;
   float M = -INFINITY;
@@ -266,12 +269,12 @@ cudaError_t launch_gb(const Params& P, dim3 grid, cudaStream_t stream) {
   const cudaError_t e = cudaFuncSetAttribute(attention_split_kernel<C, GB>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
-  attention_split_kernel<C, GB><<<grid, kThreads, smem, stream>>>(P);
+  if (const cudaError_t e_ = launch(attention_split_kernel<C, GB>, grid, kThreads, smem, stream, P); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
 template <class C>
-cudaError_t launch(const Params& P, int gb, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_cache(const Params& P, int gb, dim3 grid, cudaStream_t stream) {
   switch (gb) {
     case 1:
       return launch_gb<C, 1>(P, grid, stream);
@@ -313,19 +316,18 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   cudaError_t e = cudaSuccess;
   switch (a.cache) {
     case CacheKind::kF32:
-      e = launch<CacheF32>(P, gb, grid, stream);
+      e = launch_cache<CacheF32>(P, gb, grid, stream);
       break;
     case CacheKind::kF16:
-      e = launch<CacheF16>(P, gb, grid, stream);
+      e = launch_cache<CacheF16>(P, gb, grid, stream);
       break;
     case CacheKind::kQ8_0:
-      e = launch<CacheQ8>(P, gb, grid, stream);
+      e = launch_cache<CacheQ8>(P, gb, grid, stream);
       break;
   }
   if (e != cudaSuccess) return e;
   const int threads = a.head_dim < 128 ? a.head_dim : 128;
-  attention_combine_kernel<<<unsigned(a.n_tokens * a.n_heads), unsigned(threads), 0, stream>>>(
-      P.part_o, P.part_ml, P.n_splits, a.head_dim, out);
+  if (const cudaError_t e_ = launch(attention_combine_kernel, unsigned(a.n_tokens * a.n_heads), unsigned(threads), 0, stream, P.part_o, P.part_ml, P.n_splits, a.head_dim, out); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 

@@ -2,7 +2,9 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cuda/cuda_util.h"
 #include "core/log.h"
@@ -61,6 +63,10 @@ Status CudaBackend::init(int device) {
   cudaDeviceProp prop{};
   SHOAL_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
   name_ = fmt::format("cuda:{} {}", device, prop.name);
+  // Programmatic dependent launch (sm_90+) hides launch gaps between the kernels of a step;
+  // SHOAL_CUDA_PDL=0 turns it off (for comparisons).
+  const char* pdl = std::getenv("SHOAL_CUDA_PDL");
+  cuda::set_pdl(prop.major >= 9 && !(pdl && std::string_view(pdl) == "0"));
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

@@ -162,4 +162,6 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
 
 void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }
 
+void set_pdl(bool on) { cuda::set_pdl(on); }
+
 }  // namespace shoal::cuda_probe

@@ -44,4 +44,7 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale = 1.0f);
 /// quantized weights 4 or 8 (one or two interleaved groups).
 void set_gemv_rows(int rows_per_block);
 
+/// Programmatic dependent launch on or off for kernels recorded from now on (sm_90+ only).
+void set_pdl(bool on);
+
 }  // namespace shoal::cuda_probe

@@ -10,15 +10,17 @@
 
 namespace shoal::cuda {
 
-/// act(x): silu x*sigmoid(x); GELU tanh approximation; exact (erf) GELU.
+/// act(x): silu x*sigmoid(x); GELU tanh approximation; exact (erf) GELU. Written in forms that
+/// keep f32 relative accuracy for negative x (1 + tanh(u) and 1 + erf(z) cancel there):
+/// 0.5 (1 + tanh u) = sigmoid(2u) and 1 + erf(z) = erfc(-z).
 __device__ __forceinline__ float apply_act(float x, Act act) {
   switch (act) {
     case Act::kSilu:
       return x / (1.0f + expf(-x));
     case Act::kGeluTanh:
-      return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+      return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
     case Act::kGeluErf:
-      return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+      return 0.5f * x * erfcf(-x * 0.7071067811865476f);
   }
   return x;
 }

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -19,21 +20,25 @@ __device__ __forceinline__ int64_t global_index() {
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  pdl_prologue();
   const int64_t i = global_index();
   if (i < n) y[i] = a[i] + b[i];
 }
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
+  pdl_prologue();
   const int64_t i = global_index();
   if (i < n) x[i] *= s;
 }
 
 __global__ void glu_kernel(const float* gate, const float* up, Act act, float* out, int64_t n) {
+  pdl_prologue();
   const int64_t i = global_index();
   if (i < n) out[i] = apply_act(gate[i], act) * up[i];
 }
 
 __global__ void activation_kernel(const float* x, Act act, float* out, int64_t n) {
+  pdl_prologue();
   const int64_t i = global_index();
   if (i < n) out[i] = apply_act(x[i], act);
 }
@@ -45,6 +50,7 @@ __device__ __forceinline__ float load_as_f32(const void* p, int dtype, int64_t i
 }
 
 __global__ void convert_kernel(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n) {
+  pdl_prologue();
   const int64_t i = global_index();
   if (i >= n) return;
   const float v = load_as_f32(src, src_dtype, i);
@@ -58,6 +64,7 @@ __global__ void convert_kernel(const void* src, int src_dtype, void* dst, int ds
 
 __global__ void embed_kernel(const WeightRef table, const int32_t* __restrict__ ids, int64_t n,
                              float* __restrict__ out) {
+  pdl_prologue();
   const int64_t i = global_index();
   if (i >= n * table.cols) return;
   const int64_t t = i / table.cols, c = i % table.cols;
@@ -67,43 +74,48 @@ __global__ void embed_kernel(const WeightRef table, const int32_t* __restrict__ 
 
 unsigned grid_for(int64_t n) { return unsigned(div_up(n, kBlock)); }
 
+bool g_pdl = false;
+
 }  // namespace
+
+void set_pdl(bool on) { g_pdl = on; }
+bool pdl_enabled() { return g_pdl; }
 
 cudaError_t add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  add_kernel<<<grid_for(n), kBlock, 0, stream>>>(a, b, y, n);
+  if (const cudaError_t e_ = launch(add_kernel, grid_for(n), kBlock, 0, stream, a, b, y, n); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
 cudaError_t scale(float* x, float s, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  scale_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, s, n);
+  if (const cudaError_t e_ = launch(scale_kernel, grid_for(n), kBlock, 0, stream, x, s, n); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
 cudaError_t glu(const float* gate, const float* up, Act act, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  glu_kernel<<<grid_for(n), kBlock, 0, stream>>>(gate, up, act, out, n);
+  if (const cudaError_t e_ = launch(glu_kernel, grid_for(n), kBlock, 0, stream, gate, up, act, out, n); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
 cudaError_t activation(const float* x, Act act, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  activation_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, act, out, n);
+  if (const cudaError_t e_ = launch(activation_kernel, grid_for(n), kBlock, 0, stream, x, act, out, n); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
 cudaError_t convert(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n,
                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  convert_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, src_dtype, dst, dst_dtype, n);
+  if (const cudaError_t e_ = launch(convert_kernel, grid_for(n), kBlock, 0, stream, src, src_dtype, dst, dst_dtype, n); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
 cudaError_t embed(const WeightRef& table, const int32_t* ids, int64_t n, float* out,
                   cudaStream_t stream) {
   if (n * table.cols == 0) return cudaSuccess;
-  embed_kernel<<<grid_for(n * table.cols), kBlock, 0, stream>>>(table, ids, n, out);
+  if (const cudaError_t e_ = launch(embed_kernel, grid_for(n * table.cols), kBlock, 0, stream, table, ids, n, out); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 

@@ -9,8 +9,9 @@
 // its own cache line of x, which capped the kernel at a third of the bandwidth). Partial sums are
 // reduced in a fixed order (warp butterfly, then warps 0..3): results are deterministic.
 //
-// Quantized values become floats without I2F (a quarter-rate instruction on sm_80..sm_90): the
-// byte is placed in the mantissa of 2^23 (prmt) and 2^23 + offset subtracted, which is exact.
+// Quantized values become floats without I2F (a quarter-rate instruction on sm_80..sm_90): a
+// byte is placed in a float's mantissa with one prmt (Q8_0: 2^23 + q + 128, minus the offset;
+// Q4_0: 1 + q / 16, see Q4G), exactly.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,6 +21,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -86,7 +88,8 @@ struct BF16W {
 // Quantized, 4-row-interleaved: one 32-bit word is 4 (Q8_0) or 8 (Q4_0) values of one row.
 struct Q8G {
   static constexpr int kVals = 4;  // values of each row per vector
-  __device__ static float dot_word(uint32_t w, const float* x) {
+  /// The row's dot with x (4 values).
+  __device__ static float dot_word(uint32_t w, const float* x, float) {
     const uint32_t u = w ^ 0x80808080u;  // int8 q -> q + 128 in 0..255
     float s0 = (byte_plus_2p23(u, 0) - 8388736.0f) * x[0];
     float s1 = (byte_plus_2p23(u, 1) - 8388736.0f) * x[1];
@@ -94,19 +97,31 @@ struct Q8G {
     s1 = fmaf(byte_plus_2p23(u, 3) - 8388736.0f, x[3], s1);
     return s0 + s1;
   }
+  __device__ static float x_term(const float*) { return 0.0f; }
 };
 
+// Q4_0: each nibble q becomes f = 1 + q / 16 with one prmt (the byte (q << 3) | 0x80 under the
+// exponent byte 0x3f is the float 0x3f800000 | q << 19), so sum (q - 8) x = 16 sum f x - 24 sum x;
+// sum x (x_term) is shared by all rows of a vector. Two instructions a value instead of three.
 struct Q4G {
   static constexpr int kVals = 8;
-  __device__ static float dot_word(uint32_t w, const float* x) {
-    const uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;  // values 2b, 2b + 1
+  __device__ static float one_plus_q16(uint32_t bytes, int b) {
+    return __uint_as_float(__byte_perm(bytes, 0x3f000000u, 0x7044u | (unsigned(b) << 8)));
+  }
+  /// The row's dot with x (8 values); neg24x = -24 * sum x.
+  __device__ static float dot_word(uint32_t w, const float* x, float neg24x) {
+    const uint32_t lo = ((w << 3) & 0x78787878u) | 0x80808080u;  // values 2b
+    const uint32_t hi = ((w >> 1) & 0x78787878u) | 0x80808080u;  // values 2b + 1
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      s0 = fmaf(byte_plus_2p23(lo, b) - 8388616.0f, x[2 * b], s0);
-      s1 = fmaf(byte_plus_2p23(hi, b) - 8388616.0f, x[2 * b + 1], s1);
+      s0 = fmaf(one_plus_q16(lo, b), x[2 * b], s0);
+      s1 = fmaf(one_plus_q16(hi, b), x[2 * b + 1], s1);
     }
-    return s0 + s1;
+    return fmaf(16.0f, s0 + s1, neg24x);
+  }
+  __device__ static float x_term(const float* x) {
+    return -24.0f * (((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7])));
   }
 };
 
@@ -162,6 +177,7 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const G
 // per row loaded per lane before use.
 template <class T, int R, int NT, int S, int U>
 __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
+  pdl_prologue();
   const int64_t row0 = int64_t(blockIdx.x) * R;
   const uint4* wrow[S][R];
 #pragma unroll
@@ -213,6 +229,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
 // before use.
 template <class T, int RG, int NT, int S, int U>
 __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a) {
+  pdl_prologue();
   const int64_t n_groups = (a.rows + 3) / 4, nb = a.cols / 32;
   const int64_t g0 = int64_t(blockIdx.x) * RG;
   constexpr int kPerBlock = 32 / T::kVals;  // vectors per 32-value block
@@ -258,6 +275,7 @@ __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a
         const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
         float xv[T::kVals];
         load_x(a.x + int64_t(tt) * a.cols + vi * T::kVals, xv);
+        const float xt = T::x_term(xv);
 #pragma unroll
         for (int s = 0; s < S; ++s)
 #pragma unroll
@@ -269,7 +287,7 @@ __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const float d = f16_bits_to_float(uint16_t(halves[r / 2] >> (16 * (r % 2))));
-              acc[s][q * 4 + r][t] = fmaf(d, T::dot_word(words[r], xv), acc[s][q * 4 + r][t]);
+              acc[s][q * 4 + r][t] = fmaf(d, T::dot_word(words[r], xv, xt), acc[s][q * 4 + r][t]);
             }
           }
       }
@@ -293,6 +311,7 @@ __device__ __forceinline__ float load_elem(WKind kind, const void* w, int64_t i)
 // One row per block, element by element: any cols, any alignment.
 template <int NT, int S>
 __global__ void __launch_bounds__(kThreads) gemv_scalar_kernel(const GemvArgs a, WKind kind) {
+  pdl_prologue();
   const int64_t row = blockIdx.x;
   float acc[S][1][NT];
 #pragma unroll
@@ -321,7 +340,7 @@ constexpr int plain_rows() {
 template <class T, int R, int NT, int S>
 cudaError_t launch_plain(const GemvArgs& a, cudaStream_t stream) {
   const unsigned grid = unsigned(div_up(a.rows, R));
-  gemv_vec_kernel<T, R, NT, S, 4><<<grid, kThreads, 0, stream>>>(a);
+  if (const cudaError_t e_ = launch(gemv_vec_kernel<T, R, NT, S, 4>, grid, kThreads, 0, stream, a); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
@@ -329,7 +348,7 @@ template <class T, int RG, int NT, int S>
 cudaError_t launch_grouped(const GemvArgs& a, cudaStream_t stream) {
   constexpr int U = (NT >= 4 && S == 2) ? 2 : 4;  // fewer loads in flight where registers run short
   const unsigned grid = unsigned(div_up(div_up(a.rows, 4), RG));
-  gemv_grouped_kernel<T, RG, NT, S, U><<<grid, kThreads, 0, stream>>>(a);
+  if (const cudaError_t e_ = launch(gemv_grouped_kernel<T, RG, NT, S, U>, grid, kThreads, 0, stream, a); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
@@ -366,9 +385,9 @@ template <int S>
 cudaError_t launch_scalar(const GemvArgs& a, WKind kind, cudaStream_t stream) {
   const unsigned grid = unsigned(a.rows);
   if (a.n == 1)
-    gemv_scalar_kernel<1, S><<<grid, kThreads, 0, stream>>>(a, kind);
+    if (const cudaError_t e_ = launch(gemv_scalar_kernel<1, S>, grid, kThreads, 0, stream, a, kind); e_ != cudaSuccess) return e_;
   else
-    gemv_scalar_kernel<kGemvMaxTokens, S><<<grid, kThreads, 0, stream>>>(a, kind);
+    if (const cudaError_t e_ = launch(gemv_scalar_kernel<kGemvMaxTokens, S>, grid, kThreads, 0, stream, a, kind); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 

@@ -23,6 +23,9 @@ struct WeightRef {
   int64_t cols = 0;
 };
 
+/// Turns programmatic dependent launch on or off for this process (on for sm_90+ devices).
+void set_pdl(bool on);
+
 /// Activation ids, equal to shoal::Activation's order (silu, gelu tanh, gelu erf).
 enum class Act : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
 

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(const float* x, const float* __restrict__ w, int64_t g, float eps, float* y) {
+  pdl_prologue();
   __shared__ float smem[32];
   const float* xr = x + int64_t(blockIdx.x) * g;
   float* yr = y + int64_t(blockIdx.x) * g;
@@ -25,6 +27,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     add_rms_norm_kernel(float* x, const float* delta, const float* __restrict__ w, int64_t d,
                         float eps, float* y) {
+  pdl_prologue();
   __shared__ float smem[32];
   float* xr = x + int64_t(blockIdx.x) * d;
   const float* dr = delta + int64_t(blockIdx.x) * d;
@@ -44,6 +47,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_kernel(const float* x, const float* __restrict__ w, const float* __restrict__ b,
                       int64_t d, float eps, float* y) {
+  pdl_prologue();
   __shared__ float smem[32];
   const float* xr = x + int64_t(blockIdx.x) * d;
   float* yr = y + int64_t(blockIdx.x) * d;
@@ -64,11 +68,11 @@ cudaError_t rms_norm(const float* x, const float* w, int64_t groups, int64_t g, 
   if (groups == 0) return cudaSuccess;
   const unsigned grid = unsigned(groups);
   if (g <= 128)
-    rms_norm_kernel<32><<<grid, 32, 0, stream>>>(x, w, g, eps, y);
+    if (const cudaError_t e_ = launch(rms_norm_kernel<32>, grid, 32, 0, stream, x, w, g, eps, y); e_ != cudaSuccess) return e_;
   else if (g <= 1024)
-    rms_norm_kernel<128><<<grid, 128, 0, stream>>>(x, w, g, eps, y);
+    if (const cudaError_t e_ = launch(rms_norm_kernel<128>, grid, 128, 0, stream, x, w, g, eps, y); e_ != cudaSuccess) return e_;
   else
-    rms_norm_kernel<512><<<grid, 512, 0, stream>>>(x, w, g, eps, y);
+    if (const cudaError_t e_ = launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, w, g, eps, y); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
@@ -77,11 +81,11 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* w, int64_t r
   if (rows == 0) return cudaSuccess;
   const unsigned grid = unsigned(rows);
   if (d <= 128)
-    add_rms_norm_kernel<32><<<grid, 32, 0, stream>>>(x, delta, w, d, eps, y);
+    if (const cudaError_t e_ = launch(add_rms_norm_kernel<32>, grid, 32, 0, stream, x, delta, w, d, eps, y); e_ != cudaSuccess) return e_;
   else if (d <= 1024)
-    add_rms_norm_kernel<128><<<grid, 128, 0, stream>>>(x, delta, w, d, eps, y);
+    if (const cudaError_t e_ = launch(add_rms_norm_kernel<128>, grid, 128, 0, stream, x, delta, w, d, eps, y); e_ != cudaSuccess) return e_;
   else
-    add_rms_norm_kernel<512><<<grid, 512, 0, stream>>>(x, delta, w, d, eps, y);
+    if (const cudaError_t e_ = launch(add_rms_norm_kernel<512>, grid, 512, 0, stream, x, delta, w, d, eps, y); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
@@ -90,11 +94,11 @@ cudaError_t layer_norm(const float* x, const float* w, const float* b, int64_t r
   if (rows == 0) return cudaSuccess;
   const unsigned grid = unsigned(rows);
   if (d <= 128)
-    layer_norm_kernel<32><<<grid, 32, 0, stream>>>(x, w, b, d, eps, y);
+    if (const cudaError_t e_ = launch(layer_norm_kernel<32>, grid, 32, 0, stream, x, w, b, d, eps, y); e_ != cudaSuccess) return e_;
   else if (d <= 1024)
-    layer_norm_kernel<128><<<grid, 128, 0, stream>>>(x, w, b, d, eps, y);
+    if (const cudaError_t e_ = launch(layer_norm_kernel<128>, grid, 128, 0, stream, x, w, b, d, eps, y); e_ != cudaSuccess) return e_;
   else
-    layer_norm_kernel<512><<<grid, 512, 0, stream>>>(x, w, b, d, eps, y);
+    if (const cudaError_t e_ = launch(layer_norm_kernel<512>, grid, 512, 0, stream, x, w, b, d, eps, y); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 // like the reference (an f32 angle is off by ~1e-2 rad at position 1e5).
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos,
                             const float* __restrict__ inv_freq, const RopeArgs a) {
+  pdl_prologue();
   const int half = a.rot_dims / 2;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.n_tokens * a.n_heads * half) return;
@@ -47,6 +49,7 @@ template <typename T>
 __global__ void kv_write_plain_kernel(T* kc, T* vc, int64_t n_ctx, int64_t width,
                                       const float* __restrict__ k, const float* __restrict__ v,
                                       int64_t n, const int32_t* __restrict__ pos) {
+  pdl_prologue();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * width) return;
   const int64_t t = i / width, c = i % width;
@@ -71,6 +74,7 @@ __device__ __forceinline__ void store_q8_block(float x, uint8_t* dst) {
 __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int64_t width,
                                    const float* __restrict__ k, const float* __restrict__ v,
                                    int64_t n, const int32_t* __restrict__ pos) {
+  pdl_prologue();
   const int64_t blocks_per_row = width / 32;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (w >= n * blocks_per_row) return;
@@ -90,7 +94,7 @@ cudaError_t rope(float* x, const int32_t* pos, const float* inv_freq, const Rope
                  cudaStream_t stream) {
   const int64_t total = a.n_tokens * a.n_heads * (a.rot_dims / 2);
   if (total == 0) return cudaSuccess;
-  rope_kernel<<<unsigned(div_up(total, kBlock)), kBlock, 0, stream>>>(x, pos, inv_freq, a);
+  if (const cudaError_t e_ = launch(rope_kernel, unsigned(div_up(total, kBlock)), kBlock, 0, stream, x, pos, inv_freq, a); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
@@ -102,17 +106,15 @@ cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx
   const unsigned grid = unsigned(div_up(total, kBlock));
   switch (kind) {
     case CacheKind::kF32:
-      kv_write_plain_kernel<float><<<grid, kBlock, 0, stream>>>(
-          static_cast<float*>(k_cache), static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos);
+      if (const cudaError_t e_ = launch(kv_write_plain_kernel<float>, grid, kBlock, 0, stream, static_cast<float*>(k_cache), static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos); e_ != cudaSuccess) return e_;
       break;
     case CacheKind::kF16:
-      kv_write_plain_kernel<uint16_t><<<grid, kBlock, 0, stream>>>(
-          static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos);
+      if (const cudaError_t e_ = launch(kv_write_plain_kernel<uint16_t>, grid, kBlock, 0, stream, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos); e_ != cudaSuccess) return e_;
       break;
     case CacheKind::kQ8_0:
-      kv_write_q8_kernel<<<grid, kBlock, 0, stream>>>(static_cast<uint8_t*>(k_cache),
+      if (const cudaError_t e_ = launch(kv_write_q8_kernel, grid, kBlock, 0, stream, static_cast<uint8_t*>(k_cache),
                                                        static_cast<uint8_t*>(v_cache), n_ctx,
-                                                       width, k, v, n, pos);
+                                                       width, k, v, n, pos); e_ != cudaSuccess) return e_;
       break;
   }
   return cudaGetLastError();

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -56,6 +57,7 @@ constexpr int64_t kArgmaxSlice = 8192;
 
 __global__ void argmax_partial_kernel(const float* __restrict__ logits, int64_t vocab, int slices,
                                       Cand* __restrict__ partial) {
+  pdl_prologue();
   __shared__ Cand smem[33];
   const int64_t row = blockIdx.y;
   const int64_t lo = int64_t(blockIdx.x) * kArgmaxSlice;
@@ -71,6 +73,7 @@ __global__ void argmax_partial_kernel(const float* __restrict__ logits, int64_t 
 
 __global__ void argmax_final_kernel(const Cand* __restrict__ partial, int slices,
                                     int32_t* __restrict__ out) {
+  pdl_prologue();
   const int64_t row = blockIdx.x;
   Cand best{0.0f, -1};
   for (int s = threadIdx.x; s < slices; s += 32) {
@@ -131,6 +134,7 @@ struct CandGet {
 
 __global__ void __launch_bounds__(kSliceThreads)
     top_k_slice_kernel(const float* __restrict__ logits, int64_t vocab, int k, Cand* __restrict__ cands) {
+  pdl_prologue();
   __shared__ float vals[kSlice];
   const int64_t lo = int64_t(blockIdx.x) * kSlice;
   const int n = int(min(kSlice, vocab - lo));
@@ -142,6 +146,7 @@ __global__ void __launch_bounds__(kSliceThreads)
 __global__ void __launch_bounds__(kFinalThreads)
     top_k_final_kernel(const Cand* __restrict__ cands, int n, int k, Cand* __restrict__ best,
                        int32_t* __restrict__ ids, float* __restrict__ vals) {
+  pdl_prologue();
   select_top_k<kFinalThreads>(CandGet{cands}, n, k, best);
   __syncthreads();
   for (int r = threadIdx.x; r < k; r += kFinalThreads) {
@@ -167,9 +172,8 @@ cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scrat
   if (rows == 0 || vocab == 0) return cudaSuccess;
   const int slices = int(div_up(vocab, kArgmaxSlice));
   Cand* partial = static_cast<Cand*>(scratch);
-  argmax_partial_kernel<<<dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream>>>(
-      logits, vocab, slices, partial);
-  argmax_final_kernel<<<unsigned(rows), 32, 0, stream>>>(partial, slices, out);
+  if (const cudaError_t e_ = launch(argmax_partial_kernel, dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream, logits, vocab, slices, partial); e_ != cudaSuccess) return e_;
+  if (const cudaError_t e_ = launch(argmax_final_kernel, unsigned(rows), 32, 0, stream, partial, slices, out); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 
@@ -178,9 +182,9 @@ cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int3
   const int64_t slices = slices_of(vocab);
   if (k <= 0 || k > kTopKMax || k > vocab || slices * k > kMaxCandidates) return cudaErrorInvalidValue;
   Cand* cands = static_cast<Cand*>(scratch);
-  top_k_slice_kernel<<<unsigned(slices), kSliceThreads, 0, stream>>>(logits, vocab, k, cands);
-  top_k_final_kernel<<<1, kFinalThreads, 0, stream>>>(cands, int(slices * k), k, cands + slices * k,
-                                                      ids, vals);
+  if (const cudaError_t e_ = launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, k, cands); e_ != cudaSuccess) return e_;
+  if (const cudaError_t e_ = launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k, cands + slices * k,
+                                                      ids, vals); e_ != cudaSuccess) return e_;
   return cudaGetLastError();
 }
 

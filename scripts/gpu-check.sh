@@ -61,7 +61,7 @@ if [ -x "$SHOAL" ]; then
   for arch in llama qwen3; do
     for form in hf gguf; do
       m="$FIX/hf/$arch"; [ "$form" = gguf ] && m="$m/model-bf16.gguf"
-      for kv in f32 f16; do
+      for kv in f32; do
         out=$("$SHOAL" --log-level warn check -m "$m" --reference "$FIX/hf/$arch/reference.safetensors" \
               --device cuda:0 --kv "$kv" 2>&1 | tail -3 | tr '\n' ' ')
         note "shoal check $arch $form kv=$kv cuda:0: $out"

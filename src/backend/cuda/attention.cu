@@ -23,6 +23,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTile = 32;        // keys per shared-memory tile (one per lane in the softmax)
 constexpr int kMaxHeadDim = 256;
+constexpr int kMaxSplits = 32;   // one per lane when the last block combines them
 
 // Cache row loaders: 8 values at column c (c % 8 == 0) of a row.
 // Read-only loads (__ldg); with plain loads nvcc 13 did not finish compiling the F32 variant.
@@ -77,48 +78,32 @@ struct Params {
   int groups;      // head groups per KV head
   float* part_o;   // [n_tokens, n_heads, n_splits, head_dim] unnormalised outputs
   float* part_ml;  // [n_tokens, n_heads, n_splits, 2] running max and sum
+  unsigned* done;  // [n_tokens, n_kv_heads * groups] finished splits; zero between launches
+  float* out;      // [n_tokens, n_heads * head_dim]
 };
 
 // Shared memory of the split kernel, in floats: q [GB][D], K and V tiles [kTile][D + 4] (rows
 // padded so that 16-byte reads of consecutive rows hit distinct banks), p [GB][kTile].
 constexpr int smem_floats(int gb, int d) { return gb * d + 2 * kTile * (d + 4) + gb * kTile; }
 
+// One split's partial result: unnormalised output, running max and sum of each head of the block.
 template <class C, int GB>
-__global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params P) {
-  pdl_prologue();
+__device__ void split_partial(const Params& P, int64_t k0, int64_t k1, int kvh, int h0, int nh, int64_t t,
+                              int64_t out_base, float* q_s, float* k_s, float* v_s, float* p_s, float* m_s,
+                              float* l_s, float* corr_s) {
   constexpr int kOut = GB * kMaxHeadDim / kThreads;  // outputs per thread at most
   const AttnArgs& a = P.a;
-  const int D = a.head_dim, DP = a.head_dim + 4, G = a.n_heads / a.n_kv_heads;
-  const int split = blockIdx.x;
-  const int kvh = blockIdx.y / P.groups;
-  const int h0 = kvh * G + (blockIdx.y % P.groups) * GB;  // first query head of this block
-  const int nh = min(GB, kvh * G + G - h0);                // heads of this block that exist
-  const int64_t t = blockIdx.z;
+  const int D = a.head_dim, DP = a.head_dim + 4;
   const int64_t width = int64_t(a.n_kv_heads) * D;
-
-  const int64_t last = min(int64_t(max(P.pos[t], 0)), a.n_ctx - 1);
-  const int64_t first = a.sliding_window > 0 ? max(int64_t(0), last - a.sliding_window + 1) : 0;
-  const int64_t k0 = max(first, int64_t(split) * P.chunk);
-  const int64_t k1 = min(last, int64_t(split) * P.chunk + P.chunk - 1);
-  const int64_t out_base = (t * a.n_heads + h0) * P.n_splits + split;  // + g * n_splits
-  if (k0 > k1) {
-    if (threadIdx.x < nh) {
-      P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2] = -INFINITY;
-      P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2 + 1] = 0.0f;
-    }
-    return;
-  }
-
-  extern __shared__ float4 smem4[];
-  float* q_s = reinterpret_cast<float*>(smem4);
-  float* k_s = q_s + GB * D;
-  float* v_s = k_s + kTile * DP;
-  float* p_s = v_s + kTile * DP;
-  __shared__ float m_s[GB], l_s[GB], corr_s[GB];
-#pragma unroll 1
-  for (int i = threadIdx.x; i < GB * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    q_s[i] = g < nh ? P.q[(t * a.n_heads + h0 + g) * D + d] * a.scale : 0.0f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // q goes to registers now and to shared memory after the first tile's loads are issued, so
+  // both reads are in flight together (one memory round trip before the first scores).
+  constexpr int kQ = GB * kMaxHeadDim / kThreads;
+  float qv[kQ];
+#pragma unroll
+  for (int i = 0; i < kQ; ++i) {
+    const int idx = threadIdx.x + i * kThreads, g = idx / D, d = idx % D;
+    qv[i] = (idx < GB * D && g < nh) ? P.q[(t * a.n_heads + h0 + g) * D + d] * a.scale : 0.0f;
   }
   if (threadIdx.x < GB) {
     m_s[threadIdx.x] = -INFINITY;
@@ -127,7 +112,6 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
   float acc[kOut];
 #pragma unroll
   for (int i = 0; i < kOut; ++i) acc[i] = 0.0f;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int chunks = D / 8;  // 8-value pieces per row
 
   const int n_tiles = int((k1 - k0) / kTile) + 1;
@@ -152,6 +136,11 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
         vd[0] = make_float4(vv[0], vv[1], vv[2], vv[3]);
         vd[1] = make_float4(vv[4], vv[5], vv[6], vv[7]);
       }
+    }
+    if (tile == 0) {
+#pragma unroll
+      for (int i = 0; i < kQ; ++i)
+        if (threadIdx.x + i * kThreads < GB * D) q_s[threadIdx.x + i * kThreads] = qv[i];
     }
     __syncthreads();
     // 2. scores: item (head g, key j); a warp holds 32 keys of one head.
@@ -228,32 +217,73 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
   }
 }
 
-// out[t, h, d] = sum_s e^{m_s - M} o_s[d] / sum_s e^{m_s - M} l_s. One block per (token, head).
-__global__ void attention_combine_kernel(const float* __restrict__ part_o,
-                                         const float* __restrict__ part_ml, int n_splits, int D,
-                                         float* __restrict__ out) {
+template <class C, int GB>
+__global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params P) {
   pdl_prologue();
-  const int64_t th = blockIdx.x;  // token * n_heads + head
-  const float* ml = part_ml + th * n_splits * 2;
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s)
-    if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f, L = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      if (!(ml[2 * s + 1] > 0.0f)) continue;
-      const float w = expf(ml[2 * s] - M);
-      L = fmaf(w, ml[2 * s + 1], L);
-      o = fmaf(w, part_o[(th * n_splits + s) * D + d], o);
-    }
-    out[th * D + d] = o / L;
+  const AttnArgs& a = P.a;
+  const int D = a.head_dim, DP = a.head_dim + 4, G = a.n_heads / a.n_kv_heads;
+  const int split = blockIdx.x;  // DP: padded K/V rows in shared memory
+  const int kvh = blockIdx.y / P.groups;
+  const int h0 = kvh * G + (blockIdx.y % P.groups) * GB;  // first query head of this block
+  const int nh = min(GB, kvh * G + G - h0);                // heads of this block that exist
+  const int64_t t = blockIdx.z;
+
+  const int64_t last = min(int64_t(max(P.pos[t], 0)), a.n_ctx - 1);
+  const int64_t first = a.sliding_window > 0 ? max(int64_t(0), last - a.sliding_window + 1) : 0;
+  const int64_t k0 = max(first, int64_t(split) * P.chunk);
+  const int64_t k1 = min(last, int64_t(split) * P.chunk + P.chunk - 1);
+  const int64_t out_base = (t * a.n_heads + h0) * P.n_splits + split;  // + g * n_splits
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  extern __shared__ float4 smem4[];
+  float* q_s = reinterpret_cast<float*>(smem4);
+  float* k_s = q_s + GB * D;
+  float* v_s = k_s + kTile * DP;
+  float* p_s = v_s + kTile * DP;
+  __shared__ float m_s[GB], l_s[GB], corr_s[GB];
+  if (k0 <= k1) {
+    split_partial<C, GB>(P, k0, k1, kvh, h0, nh, t, out_base, q_s, k_s, v_s, p_s, m_s, l_s, corr_s);
+  } else if (threadIdx.x < nh) {  // nothing to attend in this split
+    P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2] = -INFINITY;
+    P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2 + 1] = 0.0f;
+  }
+
+  // The last block of this (token, head group) to finish combines the splits in split order.
+  __shared__ bool last_s;
+  __threadfence();
+  __syncthreads();
+  const int64_t counter = t * int64_t(gridDim.y) + blockIdx.y;
+  if (threadIdx.x == 0) last_s = atomicAdd(P.done + counter, 1u) == unsigned(P.n_splits - 1);
+  __syncthreads();
+  if (!last_s) return;
+  if (threadIdx.x == 0) P.done[counter] = 0;  // ready for the next launch
+  // Weight of split s for head g: e^{m_s - M} / sum_s e^{m_s - M} l_s (lane s, warp per head).
+  const int64_t head0 = (t * a.n_heads + h0) * P.n_splits;
+#pragma unroll 1
+  for (int g = warp; g < nh; g += kThreads / 32) {
+    const float* ml = P.part_ml + (head0 + int64_t(g) * P.n_splits) * 2;
+    const float m = lane < P.n_splits ? __ldcg(ml + 2 * lane) : -INFINITY;
+    const float l = lane < P.n_splits ? __ldcg(ml + 2 * lane + 1) : 0.0f;
+    const float M = warp_max(l > 0.0f ? m : -INFINITY);
+    const float w = l > 0.0f ? expf(m - M) : 0.0f;
+    const float L = warp_sum(w * l);
+    p_s[g * kTile + lane] = w / L;
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int i = threadIdx.x; i < nh * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    const float* po = P.part_o + (head0 + int64_t(g) * P.n_splits) * D + d;
+    float o = 0.0f;
+#pragma unroll 1
+    for (int sp = 0; sp < P.n_splits; ++sp) o = fmaf(p_s[g * kTile + sp], __ldcg(po + int64_t(sp) * D), o);
+    P.out[(t * a.n_heads + h0 + g) * D + d] = o;
   }
 }
 
-// Keys per split (a multiple of kTile): decode uses small splits (many blocks) up to 256 of them;
-// prefill batches use at most 8 splits so the partial results stay small.
+// Keys per split (a multiple of kTile), at most kMaxSplits splits: decode spreads a short
+// context over many small blocks; prefill batches (one block per token already) use 8.
 int64_t chunk_for(const AttnArgs& a) {
-  const int64_t parts = a.n_tokens > kGemvMaxTokens ? 8 : 256;
+  const int64_t parts = a.n_tokens > kGemvMaxTokens ? 8 : kMaxSplits;
   const int64_t c = int64_t(align_up(uint64_t(div_up(a.n_ctx, parts)), kTile));
   return c < kTile ? kTile : c;
 }
@@ -269,7 +299,7 @@ cudaError_t launch_gb(const Params& P, dim3 grid, cudaStream_t stream) {
   const cudaError_t e = cudaFuncSetAttribute(attention_split_kernel<C, GB>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
-  if (const cudaError_t e_ = launch(attention_split_kernel<C, GB>, grid, kThreads, smem, stream, P); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(attention_split_kernel<C, GB>, grid, kThreads, smem, stream, P));
   return cudaGetLastError();
 }
 
@@ -291,7 +321,12 @@ cudaError_t launch_cache(const Params& P, int gb, dim3 grid, cudaStream_t stream
 
 uint64_t attention_scratch_bytes(const AttnArgs& a) {
   const int64_t splits = div_up(a.n_ctx, chunk_for(a));
-  return uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
+  const uint64_t parts = uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
+  return align_up(parts, 256) + attention_counter_bytes(a);
+}
+
+uint64_t attention_counter_bytes(const AttnArgs& a) {
+  return uint64_t(a.n_tokens * a.n_heads) * sizeof(unsigned);  // >= n_tokens * n_kv_heads * groups
 }
 
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
@@ -312,6 +347,9 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   P.groups = int(div_up(a.n_heads / a.n_kv_heads, gb));
   P.part_o = static_cast<float*>(scratch);
   P.part_ml = P.part_o + a.n_tokens * a.n_heads * P.n_splits * a.head_dim;
+  P.done = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(scratch) + attention_scratch_bytes(a) -
+                                       attention_counter_bytes(a));
+  P.out = out;
   const dim3 grid(unsigned(P.n_splits), unsigned(a.n_kv_heads * P.groups), unsigned(a.n_tokens));
   cudaError_t e = cudaSuccess;
   switch (a.cache) {
@@ -325,10 +363,7 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
       e = launch_cache<CacheQ8>(P, gb, grid, stream);
       break;
   }
-  if (e != cudaSuccess) return e;
-  const int threads = a.head_dim < 128 ? a.head_dim : 128;
-  if (const cudaError_t e_ = launch(attention_combine_kernel, unsigned(a.n_tokens * a.n_heads), unsigned(threads), 0, stream, P.part_o, P.part_ml, P.n_splits, a.head_dim, out); e_ != cudaSuccess) return e_;
-  return cudaGetLastError();
+  return e;
 }
 
 }  // namespace shoal::cuda

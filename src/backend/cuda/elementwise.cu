@@ -83,39 +83,39 @@ bool pdl_enabled() { return g_pdl; }
 
 cudaError_t add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(add_kernel, grid_for(n), kBlock, 0, stream, a, b, y, n); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(add_kernel, grid_for(n), kBlock, 0, stream, a, b, y, n));
   return cudaGetLastError();
 }
 
 cudaError_t scale(float* x, float s, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(scale_kernel, grid_for(n), kBlock, 0, stream, x, s, n); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(scale_kernel, grid_for(n), kBlock, 0, stream, x, s, n));
   return cudaGetLastError();
 }
 
 cudaError_t glu(const float* gate, const float* up, Act act, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(glu_kernel, grid_for(n), kBlock, 0, stream, gate, up, act, out, n); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(glu_kernel, grid_for(n), kBlock, 0, stream, gate, up, act, out, n));
   return cudaGetLastError();
 }
 
 cudaError_t activation(const float* x, Act act, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(activation_kernel, grid_for(n), kBlock, 0, stream, x, act, out, n); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(activation_kernel, grid_for(n), kBlock, 0, stream, x, act, out, n));
   return cudaGetLastError();
 }
 
 cudaError_t convert(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n,
                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(convert_kernel, grid_for(n), kBlock, 0, stream, src, src_dtype, dst, dst_dtype, n); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(convert_kernel, grid_for(n), kBlock, 0, stream, src, src_dtype, dst, dst_dtype, n));
   return cudaGetLastError();
 }
 
 cudaError_t embed(const WeightRef& table, const int32_t* ids, int64_t n, float* out,
                   cudaStream_t stream) {
   if (n * table.cols == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(embed_kernel, grid_for(n * table.cols), kBlock, 0, stream, table, ids, n, out); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(embed_kernel, grid_for(n * table.cols), kBlock, 0, stream, table, ids, n, out));
   return cudaGetLastError();
 }
 

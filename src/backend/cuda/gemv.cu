@@ -340,7 +340,7 @@ constexpr int plain_rows() {
 template <class T, int R, int NT, int S>
 cudaError_t launch_plain(const GemvArgs& a, cudaStream_t stream) {
   const unsigned grid = unsigned(div_up(a.rows, R));
-  if (const cudaError_t e_ = launch(gemv_vec_kernel<T, R, NT, S, 4>, grid, kThreads, 0, stream, a); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, 4>, grid, kThreads, 0, stream, a));
   return cudaGetLastError();
 }
 
@@ -348,7 +348,7 @@ template <class T, int RG, int NT, int S>
 cudaError_t launch_grouped(const GemvArgs& a, cudaStream_t stream) {
   constexpr int U = (NT >= 4 && S == 2) ? 2 : 4;  // fewer loads in flight where registers run short
   const unsigned grid = unsigned(div_up(div_up(a.rows, 4), RG));
-  if (const cudaError_t e_ = launch(gemv_grouped_kernel<T, RG, NT, S, U>, grid, kThreads, 0, stream, a); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(gemv_grouped_kernel<T, RG, NT, S, U>, grid, kThreads, 0, stream, a));
   return cudaGetLastError();
 }
 
@@ -356,13 +356,16 @@ template <class T, int S, int NT>
 cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
   constexpr bool kGrouped = std::is_same_v<T, Q8G> || std::is_same_v<T, Q4G>;
   if constexpr (kGrouped) {
-    // Q4_0 takes two groups (8 rows) per block for the plain GEMV: twice the bytes in flight.
-    constexpr int kDefault = (S == 1 && NT == 1 && T::kVals == 8) ? 2 : 1;
-    if constexpr (S == 1 && NT == 1) {
-      if (g_rows_override == 4 && kDefault != 1) return launch_grouped<T, 1, 1, 1>(a, stream);
-      if (g_rows_override == 8 && kDefault != 2) return launch_grouped<T, 2, 1, 1>(a, stream);
+    // Q4_0 rows shorter than 8192 values: two groups (8 rows) per block, twice the bytes in
+    // flight (measured on the H200: 8 rows win on 4096-wide rows, 4 rows on 14336-wide ones).
+    if constexpr (S == 1 && NT == 1 && T::kVals == 8) {
+      if (g_rows_override == 8 || (g_rows_override != 4 && a.cols < 8192))
+        return launch_grouped<T, 2, 1, 1>(a, stream);
     }
-    return launch_grouped<T, kDefault, NT, S>(a, stream);
+    if constexpr (S == 1 && NT == 1 && T::kVals == 4) {
+      if (g_rows_override == 8) return launch_grouped<T, 2, 1, 1>(a, stream);
+    }
+    return launch_grouped<T, 1, NT, S>(a, stream);
   } else {
     constexpr int kDefault = plain_rows<S, NT>();
     if constexpr (S == 1 && NT == 1) {  // benchmarks try other row counts for the plain GEMV
@@ -385,9 +388,9 @@ template <int S>
 cudaError_t launch_scalar(const GemvArgs& a, WKind kind, cudaStream_t stream) {
   const unsigned grid = unsigned(a.rows);
   if (a.n == 1)
-    if (const cudaError_t e_ = launch(gemv_scalar_kernel<1, S>, grid, kThreads, 0, stream, a, kind); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(gemv_scalar_kernel<1, S>, grid, kThreads, 0, stream, a, kind));
   else
-    if (const cudaError_t e_ = launch(gemv_scalar_kernel<kGemvMaxTokens, S>, grid, kThreads, 0, stream, a, kind); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(gemv_scalar_kernel<kGemvMaxTokens, S>, grid, kThreads, 0, stream, a, kind));
   return cudaGetLastError();
 }
 

@@ -42,3 +42,11 @@ cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
 }
 
 }  // namespace shoal::cuda
+
+/// Returns the error of a launch() from the enclosing function (a single statement, safe in
+/// brace-less if/else chains).
+#define SHOAL_TRY_LAUNCH(call)                       \
+  do {                                               \
+    const cudaError_t shoal_launch_e_ = (call);      \
+    if (shoal_launch_e_ != cudaSuccess) return shoal_launch_e_; \
+  } while (0)

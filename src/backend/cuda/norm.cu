@@ -68,11 +68,11 @@ cudaError_t rms_norm(const float* x, const float* w, int64_t groups, int64_t g, 
   if (groups == 0) return cudaSuccess;
   const unsigned grid = unsigned(groups);
   if (g <= 128)
-    if (const cudaError_t e_ = launch(rms_norm_kernel<32>, grid, 32, 0, stream, x, w, g, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(rms_norm_kernel<32>, grid, 32, 0, stream, x, w, g, eps, y));
   else if (g <= 1024)
-    if (const cudaError_t e_ = launch(rms_norm_kernel<128>, grid, 128, 0, stream, x, w, g, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(rms_norm_kernel<128>, grid, 128, 0, stream, x, w, g, eps, y));
   else
-    if (const cudaError_t e_ = launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, w, g, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, w, g, eps, y));
   return cudaGetLastError();
 }
 
@@ -81,11 +81,11 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* w, int64_t r
   if (rows == 0) return cudaSuccess;
   const unsigned grid = unsigned(rows);
   if (d <= 128)
-    if (const cudaError_t e_ = launch(add_rms_norm_kernel<32>, grid, 32, 0, stream, x, delta, w, d, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(add_rms_norm_kernel<32>, grid, 32, 0, stream, x, delta, w, d, eps, y));
   else if (d <= 1024)
-    if (const cudaError_t e_ = launch(add_rms_norm_kernel<128>, grid, 128, 0, stream, x, delta, w, d, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(add_rms_norm_kernel<128>, grid, 128, 0, stream, x, delta, w, d, eps, y));
   else
-    if (const cudaError_t e_ = launch(add_rms_norm_kernel<512>, grid, 512, 0, stream, x, delta, w, d, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(add_rms_norm_kernel<512>, grid, 512, 0, stream, x, delta, w, d, eps, y));
   return cudaGetLastError();
 }
 
@@ -94,11 +94,11 @@ cudaError_t layer_norm(const float* x, const float* w, const float* b, int64_t r
   if (rows == 0) return cudaSuccess;
   const unsigned grid = unsigned(rows);
   if (d <= 128)
-    if (const cudaError_t e_ = launch(layer_norm_kernel<32>, grid, 32, 0, stream, x, w, b, d, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(layer_norm_kernel<32>, grid, 32, 0, stream, x, w, b, d, eps, y));
   else if (d <= 1024)
-    if (const cudaError_t e_ = launch(layer_norm_kernel<128>, grid, 128, 0, stream, x, w, b, d, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(layer_norm_kernel<128>, grid, 128, 0, stream, x, w, b, d, eps, y));
   else
-    if (const cudaError_t e_ = launch(layer_norm_kernel<512>, grid, 512, 0, stream, x, w, b, d, eps, y); e_ != cudaSuccess) return e_;
+    SHOAL_TRY_LAUNCH(launch(layer_norm_kernel<512>, grid, 512, 0, stream, x, w, b, d, eps, y));
   return cudaGetLastError();
 }
 

@@ -94,7 +94,7 @@ cudaError_t rope(float* x, const int32_t* pos, const float* inv_freq, const Rope
                  cudaStream_t stream) {
   const int64_t total = a.n_tokens * a.n_heads * (a.rot_dims / 2);
   if (total == 0) return cudaSuccess;
-  if (const cudaError_t e_ = launch(rope_kernel, unsigned(div_up(total, kBlock)), kBlock, 0, stream, x, pos, inv_freq, a); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(rope_kernel, unsigned(div_up(total, kBlock)), kBlock, 0, stream, x, pos, inv_freq, a));
   return cudaGetLastError();
 }
 
@@ -106,15 +106,15 @@ cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx
   const unsigned grid = unsigned(div_up(total, kBlock));
   switch (kind) {
     case CacheKind::kF32:
-      if (const cudaError_t e_ = launch(kv_write_plain_kernel<float>, grid, kBlock, 0, stream, static_cast<float*>(k_cache), static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos); e_ != cudaSuccess) return e_;
+      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<float>, grid, kBlock, 0, stream, static_cast<float*>(k_cache), static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos));
       break;
     case CacheKind::kF16:
-      if (const cudaError_t e_ = launch(kv_write_plain_kernel<uint16_t>, grid, kBlock, 0, stream, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos); e_ != cudaSuccess) return e_;
+      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<uint16_t>, grid, kBlock, 0, stream, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos));
       break;
     case CacheKind::kQ8_0:
-      if (const cudaError_t e_ = launch(kv_write_q8_kernel, grid, kBlock, 0, stream, static_cast<uint8_t*>(k_cache),
+      SHOAL_TRY_LAUNCH(launch(kv_write_q8_kernel, grid, kBlock, 0, stream, static_cast<uint8_t*>(k_cache),
                                                        static_cast<uint8_t*>(v_cache), n_ctx,
-                                                       width, k, v, n, pos); e_ != cudaSuccess) return e_;
+                                                       width, k, v, n, pos));
       break;
   }
   return cudaGetLastError();

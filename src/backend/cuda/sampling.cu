@@ -172,8 +172,8 @@ cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scrat
   if (rows == 0 || vocab == 0) return cudaSuccess;
   const int slices = int(div_up(vocab, kArgmaxSlice));
   Cand* partial = static_cast<Cand*>(scratch);
-  if (const cudaError_t e_ = launch(argmax_partial_kernel, dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream, logits, vocab, slices, partial); e_ != cudaSuccess) return e_;
-  if (const cudaError_t e_ = launch(argmax_final_kernel, unsigned(rows), 32, 0, stream, partial, slices, out); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(argmax_partial_kernel, dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream, logits, vocab, slices, partial));
+  SHOAL_TRY_LAUNCH(launch(argmax_final_kernel, unsigned(rows), 32, 0, stream, partial, slices, out));
   return cudaGetLastError();
 }
 
@@ -182,9 +182,9 @@ cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int3
   const int64_t slices = slices_of(vocab);
   if (k <= 0 || k > kTopKMax || k > vocab || slices * k > kMaxCandidates) return cudaErrorInvalidValue;
   Cand* cands = static_cast<Cand*>(scratch);
-  if (const cudaError_t e_ = launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, k, cands); e_ != cudaSuccess) return e_;
-  if (const cudaError_t e_ = launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k, cands + slices * k,
-                                                      ids, vals); e_ != cudaSuccess) return e_;
+  SHOAL_TRY_LAUNCH(launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, k, cands));
+  SHOAL_TRY_LAUNCH(launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k, cands + slices * k,
+                                                      ids, vals));
   return cudaGetLastError();
 }
 

@@ -112,6 +112,18 @@ TEST_F(CudaAttentionCases, PrefillCausalBatch) {
   run({16, 8, 128, 2048, p2}, DType::kF32);
 }
 
+TEST_F(CudaAttentionCases, AlternatingShapesReuseScratch) {
+  // Prefill and decode calls of different shapes back to back share the scratch and counters.
+  std::vector<int32_t> p(20);
+  std::iota(p.begin(), p.end(), 0);
+  for (int round = 0; round < 2; ++round) {
+    run({8, 2, 64, 128, p}, DType::kF16);
+    run({8, 2, 64, 128, {20}}, DType::kF16);
+    run({32, 8, 128, 4096, {3000}}, DType::kF16);
+    run({4, 4, 64, 64, {5, 6, 7}}, DType::kF32);
+  }
+}
+
 TEST_F(CudaAttentionCases, SlidingWindowAndSoftcap) {
   run({8, 4, 128, 1000, {900}, 256, 0.0f}, DType::kF16);
   run({8, 4, 128, 1000, {10, 11, 12}, 4, 0.0f}, DType::kF16);

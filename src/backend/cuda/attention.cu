@@ -273,9 +273,12 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
   for (int i = threadIdx.x; i < nh * D; i += kThreads) {
     const int g = i / D, d = i % D;
     const float* po = P.part_o + (head0 + int64_t(g) * P.n_splits) * D + d;
+    float part[kMaxSplits];  // all loads in flight at once
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) part[sp] = sp < P.n_splits ? __ldcg(po + int64_t(sp) * D) : 0.0f;
     float o = 0.0f;
-#pragma unroll 1
-    for (int sp = 0; sp < P.n_splits; ++sp) o = fmaf(p_s[g * kTile + sp], __ldcg(po + int64_t(sp) * D), o);
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) o = fmaf(sp < P.n_splits ? p_s[g * kTile + sp] : 0.0f, part[sp], o);
     P.out[(t * a.n_heads + h0 + g) * D + d] = o;
   }
 }
@@ -321,8 +324,7 @@ cudaError_t launch_cache(const Params& P, int gb, dim3 grid, cudaStream_t stream
 
 uint64_t attention_scratch_bytes(const AttnArgs& a) {
   const int64_t splits = div_up(a.n_ctx, chunk_for(a));
-  const uint64_t parts = uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
-  return align_up(parts, 256) + attention_counter_bytes(a);
+  return uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
 }
 
 uint64_t attention_counter_bytes(const AttnArgs& a) {
@@ -330,7 +332,7 @@ uint64_t attention_counter_bytes(const AttnArgs& a) {
 }
 
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
-                      const AttnArgs& a, void* scratch, float* out, cudaStream_t stream) {
+                      const AttnArgs& a, void* scratch, unsigned* counters, float* out, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim || a.n_kv_heads <= 0 ||
       a.n_heads % a.n_kv_heads != 0)
@@ -347,8 +349,7 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   P.groups = int(div_up(a.n_heads / a.n_kv_heads, gb));
   P.part_o = static_cast<float*>(scratch);
   P.part_ml = P.part_o + a.n_tokens * a.n_heads * P.n_splits * a.head_dim;
-  P.done = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(scratch) + attention_scratch_bytes(a) -
-                                       attention_counter_bytes(a));
+  P.done = counters;
   P.out = out;
   const dim3 grid(unsigned(P.n_splits), unsigned(a.n_kv_heads * P.groups), unsigned(a.n_tokens));
   cudaError_t e = cudaSuccess;

@@ -153,8 +153,8 @@ void* CudaBackend::scratch(Scratch slot, uint64_t bytes) {
   if (p) retired_.push_back(p);
   p = *r;
   cap = want;
-  // Attention keeps per-launch counters at the end of its scratch; they start at zero.
-  if (slot == kAttnScratch) note(cudaMemsetAsync(p, 0, want, stream_), "cudaMemsetAsync (attention scratch)");
+  // Attention's split counters start at zero (and every attention call leaves them so).
+  if (slot == kAttnCounters) note(cudaMemsetAsync(p, 0, want, stream_), "cudaMemsetAsync (attention counters)");
   return p;
 }
 

@@ -122,16 +122,16 @@ struct AttnArgs {
   float softcap = 0.0f;
   CacheKind cache = CacheKind::kF16;
 };
-/// Bytes of scratch attention() needs for these arguments: split partial results, then
-/// attention_counter_bytes() of counters that must be zero before the first call (each call
-/// leaves them zero).
+/// Bytes of scratch attention() needs for these arguments (split partial results).
 uint64_t attention_scratch_bytes(const AttnArgs& a);
+/// Bytes of counters attention() needs; they must be zero before the first call, and every call
+/// leaves them zero.
 uint64_t attention_counter_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
 /// (read on the device), split along the sequence (flash-decoding), the splits combined by the
 /// last block of each head group. head_dim must be a multiple of 8 and at most 256.
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
-                      const AttnArgs& a, void* scratch, float* out, cudaStream_t stream);
+                      const AttnArgs& a, void* scratch, unsigned* counters, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ----------------------------------------------------------------------------
 /// Bytes of scratch argmax / top_k need.

@@ -23,7 +23,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTile = 32;        // keys per shared-memory tile (one per lane in the softmax)
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxSplits = 32;   // one per lane when the last block combines them
+constexpr int kMaxSplits = 32;   // one per lane in the combine kernel
 
 // Cache row loaders: 8 values at column c (c % 8 == 0) of a row.
 // Read-only loads (__ldg); with plain loads nvcc 13 did not finish compiling the F32 variant.
@@ -78,8 +78,6 @@ struct Params {
   int groups;      // head groups per KV head
   float* part_o;   // [n_tokens, n_heads, n_splits, head_dim] unnormalised outputs
   float* part_ml;  // [n_tokens, n_heads, n_splits, 2] running max and sum
-  unsigned* done;  // [n_tokens, n_kv_heads * groups] finished splits; zero between launches
-  float* out;      // [n_tokens, n_heads * head_dim]
 };
 
 // Shared memory of the split kernel, in floats: q [GB][D], K and V tiles [kTile][D + 4] (rows
@@ -233,7 +231,6 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
   const int64_t k0 = max(first, int64_t(split) * P.chunk);
   const int64_t k1 = min(last, int64_t(split) * P.chunk + P.chunk - 1);
   const int64_t out_base = (t * a.n_heads + h0) * P.n_splits + split;  // + g * n_splits
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   extern __shared__ float4 smem4[];
   float* q_s = reinterpret_cast<float*>(smem4);
   float* k_s = q_s + GB * D;
@@ -246,40 +243,35 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
     P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2] = -INFINITY;
     P.part_ml[(out_base + int64_t(threadIdx.x) * P.n_splits) * 2 + 1] = 0.0f;
   }
+}
 
-  // The last block of this (token, head group) to finish combines the splits in split order.
-  __shared__ bool last_s;
-  __threadfence();
-  __syncthreads();
-  const int64_t counter = t * int64_t(gridDim.y) + blockIdx.y;
-  if (threadIdx.x == 0) last_s = atomicAdd(P.done + counter, 1u) == unsigned(P.n_splits - 1);
-  __syncthreads();
-  if (!last_s) return;
-  if (threadIdx.x == 0) P.done[counter] = 0;  // ready for the next launch
-  // Weight of split s for head g: e^{m_s - M} / sum_s e^{m_s - M} l_s (lane s, warp per head).
-  const int64_t head0 = (t * a.n_heads + h0) * P.n_splits;
-#pragma unroll 1
-  for (int g = warp; g < nh; g += kThreads / 32) {
-    const float* ml = P.part_ml + (head0 + int64_t(g) * P.n_splits) * 2;
-    const float m = lane < P.n_splits ? __ldcg(ml + 2 * lane) : -INFINITY;
-    const float l = lane < P.n_splits ? __ldcg(ml + 2 * lane + 1) : 0.0f;
+// out[t, h, :] = sum_s w_s o_s with w_s = e^{m_s - M} / sum_s e^{m_s - M} l_s, in split order.
+// One block per (token, head): warp 0 computes the weights (one split per lane), then every
+// thread sums its dimensions with all split loads in flight.
+__global__ void __launch_bounds__(kThreads)
+    attention_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml, int n_splits,
+                             int D, float* __restrict__ out) {
+  pdl_prologue();
+  __shared__ float w_s[kMaxSplits];
+  const int64_t th = blockIdx.x;  // token * n_heads + head
+  if (threadIdx.x < 32) {
+    const int s = threadIdx.x;
+    const float m = s < n_splits ? part_ml[(th * n_splits + s) * 2] : -INFINITY;
+    const float l = s < n_splits ? part_ml[(th * n_splits + s) * 2 + 1] : 0.0f;
     const float M = warp_max(l > 0.0f ? m : -INFINITY);
     const float w = l > 0.0f ? expf(m - M) : 0.0f;
-    const float L = warp_sum(w * l);
-    p_s[g * kTile + lane] = w / L;
+    w_s[s] = w / warp_sum(w * l);
   }
   __syncthreads();
-#pragma unroll 1
-  for (int i = threadIdx.x; i < nh * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    const float* po = P.part_o + (head0 + int64_t(g) * P.n_splits) * D + d;
-    float part[kMaxSplits];  // all loads in flight at once
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    const float* po = part_o + th * n_splits * D + d;
+    float part[kMaxSplits];
 #pragma unroll
-    for (int sp = 0; sp < kMaxSplits; ++sp) part[sp] = sp < P.n_splits ? __ldcg(po + int64_t(sp) * D) : 0.0f;
+    for (int s = 0; s < kMaxSplits; ++s) part[s] = s < n_splits ? po[int64_t(s) * D] : 0.0f;
     float o = 0.0f;
 #pragma unroll
-    for (int sp = 0; sp < kMaxSplits; ++sp) o = fmaf(sp < P.n_splits ? p_s[g * kTile + sp] : 0.0f, part[sp], o);
-    P.out[(t * a.n_heads + h0 + g) * D + d] = o;
+    for (int s = 0; s < kMaxSplits; ++s) o = fmaf(s < n_splits ? w_s[s] : 0.0f, part[s], o);
+    out[th * D + d] = o;
   }
 }
 
@@ -326,13 +318,8 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
   const int64_t splits = div_up(a.n_ctx, chunk_for(a));
   return uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
 }
-
-uint64_t attention_counter_bytes(const AttnArgs& a) {
-  return uint64_t(a.n_tokens * a.n_heads) * sizeof(unsigned);  // >= n_tokens * n_kv_heads * groups
-}
-
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
-                      const AttnArgs& a, void* scratch, unsigned* counters, float* out, cudaStream_t stream) {
+                      const AttnArgs& a, void* scratch, float* out, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim || a.n_kv_heads <= 0 ||
       a.n_heads % a.n_kv_heads != 0)
@@ -349,8 +336,6 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   P.groups = int(div_up(a.n_heads / a.n_kv_heads, gb));
   P.part_o = static_cast<float*>(scratch);
   P.part_ml = P.part_o + a.n_tokens * a.n_heads * P.n_splits * a.head_dim;
-  P.done = counters;
-  P.out = out;
   const dim3 grid(unsigned(P.n_splits), unsigned(a.n_kv_heads * P.groups), unsigned(a.n_tokens));
   cudaError_t e = cudaSuccess;
   switch (a.cache) {
@@ -364,7 +349,10 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
       e = launch_cache<CacheQ8>(P, gb, grid, stream);
       break;
   }
-  return e;
+  if (e != cudaSuccess) return e;
+  SHOAL_TRY_LAUNCH(launch(attention_combine_kernel, unsigned(a.n_tokens * a.n_heads), kThreads, 0, stream,
+                          P.part_o, P.part_ml, P.n_splits, a.head_dim, out));
+  return cudaSuccess;
 }
 
 }  // namespace shoal::cuda

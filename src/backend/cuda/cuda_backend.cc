@@ -153,8 +153,6 @@ void* CudaBackend::scratch(Scratch slot, uint64_t bytes) {
   if (p) retired_.push_back(p);
   p = *r;
   cap = want;
-  // Attention's split counters start at zero (and every attention call leaves them so).
-  if (slot == kAttnCounters) note(cudaMemsetAsync(p, 0, want, stream_), "cudaMemsetAsync (attention counters)");
   return p;
 }
 

@@ -75,7 +75,7 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend() = default;
-  enum Scratch { kAttnScratch, kAttnCounters, kSampleScratch, kGemmWeight, kGemmInput, kGemmOut, kScratchCount };
+  enum Scratch { kAttnScratch, kSampleScratch, kGemmWeight, kGemmInput, kGemmOut, kScratchCount };
 
   Status init(int device);
   /// Keeps the first error of an op (sticky) and logs it; returns false on error.

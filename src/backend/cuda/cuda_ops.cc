@@ -239,9 +239,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   a.cache = cache_kind(k_cache.dtype);
   if (failed() || !use_device()) return;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
-  auto* counters = static_cast<unsigned*>(scratch(kAttnCounters, cuda::attention_counter_bytes(a)));
-  if (!s || !counters) return;
-  note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, counters, f32(out), stream_), "attention");
+  if (!s) return;
+  note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
 }
 
 void CudaBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {

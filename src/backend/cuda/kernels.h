@@ -124,14 +124,11 @@ struct AttnArgs {
 };
 /// Bytes of scratch attention() needs for these arguments (split partial results).
 uint64_t attention_scratch_bytes(const AttnArgs& a);
-/// Bytes of counters attention() needs; they must be zero before the first call, and every call
-/// leaves them zero.
-uint64_t attention_counter_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
-/// (read on the device), split along the sequence (flash-decoding), the splits combined by the
-/// last block of each head group. head_dim must be a multiple of 8 and at most 256.
+/// (read on the device), split along the sequence (flash-decoding, at most 32 splits) and
+/// combined by a second kernel. head_dim must be a multiple of 8 and at most 256.
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
-                      const AttnArgs& a, void* scratch, unsigned* counters, float* out, cudaStream_t stream);
+                      const AttnArgs& a, void* scratch, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ----------------------------------------------------------------------------
 /// Bytes of scratch argmax / top_k need.

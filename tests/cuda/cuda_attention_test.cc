@@ -113,7 +113,8 @@ TEST_F(CudaAttentionCases, PrefillCausalBatch) {
 }
 
 TEST_F(CudaAttentionCases, AlternatingShapesReuseScratch) {
-  // Prefill and decode calls of different shapes back to back share the scratch and counters.
+  // Prefill and decode calls of different shapes back to back share the scratch: stale partial
+  // results of earlier calls (empty splits write none) must not leak into later ones.
   std::vector<int32_t> p(20);
   std::iota(p.begin(), p.end(), 0);
   for (int round = 0; round < 2; ++round) {

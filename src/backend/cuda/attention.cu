@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(kThreads)
     const float* po = part_o + th * n_splits * D + d;
     float part[kMaxSplits];
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) part[s] = s < n_splits ? po[int64_t(s) * D] : 0.0f;
+    for (int s = 0; s < kMaxSplits; ++s)  // splits with nothing to attend left part_o unwritten
+      part[s] = (s < n_splits && w_s[s] != 0.0f) ? po[int64_t(s) * D] : 0.0f;
     float o = 0.0f;
 #pragma unroll
     for (int s = 0; s < kMaxSplits; ++s) o = fmaf(s < n_splits ? w_s[s] : 0.0f, part[s], o);

@@ -19,6 +19,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <sys/mman.h>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
@@ -35,9 +36,20 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+bool g_huge_pages = false;  // --huge-pages
+
+// 2 MiB-aligned memory, advised to use transparent huge pages when --huge-pages is given.
 struct Aligned {
+  static constexpr size_t kAlign = size_t(2) << 20;
   std::unique_ptr<uint8_t, decltype(&std::free)> p{nullptr, &std::free};
-  explicit Aligned(size_t bytes) : p(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free) {
+  explicit Aligned(size_t bytes) {
+    const size_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    p.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, size)));
+    if (!p) {
+      fmt::print(stderr, "out of memory ({} bytes)\n", size);
+      std::exit(1);
+    }
+    if (g_huge_pages) madvise(p.get(), size, MADV_HUGEPAGE);
     std::memset(p.get(), 1, bytes);  // touch every page
   }
   uint8_t* get() const { return p.get(); }
@@ -180,14 +192,15 @@ int main(int argc, char** argv) {
   app.add_option("--dtypes", dtypes, "weight dtypes");
   app.add_option("--min-time", min_time, "seconds per measurement");
   app.add_option("--gemm-n", gemm_n, "tokens per GEMM");
+  app.add_flag("--huge-pages", g_huge_pages, "madvise(MADV_HUGEPAGE) the buffers (transparent huge pages)");
   CLI11_PARSE(app, argc, argv);
 
   const int n_layers = 28;
   const Shape shapes[] = {{"k/v 1024x1024", 1024, 1024, 2}, {"q 2048x1024", 2048, 1024, 1},
                           {"o 1024x2048", 1024, 2048, 1},   {"gate/up 3072x1024", 3072, 1024, 2},
                           {"down 1024x3072", 1024, 3072, 1}, {"lm_head 151936x1024", 151936, 1024, 0}};
-  fmt::print("cpu kernels: {} (supported {}), {} hardware threads\n", cpu_isa_name(cpu_isa()),
-             cpu_isa_name(cpu_isa_supported()), std::thread::hardware_concurrency());
+  fmt::print("cpu kernels: {} (supported {}), {} hardware threads, huge pages {}\n", cpu_isa_name(cpu_isa()),
+             cpu_isa_name(cpu_isa_supported()), std::thread::hardware_concurrency(), g_huge_pages ? "advised" : "off");
   std::mt19937 rng(42);
   for (int nt : threads) {
     ThreadPool pool(nt);

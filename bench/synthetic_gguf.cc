@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/check.h"
 #include "core/half.h"
 #include "core/log.h"
 #include "format/gguf.h"

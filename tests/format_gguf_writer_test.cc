@@ -107,7 +107,8 @@ TEST(FormatGgufWriter, AlignmentFromMetadata) {
   EXPECT_EQ(g->tensors[1].offset, g->tensors[0].offset + 256);
 }
 
-// Re-writing each fixture GGUF: the same metadata, index (identity hash) and tensor bytes.
+// Re-writing each fixture GGUF (written by llama.cpp / gguf-py): the same metadata, index
+// (identity hash) and tensor bytes -- and in fact the same file, byte for byte.
 TEST(FormatGgufWriter, FixtureRoundTrip) {
   for (const char* rel : {"models/stories260K.gguf", "quant/q-Q4_K_M.gguf", "hf/qwen3_5_moe/model-bf16.gguf",
                           "vocab/ggml-vocab-bert-bge.gguf"}) {
@@ -141,6 +142,12 @@ TEST(FormatGgufWriter, FixtureRoundTrip) {
       ASSERT_TRUE(x && y);
       EXPECT_EQ(std::memcmp(x, y, t.nbytes), 0) << t.name;
     }
+    // Same layout as ggml's writer: the whole file comes back byte for byte.
+    auto a = MappedFile::open(test::fixture(rel));
+    auto b = MappedFile::open(path);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->size(), b->size());
+    EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size()), 0);
     std::filesystem::remove(path);
   }
 }

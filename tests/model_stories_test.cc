@@ -35,7 +35,8 @@ TEST_P(StoriesGreedy, MatchesLlamaCpp) {
   auto m = load_local_model(test::fixture("models/stories260K.gguf"), o);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   Session session(*m->pipeline, [&](int32_t id) { return m->tokenizer->is_eog(id); });
-  for (const auto& c : expected()["cases"]) {
+  const nlohmann::json want_all = expected();
+  for (const auto& c : want_all["cases"]) {
     const auto want_prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = c["generated_ids"].get<std::vector<int32_t>>();
     auto ids = m->tokenizer->encode(c["prompt"].get<std::string>(), true, true);
@@ -50,9 +51,15 @@ TEST_P(StoriesGreedy, MatchesLlamaCpp) {
   }
 }
 
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  std::string d = i.param.device == "cpu-ref" ? "cpu_ref" : i.param.device;
+  return d + "_kv_" + std::string(dtype_name(i.param.kv)) + "_" + std::to_string(i.param.threads) + "t";
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, StoriesGreedy,
                          ::testing::Values(Case{"cpu-ref", DType::kF32, 1}, Case{"cpu", DType::kF16, 2},
-                                           Case{"cpu", DType::kF32, 1}, Case{"cpu", DType::kQ8_0, 3}));
+                                           Case{"cpu", DType::kF32, 1}, Case{"cpu", DType::kQ8_0, 3}),
+                         case_name);
 
 TEST(StoriesCli, RunPrintsTheExpectedContinuation) {
   const auto c = expected()["cases"][0];

@@ -1,5 +1,6 @@
 // `shoal inspect MODEL [--json]`: what a model file holds -- format, metadata (arrays
 // abbreviated), a tokenizer summary, and the tensor table with totals. Reads only headers.
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>

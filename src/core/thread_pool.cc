@@ -12,7 +12,7 @@
 namespace shoal {
 
 namespace {
-constexpr int kSpinIterations = 20000;  // ~ tens of microseconds before sleeping
+constexpr int kSpinIterations = 20000;  // ~ tens of microseconds before sleeping or yielding
 }
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -23,8 +23,8 @@ ThreadPool::ThreadPool(int n_threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  state_.fetch_add(uint64_t(1) << 32, std::memory_order_acq_rel);  // a new (closed) generation wakes all
+  state_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -48,29 +48,42 @@ void ThreadPool::run_job(int64_t n, int64_t grain, Kernel k, void* ctx) {
   n_ = n;
   grain_ = grain;
   next_.store(0, std::memory_order_relaxed);
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);  // publishes the job
-  generation_.notify_all();
+  const uint64_t gen = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+  state_.store(gen << 32, std::memory_order_release);  // open, nobody inside: publishes the job
+  state_.notify_all();
   work_on_job();
-  while (pending_.load(std::memory_order_acquire) != 0) SHOAL_PAUSE();
+  // Close the job to late workers, then wait for those inside to finish their chunks.
+  state_.fetch_or(kClosed, std::memory_order_acq_rel);
+  for (int spin = 0; (state_.load(std::memory_order_acquire) & kInsideMask) != 0; ++spin) {
+    if (spin < kSpinIterations)
+      SHOAL_PAUSE();
+    else
+      std::this_thread::yield();  // a joined worker was descheduled mid-chunk
+  }
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // the last generation this worker looked at
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (int spin = 0; (s >> 32) == seen && spin < kSpinIterations; ++spin) {
       SHOAL_PAUSE();
-      g = generation_.load(std::memory_order_acquire);
+      s = state_.load(std::memory_order_acquire);
     }
-    while (g == seen) {
-      generation_.wait(seen, std::memory_order_acquire);
-      g = generation_.load(std::memory_order_acquire);
+    while ((s >> 32) == seen) {
+      state_.wait(s, std::memory_order_acquire);
+      s = state_.load(std::memory_order_acquire);
     }
-    seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    work_on_job();
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // Join the job if it is still open; a failed CAS re-reads the state and tries again.
+    while ((s & kClosed) == 0 && !state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                                               std::memory_order_acquire)) {
+    }
+    if ((s & kClosed) == 0 && (s >> 32) != seen) {
+      work_on_job();
+      state_.fetch_sub(1, std::memory_order_release);
+    }
+    seen = s >> 32;
   }
 }
 

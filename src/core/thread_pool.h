@@ -46,15 +46,21 @@ class ThreadPool {
   void worker_loop();
   void work_on_job();
 
+  // state_ = job generation << 32 | kClosed while no job accepts helpers | workers inside the job.
+  // A worker joins a job only while it is open (a CAS that counts it in), so run_job waits for the
+  // workers that joined, never for one the OS has not scheduled yet: that one sees the job closed
+  // and goes back to waiting.
+  static constexpr uint64_t kClosed = uint64_t(1) << 31;
+  static constexpr uint64_t kInsideMask = kClosed - 1;
+
   int n_threads_;
   std::vector<std::thread> workers_;
-  // The current job.
+  // The current job (written only while closed with nobody inside).
   Kernel kernel_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0, grain_ = 1;
   std::atomic<int64_t> next_{0};
-  std::atomic<int> pending_{0};       // workers still inside the current job
-  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> state_{kClosed};
   std::atomic<bool> stop_{false};
 };
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "core/check.h"
 #include "format/gguf.h"
 
 namespace shoal {
@@ -136,9 +137,27 @@ Status Parser::read_array(int depth, MetaValue& out) {
   }
   out.elem_type = elem;
   std::vector<MetaValue> items(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    Status s = read_value(elem, depth + 1, items[i]);
-    if (!s.ok()) return s;
+  if (elem == MetaType::kString) {
+    // Fast path for vocabularies (150k+ strings): no Status per element.
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t len = 0;
+      if (left() >= 8) std::memcpy(&len, p_ + pos_, 8);
+      if (left() < 8 || len > left() - 8) {
+        std::string unused;  // the slow path words the error
+        Status s = read_string(unused, std::numeric_limits<uint64_t>::max(), "string value");
+        SHOAL_CHECK(!s.ok());
+        return s;
+      }
+      pos_ += 8;
+      items[i].type = MetaType::kString;
+      items[i].v.emplace<std::string>(reinterpret_cast<const char*>(p_ + pos_), len);
+      pos_ += len;
+    }
+  } else {
+    for (uint64_t i = 0; i < count; ++i) {
+      Status s = read_value(elem, depth + 1, items[i]);
+      if (!s.ok()) return s;
+    }
   }
   out.v = std::move(items);
   return Status::Ok();

@@ -216,6 +216,8 @@ Status GgufWriter::write_to(Sink& out) const {
     SHOAL_RETURN_IF_ERROR(put_le<uint64_t>(out, offset));
     offset = align_up(offset + p.info.nbytes, alignment);
   }
+  // Like ggml's writer, a file without tensors (vocab-only) ends right after the header.
+  if (tensors_.empty()) return Status::Ok();
   SHOAL_RETURN_IF_ERROR(put_zeros(out, align_up(out.written(), alignment) - out.written()));
   constexpr uint64_t kChunk = 4ull << 20;
   std::vector<uint8_t> buf;

@@ -83,18 +83,18 @@ Status add_config_tokens(Vocab& v, const json& config, std::string_view source) 
   return Status::Ok();
 }
 
-void apply_config_specials(Vocab& v, const json& config) {
+void apply_config_specials(Vocab& v, const json& config, bool resolve_names) {
   if (!config.is_object()) return;
   auto named = [&](const char* key, int32_t* id) {
-    auto it = config.find(key);
-    if (it == config.end()) return;
-    // A name that is null or not in the vocabulary leaves the id as the model file set it.
-    if (int32_t found = v.find(hf_token_name(*it)); found >= 0) *id = found;
+    const int32_t found = v.find(hf_token_name(json_member(config, key)));
+    if (found >= 0 && (v.tokens[found].attr & (kAttrControl | kAttrUserDefined))) *id = found;
   };
-  named("bos_token", &v.bos);
-  named("eos_token", &v.eos);
-  named("unk_token", &v.unk);
-  named("pad_token", &v.pad);
+  if (resolve_names) {
+    named("bos_token", &v.bos);
+    named("eos_token", &v.eos);
+    named("unk_token", &v.unk);
+    named("pad_token", &v.pad);
+  }
   v.add_bos = json_bool(config, "add_bos_token", v.add_bos);
   v.add_eos = json_bool(config, "add_eos_token", v.add_eos);
   if (auto it = config.find("chat_template"); it != config.end()) {
@@ -108,14 +108,17 @@ void apply_config_specials(Vocab& v, const json& config) {
   }
 }
 
-void apply_model_config(Vocab& v, const json& config) {
+void apply_model_config(Vocab& v, const json& config, bool override_ids) {
   if (!config.is_object()) return;
+  auto valid = [&](const json& j) { return j.is_number_integer() && v.valid_id(j.get<int64_t>()); };
   const json& eos = json_member(config, "eos_token_id");
   for (const json& e : eos.is_array() ? eos : json::array({eos})) {
-    if (e.is_number_integer() && v.valid_id(e.get<int64_t>())) v.eog.insert(int32_t(e.get<int64_t>()));
+    if (valid(e)) v.eog.insert(int32_t(e.get<int64_t>()));
   }
+  const json& first_eos = eos.is_array() && !eos.empty() ? eos[0] : eos;
+  if ((override_ids || v.eos < 0) && valid(first_eos)) v.eos = int32_t(first_eos.get<int64_t>());
   const json& bos = json_member(config, "bos_token_id");
-  if (v.bos < 0 && bos.is_number_integer() && v.valid_id(bos.get<int64_t>())) v.bos = int32_t(bos.get<int64_t>());
+  if ((override_ids || v.bos < 0) && valid(bos)) v.bos = int32_t(bos.get<int64_t>());
 }
 
 }  // namespace shoal::tok

@@ -34,13 +34,15 @@ Status put_added_token(Vocab& v, int64_t id, std::string content, bool special, 
 /// Adds tokenizer_config.json's added_tokens_decoder ({"<id>": {"content": ...}}) to `v`.
 Status add_config_tokens(Vocab& v, const nlohmann::json& config, std::string_view source);
 
-/// Applies tokenizer_config.json after index_tokens(): bos/eos/unk/pad token names (a name that
-/// is null or unknown changes nothing),
-/// add_bos_token / add_eos_token and chat_template. Null config: nothing.
-void apply_config_specials(Vocab& v, const nlohmann::json& config);
+/// Applies tokenizer_config.json after index_tokens(): add_bos_token / add_eos_token,
+/// chat_template and, with `resolve_names`, the bos/eos/unk/pad token names (a name that is null
+/// or not an added token changes nothing). Null config: nothing.
+void apply_config_specials(Vocab& v, const nlohmann::json& config, bool resolve_names = true);
 
 /// Applies an HF model's config.json / generation_config.json after derive_specials():
-/// eos_token_id (an id or a list) ends generation too; bos_token_id fills a missing BOS.
-void apply_model_config(Vocab& v, const nlohmann::json& config);
+/// eos_token_id (an id or a list) ends generation too; bos_token_id / eos_token_id set the ids
+/// when `override_ids` or when the tokenizer files left them unset. This is the order llama.cpp's
+/// converter (gguf-py SpecialVocab) takes them in.
+void apply_model_config(Vocab& v, const nlohmann::json& config, bool override_ids);
 
 }  // namespace shoal::tok

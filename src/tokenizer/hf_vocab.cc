@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tokenizer/hf_common.h"
+#include "tokenizer/json_stream.h"
 #include "tokenizer/loaders.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -15,23 +16,21 @@ namespace {
 
 constexpr int64_t kMaxVocab = 16 * 1024 * 1024;
 
-// model.vocab / vocab.json: {"token": id, ...} -> tokens (ids may leave holes; those stay empty).
-Status load_vocab_object(Vocab& v, const json& vocab, std::string_view source) {
-  if (!vocab.is_object()) return make_error(Code::kCorrupt, "{}: vocab is not a JSON object", source);
+// model.vocab / vocab.json entries -> tokens (ids may leave holes; those stay empty).
+Status load_vocab(Vocab& v, const std::vector<std::pair<std::string, int64_t>>& vocab, std::string_view source) {
   int64_t max_id = -1;
-  for (const auto& [text, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxVocab) {
-      return make_error(Code::kCorrupt, "{}: vocab entry '{}' has id {} (want an integer 0..{})", source,
-                        text, id.dump(), kMaxVocab - 1);
+  for (const auto& [text, id] : vocab) {
+    if (id < 0 || id >= kMaxVocab) {
+      return make_error(Code::kCorrupt, "{}: vocab entry '{}' has id {} (allowed 0..{})", source, text, id,
+                        kMaxVocab - 1);
     }
-    max_id = std::max(max_id, id.get<int64_t>());
+    max_id = std::max(max_id, id);
   }
   v.tokens.assign(size_t(max_id + 1), TokenData{"", 0.0f, kAttrUnused});
-  for (const auto& [text, id] : vocab.items()) {
-    TokenData& t = v.tokens[size_t(id.get<int64_t>())];
+  for (const auto& [text, id] : vocab) {
+    TokenData& t = v.tokens[size_t(id)];
     if (!t.text.empty()) {
-      return make_error(Code::kCorrupt, "{}: vocab id {} is given to both '{}' and '{}'", source,
-                        id.get<int64_t>(), t.text, text);
+      return make_error(Code::kCorrupt, "{}: vocab id {} is given to both '{}' and '{}'", source, id, t.text, text);
     }
     t = TokenData{text, 0.0f, kAttrNormal};
   }
@@ -127,27 +126,12 @@ void apply_post_processor(Vocab& v, const json& pp) {
   }
 }
 
-Status add_merges_json(Vocab& v, const json& merges, std::string_view source) {
-  if (merges.is_null()) return Status::Ok();
-  if (!merges.is_array()) return make_error(Code::kCorrupt, "{}: model.merges is not a list", source);
+Status add_merges(Vocab& v, const std::vector<std::pair<std::string, std::string>>& merges,
+                  std::string_view source) {
   v.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
-    const json& m = merges[i];
-    std::string left, right;
-    if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
-      const size_t sp = s.find(' ', 1);
-      if (sp == std::string::npos) {
-        return make_error(Code::kCorrupt, "{}: merge {} '{}' is not two tokens separated by a space",
-                          source, i, s);
-      }
-      left = s.substr(0, sp), right = s.substr(sp + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>(), right = m[1].get<std::string>();
-    } else {
-      return make_error(Code::kCorrupt, "{}: merge {} is neither \"a b\" nor [\"a\", \"b\"]", source, i);
-    }
-    SHOAL_RETURN_IF_ERROR(add_merge(v, left, right, int32_t(i), false).status());
+    auto added = add_merge(v, merges[i].first, merges[i].second, int32_t(i), false);
+    if (!added.ok()) return added.status().with_context(source);
   }
   return Status::Ok();
 }
@@ -156,9 +140,12 @@ Status add_merges_json(Vocab& v, const json& merges, std::string_view source) {
 
 Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& config,
                                         std::string_view source) {
-  SHOAL_ASSIGN_OR_RETURN(json j, parse_json(json_text, source));
+  SHOAL_ASSIGN_OR_RETURN(TokenizerJson tj,
+                         parse_tokenizer_json(json_text, {"model", "vocab"}, {"model", "merges"}, source));
+  const json& j = tj.doc;
   const json& model = json_member(j, "model");
   if (!model.is_object()) return make_error(Code::kCorrupt, "{}: no \"model\" object", source);
+  if (!tj.has_vocab) return make_error(Code::kCorrupt, "{}: model.vocab is missing or not an object", source);
   const std::string mtype = json_string(model, "type", "BPE");
   if (mtype != "BPE") {
     return make_error(Code::kUnsupported, "{}: tokenizer model type '{}' is not supported (BPE only)", source,
@@ -168,7 +155,7 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
   v.type = VocabType::kBpe;
   v.model = "hf-bpe";
   v.byte_encode = false;
-  SHOAL_RETURN_IF_ERROR(load_vocab_object(v, json_member(model, "vocab"), source));
+  SHOAL_RETURN_IF_ERROR(load_vocab(v, tj.vocab, source));
   v.ignore_merges = json_bool(model, "ignore_merges", false);
   const bool byte_fallback = json_bool(model, "byte_fallback", false);
   if (const json& added = json_member(j, "added_tokens"); added.is_array()) {
@@ -196,7 +183,10 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
       if ((t.attr & kAttrNormal) && t.text.size() == 6 && t.text.compare(0, 3, "<0x") == 0) t.attr = kAttrByte;
     }
   }
-  SHOAL_RETURN_IF_ERROR(add_merges_json(v, json_member(model, "merges"), source));
+  if (!tj.has_merges && !json_member(model, "merges").is_null()) {
+    return make_error(Code::kCorrupt, "{}: model.merges is not a list", source);
+  }
+  SHOAL_RETURN_IF_ERROR(add_merges(v, tj.merges, source));
   apply_post_processor(v, json_member(j, "post_processor"));
   apply_config_specials(v, config);
   derive_specials(v);
@@ -205,11 +195,13 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
 
 Result<Vocab> vocab_from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
                                       const json& config, std::string_view source) {
-  SHOAL_ASSIGN_OR_RETURN(json vj, parse_json(vocab_json, std::string(source) + "/vocab.json"));
+  const std::string vocab_src = std::string(source) + "/vocab.json";
+  SHOAL_ASSIGN_OR_RETURN(TokenizerJson vj, parse_tokenizer_json(vocab_json, {}, {"(none)"}, vocab_src));
+  if (!vj.has_vocab) return make_error(Code::kCorrupt, "{}: not a JSON object", vocab_src);
   Vocab v;
   v.type = VocabType::kBpe;
   v.model = "gpt2";
-  SHOAL_RETURN_IF_ERROR(load_vocab_object(v, vj, std::string(source) + "/vocab.json"));
+  SHOAL_RETURN_IF_ERROR(load_vocab(v, vj.vocab, vocab_src));
   SHOAL_RETURN_IF_ERROR(add_config_tokens(v, config, std::string(source) + "/tokenizer_config.json"));
   const std::string cls = json_string(config, "tokenizer_class");
   v.pre = cls.rfind("Qwen2", 0) == 0 ? "qwen2" : "gpt-2";
@@ -218,6 +210,7 @@ Result<Vocab> vocab_from_vocab_merges(std::string_view vocab_json, std::string_v
   SHOAL_RETURN_IF_ERROR(index_tokens(v, source));
 
   const std::string merges_src = std::string(source) + "/merges.txt";
+  v.merges.reserve(size_t(std::count(merges_txt.begin(), merges_txt.end(), '\n')) + 1);
   size_t line_no = 0, pos = 0;
   int32_t rank = 0;
   while (pos < merges_txt.size()) {

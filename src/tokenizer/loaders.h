@@ -39,7 +39,9 @@ Result<Vocab> vocab_from_vocab_merges(std::string_view vocab_json, std::string_v
 Result<Vocab> vocab_from_tiktoken(std::string_view text, std::string_view source);
 
 /// From a SentencePiece model protobuf (tokenizer.model of Llama 2, Phi-3, Gemma): pieces with
-/// score and type, add_dummy_prefix, BOS/EOS/UNK ids from the trainer spec; `config` as above.
+/// score and type, add_dummy_prefix, BOS/EOS/UNK ids from the trainer spec; from `config` the
+/// added tokens, add_bos_token / add_eos_token and the chat template (not token names: as in
+/// llama.cpp's converter, config.json ids take precedence for SentencePiece folders).
 /// Errors: kCorrupt naming the byte offset, kUnsupported for unigram models.
 Result<Vocab> vocab_from_sentencepiece(std::string_view bytes, const nlohmann::json& config,
                                        std::string_view source);

@@ -109,9 +109,14 @@ void bpe_encode_word(const Vocab& v, std::string_view word, std::vector<int32_t>
   std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0) return;
-    auto it = v.merges.find(merge_key(syms[l].id, syms[r].id));
-    if (it == v.merges.end()) return;
-    queue.push({l, r, it->second.rank, syms[l].len + syms[r].len, it->second.result});
+    if (v.rank_by_concat) {
+      const int32_t id = v.find(word.substr(syms[l].begin, syms[l].len + syms[r].len));
+      if (id >= 0) queue.push({l, r, id, syms[l].len + syms[r].len, id});
+      return;
+    }
+    const MergeInfo* m = v.merges.find(syms[l].id, syms[r].id);
+    if (!m) return;
+    queue.push({l, r, m->rank, syms[l].len + syms[r].len, m->result});
   };
   for (int32_t i = 1; i < int32_t(syms.size()); ++i) try_add(i - 1, i);
 

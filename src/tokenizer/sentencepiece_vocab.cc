@@ -154,7 +154,7 @@ Result<Vocab> vocab_from_sentencepiece(std::string_view data, const nlohmann::js
   v.unk = int32_t(ids[0]), v.bos = int32_t(ids[1]), v.eos = int32_t(ids[2]), v.pad = int32_t(ids[3]);
   SHOAL_RETURN_IF_ERROR(add_config_tokens(v, config, source));
   SHOAL_RETURN_IF_ERROR(index_tokens(v, source));
-  apply_config_specials(v, config);
+  apply_config_specials(v, config, /*resolve_names=*/false);
   derive_specials(v);
   return v;
 }

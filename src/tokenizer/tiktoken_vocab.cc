@@ -1,7 +1,6 @@
 // tiktoken BPE files ("<base64> <rank>" per line) -> Vocab. Tokens are stored in GPT-2's byte
-// alphabet so the byte-level BPE path encodes and decodes them; the merge table is every split of
-// a token into two tokens, ranked by the whole token's rank: merging the pair with the lowest
-// rank is then exactly tiktoken's rule (merge the adjacent pair whose concatenation ranks lowest).
+// alphabet so the byte-level BPE path encodes and decodes them; merging uses tiktoken's rule
+// (merge the adjacent pair whose concatenation has the lowest rank; Vocab::rank_by_concat).
 #include <charconv>
 #include <string>
 #include <vector>
@@ -111,16 +110,7 @@ Result<Vocab> vocab_from_tiktoken(std::string_view text, std::string_view source
   v.eos = int32_t(kLlama3Regular + 1);
   SHOAL_RETURN_IF_ERROR(index_tokens(v, source));
 
-  v.merges.reserve(entries.size() * 3);
-  for (int32_t id = 0; id < int32_t(kLlama3Regular); ++id) {
-    const std::string_view t = v.tokens[id].text;
-    for (size_t k = utf8_len(uint8_t(t[0])); k < t.size(); k += utf8_len(uint8_t(t[k]))) {
-      const int32_t l = v.find(t.substr(0, k));
-      if (l < 0) continue;
-      const int32_t r = v.find(t.substr(k));
-      if (r >= 0) v.merges.emplace(merge_key(l, r), MergeInfo{id, id});
-    }
-  }
+  v.rank_by_concat = true;
   derive_specials(v);
   return v;
 }

@@ -36,11 +36,14 @@ std::string StreamDecoder::flush() {
 
 namespace {
 
+// config.json / generation_config.json ids override the tokenizer's own for SentencePiece
+// folders (whose token names tokenizer_config.json cannot resolve), and fill gaps otherwise.
 Result<std::unique_ptr<Tokenizer>> make(Result<tok::Vocab> vocab, const json& model_config = json(),
                                         const json& generation_config = json()) {
   if (!vocab.ok()) return vocab.status();
-  tok::apply_model_config(*vocab, model_config);
-  tok::apply_model_config(*vocab, generation_config);
+  const bool sp = vocab->type == tok::VocabType::kSpm;
+  tok::apply_model_config(*vocab, model_config, sp);
+  tok::apply_model_config(*vocab, generation_config, sp);
   SHOAL_ASSIGN_OR_RETURN(auto t, tok::VocabTokenizer::create(std::move(vocab).value()));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }

@@ -56,23 +56,33 @@ std::vector<uint32_t> decode_utf8(std::string_view s) {
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t cpt) {
+size_t encode_utf8(uint32_t cpt, char* out) {
   if (cpt > 0x10FFFF) cpt = kReplacementChar;
   if (cpt < 0x80) {
-    out.push_back(char(cpt));
-  } else if (cpt < 0x800) {
-    out.push_back(char(0xC0 | (cpt >> 6)));
-    out.push_back(char(0x80 | (cpt & 0x3F)));
-  } else if (cpt < 0x10000) {
-    out.push_back(char(0xE0 | (cpt >> 12)));
-    out.push_back(char(0x80 | ((cpt >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cpt & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cpt >> 18)));
-    out.push_back(char(0x80 | ((cpt >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cpt >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cpt & 0x3F)));
+    out[0] = char(cpt);
+    return 1;
   }
+  if (cpt < 0x800) {
+    out[0] = char(0xC0 | (cpt >> 6));
+    out[1] = char(0x80 | (cpt & 0x3F));
+    return 2;
+  }
+  if (cpt < 0x10000) {
+    out[0] = char(0xE0 | (cpt >> 12));
+    out[1] = char(0x80 | ((cpt >> 6) & 0x3F));
+    out[2] = char(0x80 | (cpt & 0x3F));
+    return 3;
+  }
+  out[0] = char(0xF0 | (cpt >> 18));
+  out[1] = char(0x80 | ((cpt >> 12) & 0x3F));
+  out[2] = char(0x80 | ((cpt >> 6) & 0x3F));
+  out[3] = char(0x80 | (cpt & 0x3F));
+  return 4;
+}
+
+void append_utf8(std::string& out, uint32_t cpt) {
+  char buf[4];
+  out.append(buf, encode_utf8(cpt, buf));
 }
 
 std::string sanitize_utf8(std::string_view s) {

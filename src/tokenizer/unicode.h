@@ -24,6 +24,10 @@ std::optional<uint32_t> decode_utf8_at(std::string_view s, size_t* offset);
 /// All code points of `s`; every invalid byte becomes U+FFFD (one byte consumed).
 std::vector<uint32_t> decode_utf8(std::string_view s);
 
+/// Writes the UTF-8 form of `cpt` (cpt <= 0x10FFFF; larger values write U+FFFD) to out[0..4)
+/// and returns its length.
+size_t encode_utf8(uint32_t cpt, char* out);
+
 /// Appends the UTF-8 form of `cpt` (cpt <= 0x10FFFF; larger values append U+FFFD).
 void append_utf8(std::string& out, uint32_t cpt);
 

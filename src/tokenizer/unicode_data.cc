@@ -48,11 +48,12 @@ void mark_class(const std::string& all, const char* pattern, uint8_t flag, std::
 
 std::vector<uint8_t> build_flags() {
   std::vector<uint8_t> flags(kMaxCpt, 0);
-  std::string all;
-  all.reserve(4 * kMaxCpt);
+  std::string all(4 * kMaxCpt, '\0');
+  size_t n = 0;
   for (uint32_t c = 0; c < kMaxCpt; ++c) {
-    if (c < 0xD800 || c > 0xDFFF) append_utf8(all, c);
+    if (c < 0xD800 || c > 0xDFFF) n += encode_utf8(c, all.data() + n);
   }
+  all.resize(n);
   mark_class(all, "\\p{N}+", kCptNumber, flags);
   mark_class(all, "\\p{L}+", kCptLetter, flags);
   mark_class(all, "\\p{Z}+", kCptSeparator, flags);

@@ -22,9 +22,12 @@ constexpr std::string_view kFimEogTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_p
                                              "<|repo_name|>", "<fim-repo>", "<reponame>",
                                              "<|file_sep|>"};
 
+// Every listed text starts with one of these bytes; the check skips almost all tokens cheaply.
+bool maybe_listed(std::string_view s) { return !s.empty() && (s[0] == '<' || s[0] == '[' || s[0] == '_'); }
+
 template <size_t N>
 bool in_list(std::string_view s, const std::string_view (&list)[N]) {
-  return std::find(std::begin(list), std::end(list), s) != std::end(list);
+  return maybe_listed(s) && std::find(std::begin(list), std::end(list), s) != std::end(list);
 }
 
 }  // namespace
@@ -42,8 +45,7 @@ uint32_t attr_from_gguf_type(int64_t type) {
 }
 
 int32_t Vocab::find(std::string_view text) const {
-  auto it = text_to_id.find(text);
-  return it == text_to_id.end() ? -1 : it->second;
+  return text_to_id.find(text);
 }
 
 Result<bool> add_merge(Vocab& v, std::string_view left, std::string_view right, int32_t rank,
@@ -60,7 +62,7 @@ Result<bool> add_merge(Vocab& v, std::string_view left, std::string_view right, 
                       rank, left, right, missing);
   }
   // The first (lowest-rank) occurrence of a pair wins, as in llama.cpp's map emplace.
-  v.merges.emplace(merge_key(l, r), MergeInfo{rank, m});
+  v.merges.insert(l, r, MergeInfo{rank, m});
   return true;
 }
 
@@ -69,20 +71,18 @@ Status index_tokens(Vocab& v, std::string_view source) {
   if (v.tokens.size() > size_t(INT32_MAX)) {
     return make_error(Code::kCorrupt, "{}: {} tokens is more than ids can hold", source, v.tokens.size());
   }
-  v.text_to_id.clear();
-  v.text_to_id.reserve(v.tokens.size() * 2);
   v.max_token_len = 0;
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     auto& t = v.tokens[i];
     if (t.text.empty()) t.text = "[EMPTY_" + std::to_string(i) + "]";
     v.max_token_len = std::max(v.max_token_len, t.text.size());
   }
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    auto [it, fresh] = v.text_to_id.emplace(std::string_view(v.tokens[i].text), int32_t(i));
-    if (!fresh) {
-      return make_error(Code::kCorrupt, "{}: duplicate token '{}' (ids {} and {})", source,
-                        v.tokens[i].text, it->second, i);
-    }
+  std::vector<std::string_view> texts(v.tokens.size());
+  for (size_t i = 0; i < v.tokens.size(); ++i) texts[i] = v.tokens[i].text;
+  const int64_t dup = v.text_to_id.build(texts);
+  if (dup >= 0) {
+    return make_error(Code::kCorrupt, "{}: duplicate token '{}' (ids {} and {})", source, v.tokens[dup].text,
+                      v.find(v.tokens[dup].text), dup);
   }
   return Status::Ok();
 }

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
+#include "tokenizer/flat_tables.h"
 
 namespace shoal::tok {
 
@@ -46,12 +46,6 @@ struct TokenData {
   uint32_t attr = kAttrNormal;
 };
 
-/// A BPE merge: the pair's rank (lower merges first) and the id of the merged token.
-struct MergeInfo {
-  int32_t rank = 0;
-  int32_t result = -1;
-};
-
 struct Vocab {
   VocabType type = VocabType::kSpm;
   std::string model;  // "llama", "gpt2", "bert", "tiktoken", "hf-bpe"...
@@ -62,7 +56,10 @@ struct Vocab {
   std::vector<std::string> regexes;  // pre-tokenizer
   bool ignore_merges = false;
   bool byte_encode = true;  // false: BPE over raw UTF-8 with <0xXX> byte fallback (SPM-style)
-  std::unordered_map<uint64_t, MergeInfo> merges;  // key: merge_key(left id, right id)
+  MergeTable merges;
+  // tiktoken: no merge table; a pair's rank is the id of the token it concatenates to (ids are
+  // ranks), which is the same as a table holding every split of every token.
+  bool rank_by_concat = false;
 
   // Special ids (-1: none) and encoding flags.
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, sep = -1, pad = -1, mask = -1;
@@ -74,7 +71,7 @@ struct Vocab {
   std::string chat_template;
 
   // Built by finalize().
-  std::unordered_map<std::string_view, int32_t> text_to_id;  // views into tokens[i].text
+  TextIndex text_to_id;  // over tokens[i].text
   std::unordered_set<int32_t> eog;
   std::vector<int32_t> special_cache;   // control/user-defined/unknown ids, longest text first
   std::array<int32_t, 256> byte_ids{};  // SPM/byte fallback: id of <0xXX> (or the byte itself)
@@ -85,10 +82,6 @@ struct Vocab {
   /// Id of a token's exact text, -1 if absent.
   int32_t find(std::string_view text) const;
 };
-
-inline uint64_t merge_key(int32_t left, int32_t right) {
-  return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-}
 
 /// Adds merge `left right` with `rank`. Errors (kCorrupt) when a side or the concatenation is not
 /// a token, unless `lenient` (GGUF files, as llama.cpp accepts them): then the merge is skipped

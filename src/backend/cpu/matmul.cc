@@ -83,7 +83,8 @@ void fast_matmul_isa(ThreadPool& pool, CpuIsa isa, const Tensor& w, const Tensor
   if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) {
     SHOAL_CHECK(in % 32 == 0, "quantized weight rows of {} values", in);
     job.nbp = (in / 32 + 1) / 2 * 2;
-    const int64_t rec = kQxBytesPerBlock * job.nbp;
+    const int64_t rec = (36 * job.nbp + 63) / 64 * 64;
+    job.qx_stride = rec;
     uint8_t* qx = qx_scratch(size_t(rec * n));
     const float* xs = job.x;
     pool.parallel_for(n, pool.grain_for(n, 4), [&](int64_t t0, int64_t t1) {

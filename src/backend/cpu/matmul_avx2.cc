@@ -1,8 +1,8 @@
 // AVX2 + FMA + F16C matmul kernels. Float weights: 8-lane f32 FMA against f32 activations.
 // Q8_0 / Q4_0 weights: one 32-value block per register; u8 x s8 products by vpmaddubsw then
-// vpmaddwd into 8 int32 lanes (llama.cpp's mul_sum_i8_pairs, ggml-cpu/arch/x86/quants.c):
-// Q8_0 takes |w| and moves w's sign onto x (|w| * x <= 128 * 127 keeps the 16-bit pair sums
-// from saturating); Q4_0 uses the nibbles (q + 8) directly and subtracts 8 * lsum(x).
+// vpmaddwd into 8 int32 lanes (llama.cpp's mul_sum_i8_pairs, ggml-cpu/arch/x86/quants.c): |w|
+// times x with w's sign moved onto it (|w| * |x| <= 128 * 127 keeps the 16-bit pair sums from
+// saturating).
 // Everything here is in an anonymous namespace (see matmul_kernels.h on why).
 #include <immintrin.h>
 
@@ -72,7 +72,10 @@ struct FloatTiles {
     int64_t k = 0;
     for (; k + 8 <= j.in; k += 8) {
       __m256 wv[R];
-      for (int r = 0; r < R; ++r) wv[r] = L::full(w[r] + k * L::kBytes);
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(w[r] + k * L::kBytes + kPrefetchBytes), _MM_HINT_T0);
+        wv[r] = L::full(w[r] + k * L::kBytes);
+      }
       for (int t = 0; t < T; ++t) {
         const __m256 xv = _mm256_loadu_ps(x[t] + k);
         for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
@@ -104,25 +107,22 @@ __m256i dot_u8_s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+// Q8_0: blocks of 34 bytes (f16 d, 32 x int8).
 struct Q8_0Weights {
   static constexpr int64_t kBlockBytes = 34;
   static __m256i load(const uint8_t* blk) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
   }
-  static __m256i dot(__m256i w, __m256i x, __m256i /*lsum*/) {
-    return dot_u8_s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  }
 };
 
+// Q4_0: blocks of 18 bytes (f16 d, value i in the low nibble of byte i, value i + 16 in the high
+// nibble, both offset by 8).
 struct Q4_0Weights {
   static constexpr int64_t kBlockBytes = 18;
   static __m256i load(const uint8_t* blk) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
     const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));  // [low nibbles, high nibbles]
-  }
-  static __m256i dot(__m256i w, __m256i x, __m256i lsum) {
-    return _mm256_sub_epi32(dot_u8_s8(w, x), _mm256_slli_epi32(lsum, 3));
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
   }
 };
 
@@ -134,33 +134,30 @@ struct QuantTiles {
     const uint8_t* w[R];
     const uint8_t* xq[T];
     const float* xd[T];
-    const int32_t* xl[T];
-    const int64_t rec = kQxBytesPerBlock * j.nbp;
     for (int r = 0; r < R; ++r) {
       w[r] = j.w + (r0 + r) * j.w_row_bytes;
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
     }
     for (int t = 0; t < T; ++t) {
-      const uint8_t* base = j.qx + (t0 + t) * rec;
-      xq[t] = base;
-      xd[t] = reinterpret_cast<const float*>(base + 32 * j.nbp);
-      xl[t] = reinterpret_cast<const int32_t*>(base + 64 * j.nbp);
+      xq[t] = j.qx + (t0 + t) * j.qx_stride;
+      xd[t] = reinterpret_cast<const float*>(xq[t] + 32 * j.nbp);
     }
     const int64_t nb = j.in / 32;
     for (int64_t b = 0; b < nb; ++b) {
-      __m256i wq[R];
+      __m256i wq[R], wabs[R];
       __m256 wd[R];
       for (int r = 0; r < R; ++r) {
         const uint8_t* blk = w[r] + b * W::kBlockBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
         wq[r] = W::load(blk);
+        wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);
         wd[r] = _mm256_cvtph_ps(_mm_set1_epi16(short(load_u16(blk))));
       }
       for (int t = 0; t < T; ++t) {
         const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq[t] + 32 * b));
-        const __m256 dv = _mm256_load_ps(xd[t] + 8 * b);
-        const __m256i lv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xl[t] + 8 * b));
+        const __m256 dv = _mm256_broadcast_ss(xd[t] + b);
         for (int r = 0; r < R; ++r) {
-          const __m256i s = W::dot(wq[r], xv, lv);
+          const __m256i s = dot_u8_s8(wabs[r], _mm256_sign_epi8(xv, wq[r]));
           acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd[r], dv), acc[r][t]);
         }
       }
@@ -178,7 +175,6 @@ void rows(const MatmulJob& j, int64_t r0, int64_t r1, int64_t token_block) {
 void quantize_x(const float* x, int64_t in, int64_t nbp, uint8_t* rec) {
   auto* qs = reinterpret_cast<int8_t*>(rec);
   auto* d = reinterpret_cast<float*>(rec + 32 * nbp);
-  auto* ls = reinterpret_cast<int32_t*>(rec + 64 * nbp);
   const int64_t nb = in / 32;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < nbp; ++b) {
@@ -203,8 +199,7 @@ void quantize_x(const float* x, int64_t in, int64_t nbp, uint8_t* rec) {
       q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(qs + 32 * b), q);
-    _mm256_store_ps(d + 8 * b, _mm256_set1_ps(db));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ls + 8 * b), dot_u8_s8(_mm256_set1_epi8(1), q));
+    d[b] = db;
   }
 }
 

@@ -14,15 +14,17 @@ namespace shoal::cpu_detail {
 
 /// Activations quantized for Q8_0 / Q4_0 weights ("QX"), one record per token, 64-byte aligned.
 /// A token of `in` values has nb = in / 32 blocks, padded with zero blocks to nbp (even, so AVX-512
-/// kernels can take two blocks per register). Record layout (kQxBytesPerBlock * nbp bytes):
-///   qs   int8  [nbp * 32]  round(x / d) per block, |q| <= 127
-///   d    float [nbp * 8]   the block's scale d = amax / 127, repeated 8 times (once per int32 lane)
-///   lsum int32 [nbp * 8]   sums of qs over each 4 consecutive values (the int32 lane of a
-///                           u8 x s8 dot product), used to undo a +128 or +8 offset on the weights
-/// (The ISA files compute these offsets themselves: they call no inline function of a shared
-/// header, so that no out-of-line copy compiled with AVX-512 flags can be picked by the linker
-/// for code that runs on a lesser CPU.)
-inline constexpr int64_t kQxBytesPerBlock = 96;
+/// kernels can take two blocks per register). Record layout (MatmulJob::qx_stride bytes, a
+/// multiple of 64 >= 36 * nbp):
+///   qs  int8  [nbp * 32]  round(x / d) per block, |q| <= 127
+///   d   float [nbp]       the block's scale d = amax / 127
+/// (ISA files compute these offsets themselves: they call no inline function of a shared header,
+/// so that no out-of-line copy compiled with AVX-512 flags can be picked by the linker for code
+/// that runs on a lesser CPU.)
+
+/// Bytes fetched ahead of the weight rows being read (software prefetch): the rows of a GEMV are
+/// one sequential stream, and the hardware prefetcher stops at every 4 KiB page.
+inline constexpr int64_t kPrefetchBytes = 8192;
 
 /// One matmul: y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias).
 struct MatmulJob {
@@ -32,7 +34,8 @@ struct MatmulJob {
   int64_t in = 0, out = 0, n = 0;
   const float* x = nullptr;    // f32 [n, in] (float weights)
   const uint8_t* qx = nullptr; // QX records [n] (Q8_0 / Q4_0 weights)
-  int64_t nbp = 0;             // QX padded block count; a record is kQxBytesPerBlock * nbp bytes
+  int64_t nbp = 0;             // QX padded block count
+  int64_t qx_stride = 0;       // bytes per QX record
   float* y = nullptr;          // f32 [n, out]
   const float* bias = nullptr; // f32 [out] or null
 };

@@ -83,11 +83,10 @@ struct QuantTiles {
   template <int R, int T>
   static void tile(const MatmulJob& j, int64_t r0, int64_t t0) {
     const int64_t nb = j.in / 32;
-    const int64_t rec = kQxBytesPerBlock * j.nbp;
     for (int r = 0; r < R; ++r) {
       const uint8_t* w = j.w + (r0 + r) * j.w_row_bytes;
       for (int t = 0; t < T; ++t) {
-        const uint8_t* base = j.qx + (t0 + t) * rec;
+        const uint8_t* base = j.qx + (t0 + t) * j.qx_stride;
         const auto* xq = reinterpret_cast<const int8_t*>(base);
         const auto* xd = reinterpret_cast<const float*>(base + 32 * j.nbp);
         float y = 0.0f;
@@ -95,7 +94,7 @@ struct QuantTiles {
           const uint8_t* blk = w + b * W::kBlockBytes;
           uint16_t dh;
           std::memcpy(&dh, blk, 2);
-          y += float(W::dot(blk, xq + 32 * b)) * (f16_to_f32(dh) * xd[8 * b]);
+          y += float(W::dot(blk, xq + 32 * b)) * (f16_to_f32(dh) * xd[b]);
         }
         if (j.bias) y += j.bias[r0 + r];
         j.y[(t0 + t) * j.out + r0 + r] = y;
@@ -113,7 +112,6 @@ void rows(const MatmulJob& j, int64_t r0, int64_t r1, int64_t token_block) {
 void quantize_x(const float* x, int64_t in, int64_t nbp, uint8_t* rec) {
   auto* qs = reinterpret_cast<int8_t*>(rec);
   auto* d = reinterpret_cast<float*>(rec + 32 * nbp);
-  auto* ls = reinterpret_cast<int32_t*>(rec + 64 * nbp);
   const int64_t nb = in / 32;
   for (int64_t b = 0; b < nbp; ++b) {
     float amax = 0.0f;
@@ -125,11 +123,7 @@ void quantize_x(const float* x, int64_t in, int64_t nbp, uint8_t* rec) {
       const float v = b < nb ? std::nearbyint(x[32 * b + i] * id) : 0.0f;
       qs[32 * b + i] = int8_t((v >= -127.0f && v <= 127.0f) ? int(v) : 0);
     }
-    for (int i = 0; i < 8; ++i) {
-      d[8 * b + i] = db;
-      const int8_t* q = qs + 32 * b + 4 * i;
-      ls[8 * b + i] = int32_t(q[0]) + q[1] + q[2] + q[3];
-    }
+    d[b] = db;
   }
 }
 

@@ -45,14 +45,16 @@ else
   fi
 fi
 
-# GPU tests: the tests/cuda/*_test.cc executables (ctest label gpu).
+# GPU tests: tests/cuda/*_test.cc (ctest label gpu), linked into one executable.
 fails=0
-for t in "$BUILD"/tests/cuda_*_test; do
+for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
+  [ -x "$t" ] || continue
   name=$(basename "$t")
   if timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$t" --gtest_color=no >"$LOGS/$name.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
   counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/$name.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
-  [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr' "$LOGS/$name.log" | head -30
+  [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$LOGS/$name.log" | head -30
   note "test $name: $r ($counts)"
+  grep -E '^\[----------\] [0-9]+ tests? from .* \(' "$LOGS/$name.log" | sed 's/^\[----------\] /   /' || true
 done
 
 # End to end with --device cuda:0: logits against the HF references, greedy stories260K.

@@ -7,7 +7,6 @@
 //
 //   cuda_kernels [--device 0] [--reps 20] [--quick]
 #include <CLI/CLI.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -38,10 +37,14 @@ T must(Result<T> r) {
 double weight_bytes(DType t, int64_t rows, int64_t cols) {
   const double n = double(rows) * double(cols);
   switch (t) {
-    case DType::kQ4_0: return n / 2 + n / 16;
-    case DType::kQ8_0: return n + n / 16;
-    case DType::kF32: return 4 * n;
-    default: return 2 * n;
+    case DType::kQ4_0:
+      return n / 2 + n / 16;
+    case DType::kQ8_0:
+      return n + n / 16;
+    case DType::kF32:
+      return 4 * n;
+    default:
+      return 2 * n;
   }
 }
 
@@ -77,7 +80,13 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
       for (int r : quant ? std::vector<int>{0, 4, 8} : std::vector<int>{0, 1, 4}) {
         probe::set_gemv_rows(r);
         Tensor x1 = x.rows_view(0, 1), y1 = y.rows_view(0, 1);
-        const double ms = must(probe::time_graph_ms(b, [&] { for (auto& w : ws) b.matmul(w, x1, y1, nullptr); }, reps)) / copies;
+        const double ms = must(probe::time_graph_ms(
+                              b,
+                              [&] {
+                                for (auto& w : ws) b.matmul(w, x1, y1, nullptr);
+                              },
+                              reps)) /
+                          copies;
         const double gbs = bytes / (ms * 1e-3) / 1e9;
         std::printf("| %s | %lldx%lld | %s | %.2f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(),
                     (long long)rows, (long long)cols, r ? std::to_string(r).c_str() : "default", ms * 1e3, gbs,
@@ -86,19 +95,29 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
       probe::set_gemv_rows(0);
       if (rows == 14336) {  // the FFN shapes: 4 tokens at once, and the fused gate+up+SiLU
         Tensor x4 = x.rows_view(0, 4), y4 = y.rows_view(0, 4);
-        double ms = must(probe::time_graph_ms(b, [&] { for (auto& w : ws) b.matmul(w, x4, y4, nullptr); }, reps)) / copies;
+        double ms = must(probe::time_graph_ms(
+                        b,
+                        [&] {
+                          for (auto& w : ws) b.matmul(w, x4, y4, nullptr);
+                        },
+                        reps)) /
+                    copies;
         std::printf("| %s | %lldx%lld n=4 | default | %.2f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(),
                     (long long)rows, (long long)cols, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
                     100 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
         Tensor x1 = x.rows_view(0, 1), y1 = y.rows_view(0, 1);
         const int pairs = copies / 2;
-        ms = must(probe::time_graph_ms(b, [&] {
-               for (int i = 0; i < pairs; ++i)
-                 b.matmul_glu(ws[size_t(2 * i)], ws[size_t(2 * i + 1)], x1, Activation::kSilu, y1, y1, y1);
-             }, reps)) / pairs;
-        std::printf("| %s | gate+up %lldx%lld glu | default | %.2f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(),
-                    (long long)rows, (long long)cols, ms * 1e3, 2 * bytes / (ms * 1e-3) / 1e9,
-                    100 * 2 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
+        ms = must(probe::time_graph_ms(
+                 b,
+                 [&] {
+                   for (int i = 0; i < pairs; ++i)
+                     b.matmul_glu(ws[size_t(2 * i)], ws[size_t(2 * i + 1)], x1, Activation::kSilu, y1, y1, y1);
+                 },
+                 reps)) /
+             pairs;
+        std::printf("| %s | gate+up %lldx%lld glu | default | %.2f | %.0f | %.0f%% |\n",
+                    std::string(dtype_name(t)).c_str(), (long long)rows, (long long)cols, ms * 1e3,
+                    2 * bytes / (ms * 1e-3) / 1e9, 100 * 2 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
       }
       for (auto& w : ws) b.free(w);
       b.free(x);
@@ -123,9 +142,13 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
     const int32_t p = int32_t(ctx - 1);
     if (Status s = b.to_device(pos, &p, 4, 0); !s.ok()) die(s);
     const AttentionSpec spec{32, 8, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
-    const double ms = must(probe::time_graph_ms(b, [&] {
-      for (int l = 0; l < 32; ++l) b.attention(q, kc[size_t(l)], vc[size_t(l)], pos, spec, out);
-    }, reps)) / 32;
+    const double ms = must(probe::time_graph_ms(
+                          b,
+                          [&] {
+                            for (int l = 0; l < 32; ++l) b.attention(q, kc[size_t(l)], vc[size_t(l)], pos, spec, out);
+                          },
+                          reps)) /
+                      32;
     const double bytes = 2.0 * double(ctx) * 1024 * 2;
     std::printf("| %lld | %.2f | %.0f | %.0f%% |\n", (long long)ctx, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
                 100 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
@@ -145,9 +168,11 @@ void bench_gemm(Backend& b, const Ceilings& c, int reps) {
   for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     Tensor w = weight(b, t, 14336, 4096, 5);
     Tensor x = act(b, DType::kF32, {512, 4096}, 6), y = must(b.alloc(DType::kF32, {512, 14336}));
-    const double ms = must(probe::time_graph_ms(b, [&] { b.matmul(w, x, y, nullptr); }, reps));
+    const double ms = must(probe::time_graph_ms(
+        b, [&] { b.matmul(w, x, y, nullptr); }, reps));
     const double tf = 2.0 * 512 * 14336 * 4096 / (ms * 1e-3) / 1e12;
-    std::printf("| %s | %.3f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(), ms, tf, 100 * tf / c.bf16_pp_tflops);
+    std::printf("| %s | %.3f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(), ms, tf,
+                100 * tf / c.bf16_pp_tflops);
     b.free(w);
     b.free(x);
     b.free(y);
@@ -231,12 +256,12 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   const double ms = must(probe::time_graph_ms(b, step, reps));
   const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
   const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
-  std::printf("| %s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note, std::string(dtype_name(t)).c_str(),
-              wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
+  std::printf("| %s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note,
+              std::string(dtype_name(t)).c_str(), wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
   std::fflush(stdout);
   for (auto& L : layers)
-    for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu,
-                       &L.wd, &L.kc, &L.vc})
+    for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd,
+                       &L.kc, &L.vc})
       if (tp->data) b.free(*tp);
   if (!m.tied) b.free(head);
   for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &logits, &best})
@@ -253,8 +278,11 @@ int run(int device, int reps, bool quick) {
   c.copy_gbs = must(probe::copy_bandwidth_gbs(device, 2ull << 30, reps));
   c.bf16_tflops = must(probe::cublas_bf16_tflops(device, 8192, 8192, 8192, reps));
   c.bf16_pp_tflops = must(probe::cublas_bf16_tflops(device, 14336, 512, 4096, reps));
-  std::printf("\n## Ceilings\n| read kernel GB/s | d2d copy GB/s (r+w) | cuBLAS bf16 8192^3 TFLOP/s | cuBLAS bf16 14336x512x4096 TFLOP/s |\n");
-  std::printf("|---|---|---|---|\n| %.0f | %.0f | %.0f | %.0f |\n", c.read_gbs, c.copy_gbs, c.bf16_tflops, c.bf16_pp_tflops);
+  std::printf(
+      "\n## Ceilings\n| read kernel GB/s | d2d copy GB/s (r+w) | cuBLAS bf16 8192^3 TFLOP/s | cuBLAS bf16 "
+      "14336x512x4096 TFLOP/s |\n");
+  std::printf("|---|---|---|---|\n| %.0f | %.0f | %.0f | %.0f |\n", c.read_gbs, c.copy_gbs, c.bf16_tflops,
+              c.bf16_pp_tflops);
   std::fflush(stdout);
 
   auto backend = must(create_backend("cuda:" + std::to_string(device)));
@@ -265,7 +293,8 @@ int run(int device, int reps, bool quick) {
     bench_gemm(b, c, reps);
   }
   std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position 576\n");
-  std::printf("| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
   const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");

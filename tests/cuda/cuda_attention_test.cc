@@ -23,7 +23,8 @@ TEST_F(CudaAttentionTest, RopeBothLayoutsPartialAndScaled) {
   };
   for (const Case& c : {Case{32, 128, 128, false, 1.0f}, Case{8, 64, 64, true, 1.0f}, Case{4, 80, 32, false, 1.0f},
                         Case{3, 96, 48, true, 1.2f}, Case{2, 256, 64, false, 1.0f}}) {
-    SCOPED_TRACE(fmt::format("heads {} dim {} rot {} interleaved {}", c.n_heads, c.head_dim, c.rot_dims, c.interleaved));
+    SCOPED_TRACE(
+        fmt::format("heads {} dim {} rot {} interleaved {}", c.n_heads, c.head_dim, c.rot_dims, c.interleaved));
     const int64_t n = 5, width = int64_t(c.n_heads) * c.head_dim;
     Dual x = make_f32({n, width}, randn(n * width));
     Dual pos = make_i32({0, 1, 17, 4095, 131071});
@@ -87,12 +88,12 @@ class CudaAttentionCases : public CudaVsRef {
 
 TEST_F(CudaAttentionCases, DecodeGqaShapes) {
   for (DType cache : {DType::kF16, DType::kF32, DType::kQ8_0}) {
-    run({32, 8, 128, 1024, {600}}, cache);   // Llama-3 8B
-    run({16, 8, 128, 512, {0}}, cache);      // Qwen3-0.6B, first token
-    run({8, 4, 64, 300, {299}}, cache);      // full cache
-    run({12, 4, 96, 700, {333}}, cache);     // group of 3
-    run({16, 1, 64, 200, {150}}, cache);     // multi-query: two blocks of 8 heads
-    run({4, 4, 256, 100, {57}}, cache);      // no GQA, head_dim 256
+    run({32, 8, 128, 1024, {600}}, cache);  // Llama-3 8B
+    run({16, 8, 128, 512, {0}}, cache);     // Qwen3-0.6B, first token
+    run({8, 4, 64, 300, {299}}, cache);     // full cache
+    run({12, 4, 96, 700, {333}}, cache);    // group of 3
+    run({16, 1, 64, 200, {150}}, cache);    // multi-query: two blocks of 8 heads
+    run({4, 4, 256, 100, {57}}, cache);     // no GQA, head_dim 256
   }
 }
 

@@ -61,8 +61,8 @@ TEST_F(CudaMatmulTest, GemmActivationsBeyondTheF16Range) {
     Dual w = make_weight(t, {out, in});
     std::vector<float> xv = randn(n * in);
     for (int64_t k = 0; k < in; ++k) {
-      xv[size_t(k)] *= 1e6f;                // row 0: far above 65504
-      xv[size_t(in + k)] *= 1e-9f;          // row 1: far below the f16 subnormals
+      xv[size_t(k)] *= 1e6f;        // row 0: far above 65504
+      xv[size_t(in + k)] *= 1e-9f;  // row 1: far below the f16 subnormals
     }
     Dual x = make_f32({n, in}, xv);
     Dual y = output(DType::kF32, {n, out});

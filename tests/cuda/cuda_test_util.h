@@ -102,9 +102,7 @@ class CudaVsRef : public ::testing::Test {
   Dual make_f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
     return make(DType::kF32, shape, v.data());
   }
-  Dual make_i32(const std::vector<int32_t>& v) {
-    return make(DType::kI32, {int64_t(v.size())}, v.data());
-  }
+  Dual make_i32(const std::vector<int32_t>& v) { return make(DType::kI32, {int64_t(v.size())}, v.data()); }
   /// A weight of random N(0, 1) values in dtype t.
   Dual make_weight(DType t, std::initializer_list<int64_t> shape, float scale = 1.0f) {
     int64_t n = 1;

@@ -21,9 +21,9 @@ namespace shoal::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kTile = 32;        // keys per shared-memory tile (one per lane in the softmax)
+constexpr int kTile = 32;  // keys per shared-memory tile (one per lane in the softmax)
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxSplits = 32;   // one per lane in the combine kernel
+constexpr int kMaxSplits = 32;  // one per lane in the combine kernel
 
 // Cache row loaders: 8 values at column c (c % 8 == 0) of a row.
 // Read-only loads (__ldg); with plain loads nvcc 13 did not finish compiling the F32 variant.
@@ -73,7 +73,7 @@ struct Params {
   const void* v;
   const int32_t* pos;
   AttnArgs a;
-  int64_t chunk;   // keys per split
+  int64_t chunk;  // keys per split
   int n_splits;
   int groups;      // head groups per KV head
   float* part_o;   // [n_tokens, n_heads, n_splits, head_dim] unnormalised outputs
@@ -87,8 +87,8 @@ constexpr int smem_floats(int gb, int d) { return gb * d + 2 * kTile * (d + 4) +
 // One split's partial result: unnormalised output, running max and sum of each head of the block.
 template <class C, int GB>
 __device__ void split_partial(const Params& P, int64_t k0, int64_t k1, int kvh, int h0, int nh, int64_t t,
-                              int64_t out_base, float* q_s, float* k_s, float* v_s, float* p_s, float* m_s,
-                              float* l_s, float* corr_s) {
+                              int64_t out_base, float* q_s, float* k_s, float* v_s, float* p_s, float* m_s, float* l_s,
+                              float* corr_s) {
   constexpr int kOut = GB * kMaxHeadDim / kThreads;  // outputs per thread at most
   const AttnArgs& a = P.a;
   const int D = a.head_dim, DP = a.head_dim + 4;
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
   const int split = blockIdx.x;  // DP: padded K/V rows in shared memory
   const int kvh = blockIdx.y / P.groups;
   const int h0 = kvh * G + (blockIdx.y % P.groups) * GB;  // first query head of this block
-  const int nh = min(GB, kvh * G + G - h0);                // heads of this block that exist
+  const int nh = min(GB, kvh * G + G - h0);               // heads of this block that exist
   const int64_t t = blockIdx.z;
 
   const int64_t last = min(int64_t(max(P.pos[t], 0)), a.n_ctx - 1);
@@ -249,8 +249,8 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(const Params 
 // One block per (token, head): warp 0 computes the weights (one split per lane), then every
 // thread sums its dimensions with all split loads in flight.
 __global__ void __launch_bounds__(kThreads)
-    attention_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml, int n_splits,
-                             int D, float* __restrict__ out) {
+    attention_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml, int n_splits, int D,
+                             float* __restrict__ out) {
   pdl_prologue();
   __shared__ float w_s[kMaxSplits];
   const int64_t th = blockIdx.x;  // token * n_heads + head
@@ -292,8 +292,8 @@ int heads_per_block(const AttnArgs& a) {
 template <class C, int GB>
 cudaError_t launch_gb(const Params& P, dim3 grid, cudaStream_t stream) {
   const size_t smem = size_t(smem_floats(GB, P.a.head_dim)) * sizeof(float);
-  const cudaError_t e = cudaFuncSetAttribute(attention_split_kernel<C, GB>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const cudaError_t e =
+      cudaFuncSetAttribute(attention_split_kernel<C, GB>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   SHOAL_TRY_LAUNCH(launch(attention_split_kernel<C, GB>, grid, kThreads, smem, stream, P));
   return cudaGetLastError();
@@ -319,11 +319,10 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
   const int64_t splits = div_up(a.n_ctx, chunk_for(a));
   return uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
 }
-cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
-                      const AttnArgs& a, void* scratch, float* out, cudaStream_t stream) {
+cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
+                      void* scratch, float* out, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
-  if (a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim || a.n_kv_heads <= 0 ||
-      a.n_heads % a.n_kv_heads != 0)
+  if (a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     return cudaErrorInvalidValue;
   Params P{};
   P.q = q;
@@ -351,8 +350,8 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
       break;
   }
   if (e != cudaSuccess) return e;
-  SHOAL_TRY_LAUNCH(launch(attention_combine_kernel, unsigned(a.n_tokens * a.n_heads), kThreads, 0, stream,
-                          P.part_o, P.part_ml, P.n_splits, a.head_dim, out));
+  SHOAL_TRY_LAUNCH(launch(attention_combine_kernel, unsigned(a.n_tokens * a.n_heads), kThreads, 0, stream, P.part_o,
+                          P.part_ml, P.n_splits, a.head_dim, out));
   return cudaSuccess;
 }
 

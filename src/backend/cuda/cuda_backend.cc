@@ -13,16 +13,16 @@ namespace shoal {
 
 namespace {
 
-constexpr uint64_t kStagingHalf = 32ull << 20;      // 2 x 32 MiB pinned
+constexpr uint64_t kStagingHalf = 32ull << 20;  // 2 x 32 MiB pinned
 constexpr uint64_t kCublasWorkspace = 32ull << 20;
 
 Status cuda_status(cudaError_t e, std::string_view what) {
   return make_error(Code::kInternal, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-#define SHOAL_CUDA_TRY(call)                                      \
-  do {                                                            \
-    const cudaError_t shoal_cuda_e_ = (call);                     \
+#define SHOAL_CUDA_TRY(call)                                                    \
+  do {                                                                          \
+    const cudaError_t shoal_cuda_e_ = (call);                                   \
     if (shoal_cuda_e_ != cudaSuccess) return cuda_status(shoal_cuda_e_, #call); \
   } while (0)
 
@@ -38,7 +38,8 @@ Result<uint64_t> checked_bytes(DType dtype, const Tensor& t) {
   if (t.cols() % dtype_info(dtype).block_size != 0)
     return make_error(Code::kInvalidArgument, "{} row of {} values is not whole blocks", dtype_name(dtype), t.cols());
   auto bytes = dtype_bytes(dtype, n);
-  if (!bytes) return make_error(Code::kInvalidArgument, "tensor {} of {} is too large", t.shape_string(), dtype_name(dtype));
+  if (!bytes)
+    return make_error(Code::kInvalidArgument, "tensor {} of {} is too large", t.shape_string(), dtype_name(dtype));
   return *bytes;
 }
 
@@ -48,8 +49,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const Backe
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
-    return make_error(Code::kUnavailable, "no CUDA device: cudaGetDeviceCount says {} ({})",
-                      cudaGetErrorName(e), cudaGetErrorString(e));
+    return make_error(Code::kUnavailable, "no CUDA device: cudaGetDeviceCount says {} ({})", cudaGetErrorName(e),
+                      cudaGetErrorString(e));
   if (device < 0 || device >= count)
     return make_error(Code::kUnavailable, "cuda:{} asked for, but this machine has {} CUDA device(s)", device, count);
   std::unique_ptr<CudaBackend> b(new CudaBackend());
@@ -132,9 +133,9 @@ Result<void*> CudaBackend::device_malloc(uint64_t bytes, const char* what) {
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
   if (e == cudaErrorMemoryAllocation)
-    return make_error(Code::kOutOfMemory, "{}: cannot allocate {} bytes ({:.1f} MiB) on {}: {:.1f} MiB free of {:.1f} MiB",
-                      what, bytes, double(bytes) / 1048576.0, name_, double(free_b) / 1048576.0,
-                      double(total_b) / 1048576.0);
+    return make_error(Code::kOutOfMemory,
+                      "{}: cannot allocate {} bytes ({:.1f} MiB) on {}: {:.1f} MiB free of {:.1f} MiB", what, bytes,
+                      double(bytes) / 1048576.0, name_, double(free_b) / 1048576.0, double(total_b) / 1048576.0);
   return cuda_status(e, fmt::format("cudaMalloc of {} bytes for {}", bytes, what));
 }
 
@@ -160,13 +161,15 @@ Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> sh
   Tensor t = Tensor::make(nullptr, dtype, shape);
   SHOAL_ASSIGN_OR_RETURN(const uint64_t bytes, checked_bytes(dtype, t));
   if (!use_device()) return error_;
-  SHOAL_ASSIGN_OR_RETURN(t.data, device_malloc(bytes, fmt::format("{} tensor {}", dtype_name(dtype), t.shape_string()).c_str()));
+  SHOAL_ASSIGN_OR_RETURN(
+      t.data, device_malloc(bytes, fmt::format("{} tensor {}", dtype_name(dtype), t.shape_string()).c_str()));
   return t;
 }
 
 Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int64_t> shape) {
   if (!dtype_is_native(dtype))
-    return make_error(Code::kUnsupported, "CUDA weights of type {} (expected F32, F16, BF16, Q8_0 or Q4_0)", dtype_name(dtype));
+    return make_error(Code::kUnsupported, "CUDA weights of type {} (expected F32, F16, BF16, Q8_0 or Q4_0)",
+                      dtype_name(dtype));
   Tensor t = Tensor::make(nullptr, dtype, shape);
   SHOAL_ASSIGN_OR_RETURN(uint64_t bytes, checked_bytes(dtype, t));
   const bool q4 = dtype == DType::kQ4_0;
@@ -176,7 +179,8 @@ Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int6
     bytes = cuda::repacked_bytes(q4, t.rows(), t.cols());
   }
   if (!use_device()) return error_;
-  SHOAL_ASSIGN_OR_RETURN(t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
+  SHOAL_ASSIGN_OR_RETURN(
+      t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
   if (is_repacked(dtype)) {
     t.aux = static_cast<uint8_t*>(t.data) + scales_at;
     // The padding rows of the last group of 4 are computed (never stored): keep them finite.

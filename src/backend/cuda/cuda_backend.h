@@ -48,8 +48,7 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void scale(Tensor& x, float s) override;
   void rope(Tensor& x, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec) override;
-  void kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v,
-                const Tensor& pos) override;
+  void kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& pos) override;
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                  const AttentionSpec& spec, Tensor& out) override;
   void glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override;
@@ -62,8 +61,8 @@ class CudaBackend final : public Backend {
   void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) override;
   /// For n <= 8 tokens one kernel reads gate and up rows together and applies act (gate_buf and
   /// up_buf unused); larger batches use the default composition.
-  void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act,
-                  Tensor& gate_buf, Tensor& up_buf, Tensor& out) override;
+  void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act, Tensor& gate_buf,
+                  Tensor& up_buf, Tensor& out) override;
 
   /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
   Status run_graph(uint64_t key, const std::function<void()>& record) override;

@@ -66,7 +66,8 @@ cuda::WeightRef CudaBackend::weight_ref(const Tensor& w) const {
       break;
     case DType::kQ8_0:
     case DType::kQ4_0:
-      SHOAL_CHECK(w.aux != nullptr, "{} weight {} was not allocated by alloc_weight", dtype_name(w.dtype), w.shape_string());
+      SHOAL_CHECK(w.aux != nullptr, "{} weight {} was not allocated by alloc_weight", dtype_name(w.dtype),
+                  w.shape_string());
       r.kind = w.dtype == DType::kQ8_0 ? WKind::kQ8_0 : WKind::kQ4_0;
       r.scales = static_cast<const uint16_t*>(w.aux);
       break;
@@ -117,8 +118,8 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   // one product, and combine_parts sums them.
   const bool bf16 = w.kind == WKind::kBF16, quant = w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0;
   const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const int parts = bf16 ? 3 : 2;           // activation parts
-  const int blocks = quant ? 3 : parts;     // partial products summed by combine_parts
+  const int parts = bf16 ? 3 : 2;        // activation parts
+  const int blocks = quant ? 3 : parts;  // partial products summed by combine_parts
   const uint64_t xs_bytes = cuda::align_up(uint64_t(parts) * uint64_t(n) * uint64_t(k) * 2, 256);
   auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
   auto* yp = static_cast<float*>(scratch(kGemmOut, uint64_t(blocks) * uint64_t(n) * uint64_t(m) * 4));
@@ -127,8 +128,8 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   auto* inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
   if (!note(cuda::split_activations(x, n, k, bf16, parts, x16, inv_scale, stream_), "split_activations")) return;
   if (!quant) {
-    if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, parts * nn, k, &one, w.data, type, k, x16,
-                                  type, k, &zero, yp, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, parts * nn, k, &one, w.data, type, k, x16, type,
+                                  k, &zero, yp, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx (16-bit parts)"))
       return;
   } else {
@@ -143,8 +144,8 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
     for (int64_t r0 = 0; r0 < m; r0 += tile) {
       const int nr = int(std::min<int64_t>(tile, m - r0));
       if (!note(cuda::dequant_split(w, r0, nr, w_hi, w_lo, stream_), "dequant_split")) return;
-      if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, 2 * nn, k, &one, w_hi, type, k, x16, type,
-                                    k, &zero, yp + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, 2 * nn, k, &one, w_hi, type, k, x16, type, k,
+                                    &zero, yp + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        "cublasGemmEx (w_hi x [x_hi x_lo])") ||
           !note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, nn, k, &one, w_lo, type, k, x16, type, k,
                                     &zero, yp + 2 * n * m + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -191,8 +192,9 @@ void CudaBackend::scale(Tensor& x, float s) {
 
 void CudaBackend::rope(Tensor& x, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec) {
   const int64_t n = x.rows();
-  SHOAL_CHECK(x.cols() == int64_t(spec.n_heads) * spec.head_dim && spec.rot_dims <= spec.head_dim &&
-                  spec.rot_dims % 2 == 0, "rope shapes");
+  SHOAL_CHECK(
+      x.cols() == int64_t(spec.n_heads) * spec.head_dim && spec.rot_dims <= spec.head_dim && spec.rot_dims % 2 == 0,
+      "rope shapes");
   SHOAL_CHECK(pos.n_elements() == n && inv_freq.n_elements() == spec.rot_dims / 2, "rope pos/freq shapes");
   if (failed() || !use_device()) return;
   cuda::RopeArgs a;
@@ -223,9 +225,10 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * spec.head_dim && out.n_elements() == q.n_elements(),
               "attention q/out shapes");
   SHOAL_CHECK(k_cache.cols() == int64_t(spec.n_kv_heads) * spec.head_dim && v_cache.cols() == k_cache.cols() &&
-                  k_cache.dtype == v_cache.dtype && pos.n_elements() == n, "attention cache shapes");
-  SHOAL_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 256, "CUDA attention needs head_dim % 8 == 0 and <= 256, got {}",
-              spec.head_dim);
+                  k_cache.dtype == v_cache.dtype && pos.n_elements() == n,
+              "attention cache shapes");
+  SHOAL_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 256,
+              "CUDA attention needs head_dim % 8 == 0 and <= 256, got {}", spec.head_dim);
   SHOAL_CHECK(n <= 65535, "attention over {} tokens in one call (at most 65535)", n);
   cuda::AttnArgs a;
   a.n_tokens = n;

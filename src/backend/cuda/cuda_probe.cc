@@ -1,11 +1,12 @@
 // Device ceilings and timing for the CUDA benchmarks (cuda_probe.h).
+#include "backend/cuda/cuda_probe.h"
+
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_probe.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels.h"
 
@@ -15,9 +16,9 @@ namespace {
 Status err(cudaError_t e, const char* what) {
   return make_error(Code::kInternal, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
-#define PROBE_TRY(call)                                  \
-  do {                                                   \
-    const cudaError_t probe_e_ = (call);                 \
+#define PROBE_TRY(call)                                       \
+  do {                                                        \
+    const cudaError_t probe_e_ = (call);                      \
     if (probe_e_ != cudaSuccess) return err(probe_e_, #call); \
   } while (0)
 
@@ -110,9 +111,9 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps) {
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return make_error(Code::kInternal, "cublasCreate failed");
   const float one = 1.0f, zero = 0.0f;
   auto gemm = [&]() -> Status {
-    const cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a.p, CUDA_R_16BF, m, b.p,
-                                          CUDA_R_16BF, k, &zero, c.p, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT);
+    const cublasStatus_t s =
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a.p, CUDA_R_16BF, m, b.p, CUDA_R_16BF, k, &zero, c.p,
+                     CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) return make_error(Code::kInternal, "cublasGemmEx: {}", cublasGetStatusString(s));
     return Status::Ok();
   };
@@ -149,10 +150,9 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
     case DType::kQ8_0:
     case DType::kQ4_0:
       if (!t.aux) break;  // only repacked weights: plain Q8_0 blocks need valid scales inline
-      SHOAL_RETURN_IF_ERROR(fill(t.data,
-                                 int64_t(cuda::row_quant_bytes(t.dtype == DType::kQ4_0, t.cols())) *
-                                     cuda::padded_rows(t.rows()),
-                                 cuda::FillKind::kBytes, seed, scale, s));
+      SHOAL_RETURN_IF_ERROR(
+          fill(t.data, int64_t(cuda::row_quant_bytes(t.dtype == DType::kQ4_0, t.cols())) * cuda::padded_rows(t.rows()),
+               cuda::FillKind::kBytes, seed, scale, s));
       return fill(t.aux, cuda::padded_rows(t.rows()) * (t.cols() / 32), cuda::FillKind::kScales, seed + 1, scale, s);
     default:
       break;

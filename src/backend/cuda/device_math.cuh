@@ -64,9 +64,7 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ float f16_bits_to_float(uint16_t h) {
-  return __half2float(__ushort_as_half(h));
-}
+__device__ __forceinline__ float f16_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /// Value i (row-major element index) of a weight in its device layout (cuda_util.h), as f32.
 __device__ __forceinline__ float weight_value(const WeightRef& w, int64_t i) {
@@ -83,8 +81,7 @@ __device__ __forceinline__ float weight_value(const WeightRef& w, int64_t i) {
       const int64_t r = i / w.cols, k = i % w.cols, g = r / 4, rr = r % 4;
       const float d = f16_bits_to_float(w.scales[(g * (w.cols / 32) + k / 32) * 4 + rr]);
       const uint8_t* q = static_cast<const uint8_t*>(w.data);
-      if (w.kind == WKind::kQ8_0)
-        return d * float(int8_t(q[(g * (w.cols / 4) + k / 4) * 16 + rr * 4 + k % 4]));
+      if (w.kind == WKind::kQ8_0) return d * float(int8_t(q[(g * (w.cols / 4) + k / 4) * 16 + rr * 4 + k % 4]));
       const uint8_t byte = q[(g * (w.cols / 8) + k / 8) * 16 + rr * 4 + (k % 8) / 2];
       return d * float(int((k % 2) ? (byte >> 4) : (byte & 0x0f)) - 8);
     }

@@ -15,9 +15,7 @@ namespace {
 
 constexpr int kF32 = 0, kF16 = 1;  // DType ids (anything else: BF16 = 30)
 
-__device__ __forceinline__ int64_t global_index() {
-  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ __forceinline__ int64_t global_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
   pdl_prologue();
@@ -105,15 +103,13 @@ cudaError_t activation(const float* x, Act act, float* out, int64_t n, cudaStrea
   return cudaGetLastError();
 }
 
-cudaError_t convert(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n,
-                    cudaStream_t stream) {
+cudaError_t convert(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   SHOAL_TRY_LAUNCH(launch(convert_kernel, grid_for(n), kBlock, 0, stream, src, src_dtype, dst, dst_dtype, n));
   return cudaGetLastError();
 }
 
-cudaError_t embed(const WeightRef& table, const int32_t* ids, int64_t n, float* out,
-                  cudaStream_t stream) {
+cudaError_t embed(const WeightRef& table, const int32_t* ids, int64_t n, float* out, cudaStream_t stream) {
   if (n * table.cols == 0) return cudaSuccess;
   SHOAL_TRY_LAUNCH(launch(embed_kernel, grid_for(n * table.cols), kBlock, 0, stream, table, ids, n, out));
   return cudaGetLastError();

@@ -28,8 +28,8 @@ constexpr int kRowThreads = 256;
 // One block per row: f16 rows are scaled by a power of two putting max|x| in [2^14, 2^15), far
 // from overflow (65504) and keeping the low parts above the f16 subnormals.
 __global__ void __launch_bounds__(kRowThreads)
-    split_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts,
-                 uint16_t* __restrict__ out, float* __restrict__ inv_scale) {
+    split_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* __restrict__ out,
+                 float* __restrict__ inv_scale) {
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
   const float* xr = x + t * k;
@@ -118,8 +118,7 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
   return cudaGetLastError();
 }
 
-cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo,
-                          cudaStream_t stream) {
+cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
   if (nr == 0) return cudaSuccess;
   if (r0 % 4 != 0 || (w.kind != WKind::kQ8_0 && w.kind != WKind::kQ4_0)) return cudaErrorInvalidValue;
   const bool q4 = w.kind == WKind::kQ4_0;

@@ -30,15 +30,15 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 struct GemvArgs {
-  const uint4* w[2];        // gate (or the only weight), up
-  const uint16_t* s[2];     // block scales (quantized kinds)
+  const uint4* w[2];     // gate (or the only weight), up
+  const uint16_t* s[2];  // block scales (quantized kinds)
   int64_t rows;
-  int64_t nvec;             // 16-byte vectors per row (plain) or per group of 4 rows (quantized)
+  int64_t nvec;  // 16-byte vectors per row (plain) or per group of 4 rows (quantized)
   int64_t cols;
-  const float* x;           // [n, cols]
+  const float* x;  // [n, cols]
   int n;
-  const float* bias;        // [rows] or null
-  float* y;                 // [n, rows]
+  const float* bias;  // [rows] or null
+  float* y;           // [n, rows]
   Act act;
 };
 
@@ -139,8 +139,7 @@ __device__ __forceinline__ void load_x(const float* p, float (&v)[N]) {
 
 // Reduces acc[S][R][NT] over the block and writes y (or act(gate) * up when S == 2).
 template <int S, int R, int NT>
-__device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const GemvArgs& a,
-                                                 int64_t row0) {
+__device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const GemvArgs& a, int64_t row0) {
   __shared__ float red[kWarps][S * R * NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -359,8 +358,7 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // Q4_0 rows shorter than 8192 values: two groups (8 rows) per block, twice the bytes in
     // flight (measured on the H200: 8 rows win on 4096-wide rows, 4 rows on 14336-wide ones).
     if constexpr (S == 1 && NT == 1 && T::kVals == 8) {
-      if (g_rows_override == 8 || (g_rows_override != 4 && a.cols < 8192))
-        return launch_grouped<T, 2, 1, 1>(a, stream);
+      if (g_rows_override == 8 || (g_rows_override != 4 && a.cols < 8192)) return launch_grouped<T, 2, 1, 1>(a, stream);
     }
     if constexpr (S == 1 && NT == 1 && T::kVals == 4) {
       if (g_rows_override == 8) return launch_grouped<T, 2, 1, 1>(a, stream);
@@ -410,8 +408,8 @@ int vals_per_vector(WKind k) {
 }
 
 template <int S>
-cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, const float* bias,
-                Act act, float* y, cudaStream_t stream) {
+cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, const float* bias, Act act, float* y,
+                cudaStream_t stream) {
   if (w.rows == 0 || n == 0) return cudaSuccess;
   const int vals = vals_per_vector(w.kind);
   GemvArgs a{};
@@ -447,13 +445,12 @@ cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, 
 
 void set_gemv_rows_override(int rows_per_block) { g_rows_override = rows_per_block; }
 
-cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y,
-                 cudaStream_t stream) {
+cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y, cudaStream_t stream) {
   return run<1>(w, nullptr, x, n, bias, Act::kSilu, y, stream);
 }
 
-cudaError_t gemv_glu(const WeightRef& gate, const WeightRef& up, const float* x, int n, Act act,
-                     float* out, cudaStream_t stream) {
+cudaError_t gemv_glu(const WeightRef& gate, const WeightRef& up, const float* x, int n, Act act, float* out,
+                     cudaStream_t stream) {
   return run<2>(gate, &up, x, n, nullptr, act, out, stream);
 }
 

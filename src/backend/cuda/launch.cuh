@@ -25,8 +25,7 @@ __device__ __forceinline__ void pdl_prologue() {
 /// Launches kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when enabled;
 /// returns the launch status.
 template <typename... KArgs, typename... Args>
-cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   Args&&... args) {
+cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -45,8 +44,8 @@ cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
 
 /// Returns the error of a launch() from the enclosing function (a single statement, safe in
 /// brace-less if/else chains).
-#define SHOAL_TRY_LAUNCH(call)                       \
-  do {                                               \
-    const cudaError_t shoal_launch_e_ = (call);      \
+#define SHOAL_TRY_LAUNCH(call)                                  \
+  do {                                                          \
+    const cudaError_t shoal_launch_e_ = (call);                 \
     if (shoal_launch_e_ != cudaSuccess) return shoal_launch_e_; \
   } while (0)

@@ -25,8 +25,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    add_rms_norm_kernel(float* x, const float* delta, const float* __restrict__ w, int64_t d,
-                        float eps, float* y) {
+    add_rms_norm_kernel(float* x, const float* delta, const float* __restrict__ w, int64_t d, float eps, float* y) {
   pdl_prologue();
   __shared__ float smem[32];
   float* xr = x + int64_t(blockIdx.x) * d;
@@ -45,8 +44,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    layer_norm_kernel(const float* x, const float* __restrict__ w, const float* __restrict__ b,
-                      int64_t d, float eps, float* y) {
+    layer_norm_kernel(const float* x, const float* __restrict__ w, const float* __restrict__ b, int64_t d, float eps,
+                      float* y) {
   pdl_prologue();
   __shared__ float smem[32];
   const float* xr = x + int64_t(blockIdx.x) * d;
@@ -57,8 +56,7 @@ __global__ void __launch_bounds__(kThreads)
   float v = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += kThreads) v = fmaf(xr[i] - mean, xr[i] - mean, v);
   const float inv = 1.0f / sqrtf(block_sum<kThreads>(v, smem) / float(d) + eps);
-  for (int64_t i = threadIdx.x; i < d; i += kThreads)
-    yr[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
+  for (int64_t i = threadIdx.x; i < d; i += kThreads) yr[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
 }  // namespace
@@ -76,8 +74,8 @@ cudaError_t rms_norm(const float* x, const float* w, int64_t groups, int64_t g, 
   return cudaGetLastError();
 }
 
-cudaError_t add_rms_norm(float* x, const float* delta, const float* w, int64_t rows, int64_t d,
-                         float eps, float* y, cudaStream_t stream) {
+cudaError_t add_rms_norm(float* x, const float* delta, const float* w, int64_t rows, int64_t d, float eps, float* y,
+                         cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const unsigned grid = unsigned(rows);
   if (d <= 128)
@@ -89,8 +87,8 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* w, int64_t r
   return cudaGetLastError();
 }
 
-cudaError_t layer_norm(const float* x, const float* w, const float* b, int64_t rows, int64_t d,
-                       float eps, float* y, cudaStream_t stream) {
+cudaError_t layer_norm(const float* x, const float* w, const float* b, int64_t rows, int64_t d, float eps, float* y,
+                       cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const unsigned grid = unsigned(rows);
   if (d <= 128)

@@ -14,8 +14,8 @@ namespace {
 
 // One thread per (token, head, rotated pair). The angle and its cos/sin are computed in double
 // like the reference (an f32 angle is off by ~1e-2 rad at position 1e5).
-__global__ void rope_kernel(float* x, const int32_t* __restrict__ pos,
-                            const float* __restrict__ inv_freq, const RopeArgs a) {
+__global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                            const RopeArgs a) {
   pdl_prologue();
   const int half = a.rot_dims / 2;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -38,7 +38,9 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos,
 template <typename T>
 __device__ __forceinline__ T to_cache(float v);
 template <>
-__device__ __forceinline__ float to_cache<float>(float v) { return v; }
+__device__ __forceinline__ float to_cache<float>(float v) {
+  return v;
+}
 template <>
 __device__ __forceinline__ uint16_t to_cache<uint16_t>(float v) {
   return __half_as_ushort(__float2half_rn(v));
@@ -46,9 +48,8 @@ __device__ __forceinline__ uint16_t to_cache<uint16_t>(float v) {
 
 // One thread per element of k (and v) for plain caches.
 template <typename T>
-__global__ void kv_write_plain_kernel(T* kc, T* vc, int64_t n_ctx, int64_t width,
-                                      const float* __restrict__ k, const float* __restrict__ v,
-                                      int64_t n, const int32_t* __restrict__ pos) {
+__global__ void kv_write_plain_kernel(T* kc, T* vc, int64_t n_ctx, int64_t width, const float* __restrict__ k,
+                                      const float* __restrict__ v, int64_t n, const int32_t* __restrict__ pos) {
   pdl_prologue();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * width) return;
@@ -71,9 +72,8 @@ __device__ __forceinline__ void store_q8_block(float x, uint8_t* dst) {
 }
 
 // One warp per (token, block of 32 values) of k and of v.
-__global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int64_t width,
-                                   const float* __restrict__ k, const float* __restrict__ v,
-                                   int64_t n, const int32_t* __restrict__ pos) {
+__global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int64_t width, const float* __restrict__ k,
+                                   const float* __restrict__ v, int64_t n, const int32_t* __restrict__ pos) {
   pdl_prologue();
   const int64_t blocks_per_row = width / 32;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -90,31 +90,30 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
 
 }  // namespace
 
-cudaError_t rope(float* x, const int32_t* pos, const float* inv_freq, const RopeArgs& a,
-                 cudaStream_t stream) {
+cudaError_t rope(float* x, const int32_t* pos, const float* inv_freq, const RopeArgs& a, cudaStream_t stream) {
   const int64_t total = a.n_tokens * a.n_heads * (a.rot_dims / 2);
   if (total == 0) return cudaSuccess;
   SHOAL_TRY_LAUNCH(launch(rope_kernel, unsigned(div_up(total, kBlock)), kBlock, 0, stream, x, pos, inv_freq, a));
   return cudaGetLastError();
 }
 
-cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx, int64_t width,
-                     const float* k, const float* v, int64_t n, const int32_t* pos,
-                     cudaStream_t stream) {
+cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx, int64_t width, const float* k,
+                     const float* v, int64_t n, const int32_t* pos, cudaStream_t stream) {
   const int64_t total = n * width;
   if (total == 0) return cudaSuccess;
   const unsigned grid = unsigned(div_up(total, kBlock));
   switch (kind) {
     case CacheKind::kF32:
-      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<float>, grid, kBlock, 0, stream, static_cast<float*>(k_cache), static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos));
+      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<float>, grid, kBlock, 0, stream, static_cast<float*>(k_cache),
+                              static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos));
       break;
     case CacheKind::kF16:
-      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<uint16_t>, grid, kBlock, 0, stream, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos));
+      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<uint16_t>, grid, kBlock, 0, stream, static_cast<uint16_t*>(k_cache),
+                              static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos));
       break;
     case CacheKind::kQ8_0:
       SHOAL_TRY_LAUNCH(launch(kv_write_q8_kernel, grid, kBlock, 0, stream, static_cast<uint8_t*>(k_cache),
-                                                       static_cast<uint8_t*>(v_cache), n_ctx,
-                                                       width, k, v, n, pos));
+                              static_cast<uint8_t*>(v_cache), n_ctx, width, k, v, n, pos));
       break;
   }
   return cudaGetLastError();

@@ -71,8 +71,7 @@ __global__ void argmax_partial_kernel(const float* __restrict__ logits, int64_t 
   if (threadIdx.x == 0) partial[row * slices + blockIdx.x] = best;
 }
 
-__global__ void argmax_final_kernel(const Cand* __restrict__ partial, int slices,
-                                    int32_t* __restrict__ out) {
+__global__ void argmax_final_kernel(const Cand* __restrict__ partial, int slices, int32_t* __restrict__ out) {
   pdl_prologue();
   const int64_t row = blockIdx.x;
   Cand best{0.0f, -1};
@@ -144,8 +143,8 @@ __global__ void __launch_bounds__(kSliceThreads)
 }
 
 __global__ void __launch_bounds__(kFinalThreads)
-    top_k_final_kernel(const Cand* __restrict__ cands, int n, int k, Cand* __restrict__ best,
-                       int32_t* __restrict__ ids, float* __restrict__ vals) {
+    top_k_final_kernel(const Cand* __restrict__ cands, int n, int k, Cand* __restrict__ best, int32_t* __restrict__ ids,
+                       float* __restrict__ vals) {
   pdl_prologue();
   select_top_k<kFinalThreads>(CandGet{cands}, n, k, best);
   __syncthreads();
@@ -163,28 +162,26 @@ uint64_t argmax_scratch_bytes(int64_t rows, int64_t vocab) {
   return uint64_t(rows * div_up(vocab, kArgmaxSlice)) * sizeof(Cand);
 }
 
-uint64_t top_k_scratch_bytes(int64_t vocab, int k) {
-  return uint64_t(slices_of(vocab) * k + k) * sizeof(Cand);
-}
+uint64_t top_k_scratch_bytes(int64_t vocab, int k) { return uint64_t(slices_of(vocab) * k + k) * sizeof(Cand); }
 
-cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scratch, int32_t* out,
-                   cudaStream_t stream) {
+cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scratch, int32_t* out, cudaStream_t stream) {
   if (rows == 0 || vocab == 0) return cudaSuccess;
   const int slices = int(div_up(vocab, kArgmaxSlice));
   Cand* partial = static_cast<Cand*>(scratch);
-  SHOAL_TRY_LAUNCH(launch(argmax_partial_kernel, dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream, logits, vocab, slices, partial));
+  SHOAL_TRY_LAUNCH(launch(argmax_partial_kernel, dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream,
+                          logits, vocab, slices, partial));
   SHOAL_TRY_LAUNCH(launch(argmax_final_kernel, unsigned(rows), 32, 0, stream, partial, slices, out));
   return cudaGetLastError();
 }
 
-cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids,
-                  float* vals, cudaStream_t stream) {
+cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
+                  cudaStream_t stream) {
   const int64_t slices = slices_of(vocab);
   if (k <= 0 || k > kTopKMax || k > vocab || slices * k > kMaxCandidates) return cudaErrorInvalidValue;
   Cand* cands = static_cast<Cand*>(scratch);
   SHOAL_TRY_LAUNCH(launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, k, cands));
-  SHOAL_TRY_LAUNCH(launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k, cands + slices * k,
-                                                      ids, vals));
+  SHOAL_TRY_LAUNCH(launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k,
+                          cands + slices * k, ids, vals));
   return cudaGetLastError();
 }
 

@@ -9,8 +9,8 @@ namespace {
 // One thread per GGUF block; block B (row-major) is row B / nb, block B % nb of that row.
 // Q8_0 block: f16 d, 32 int8. Q4_0 block: f16 d, 16 bytes (byte j: value j low, j + 16 high).
 template <bool kQ4>
-__global__ void repack_kernel(const uint8_t* __restrict__ raw, int64_t first, int64_t n_blocks,
-                              int64_t cols, uint8_t* __restrict__ quants, uint16_t* __restrict__ scales) {
+__global__ void repack_kernel(const uint8_t* __restrict__ raw, int64_t first, int64_t n_blocks, int64_t cols,
+                              uint8_t* __restrict__ quants, uint16_t* __restrict__ scales) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_blocks) return;
   const int64_t nb = cols / 32, B = first + i;
@@ -18,8 +18,8 @@ __global__ void repack_kernel(const uint8_t* __restrict__ raw, int64_t first, in
   const uint8_t* src = raw + i * (kQ4 ? 18 : 34);
   scales[(g * nb + b) * 4 + rr] = uint16_t(src[0] | (src[1] << 8));
   const uint8_t* qs = src + 2;
-  constexpr int kVals = kQ4 ? 8 : 4;           // values of a row per 16-byte vector
-  constexpr int kChunks = 32 / kVals;          // vectors per block
+  constexpr int kVals = kQ4 ? 8 : 4;   // values of a row per 16-byte vector
+  constexpr int kChunks = 32 / kVals;  // vectors per block
   const int64_t chunks_per_row = cols / kVals;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -42,8 +42,8 @@ __global__ void repack_kernel(const uint8_t* __restrict__ raw, int64_t first, in
 
 }  // namespace
 
-cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t first, int64_t n_blocks, int64_t cols,
-                          uint8_t* quants, uint16_t* scales, cudaStream_t stream) {
+cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t first, int64_t n_blocks, int64_t cols, uint8_t* quants,
+                          uint16_t* scales, cudaStream_t stream) {
   if (n_blocks == 0) return cudaSuccess;
   const unsigned grid = unsigned(div_up(n_blocks, kBlock));
   if (q4)

@@ -1,0 +1,332 @@
+// cuda_kernels: the CUDA backend's kernels against the device's ceilings, measured first on the
+// same device: a pure read kernel and a device-to-device copy (GB/s), and a cuBLAS bf16 GEMM
+// (TFLOP/s). Then GEMV GB/s per weight dtype for Llama-3-8B matrices, decode attention at
+// several context lengths, prefill GEMM TFLOP/s (n = 512), and whole decode steps (every op of
+// a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
+// per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
+//
+//   cuda_kernels [--device 0] [--reps 20] [--quick]
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/log.h"
+
+#ifdef SHOAL_HAVE_CUDA
+#include "backend/cuda/cuda_probe.h"
+
+namespace shoal {
+namespace {
+
+namespace probe = cuda_probe;
+
+void die(const Status& s) {
+  std::fprintf(stderr, "cuda_kernels: %s\n", s.to_string().c_str());
+  std::exit(1);
+}
+template <typename T>
+T must(Result<T> r) {
+  if (!r.ok()) die(r.status());
+  return std::move(*r);
+}
+
+/// Device bytes of a weight in the backend's layout (repacked quants + f16 scales).
+double weight_bytes(DType t, int64_t rows, int64_t cols) {
+  const double n = double(rows) * double(cols);
+  switch (t) {
+    case DType::kQ4_0:
+      return n / 2 + n / 16;
+    case DType::kQ8_0:
+      return n + n / 16;
+    case DType::kF32:
+      return 4 * n;
+    default:
+      return 2 * n;
+  }
+}
+
+struct Ceilings {
+  double read_gbs = 0, copy_gbs = 0, bf16_tflops = 0, bf16_pp_tflops = 0;
+};
+
+Tensor weight(Backend& b, DType t, int64_t rows, int64_t cols, uint64_t seed, float scale = 0.05f) {
+  Tensor w = must(b.alloc_weight(t, {rows, cols}));
+  if (Status s = probe::fill_random(b, w, seed, scale); !s.ok()) die(s);
+  return w;
+}
+Tensor act(Backend& b, DType t, std::initializer_list<int64_t> shape, uint64_t seed, float scale = 1.0f) {
+  Tensor x = must(b.alloc(t, shape));
+  if (Status s = probe::fill_random(b, x, seed, scale); !s.ok()) die(s);
+  return x;
+}
+
+// ---- GEMV -------------------------------------------------------------------------------------
+void bench_gemv(Backend& b, const Ceilings& c, int reps) {
+  std::printf("\n## GEMV (n = 1 unless noted), weights rotated over >= 512 MiB of copies\n");
+  std::printf("| dtype | out x in | rows/block | us | GB/s | %% of read |\n|---|---|---|---|---|---|\n");
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (auto [rows, cols] : shapes) {
+      const double wb = weight_bytes(t, rows, cols);
+      const int copies = int(std::max(2.0, std::min(64.0, std::ceil(512.0 * (1 << 20) / wb))));
+      std::vector<Tensor> ws;
+      for (int i = 0; i < copies; ++i) ws.push_back(weight(b, t, rows, cols, uint64_t(i + 1)));
+      Tensor x = act(b, DType::kF32, {8, cols}, 99), y = must(b.alloc(DType::kF32, {8, rows}));
+      const double bytes = wb + 4.0 * double(cols + rows);
+      const bool quant = t == DType::kQ8_0 || t == DType::kQ4_0;
+      for (int r : quant ? std::vector<int>{0, 4, 8} : std::vector<int>{0, 1, 4}) {
+        probe::set_gemv_rows(r);
+        Tensor x1 = x.rows_view(0, 1), y1 = y.rows_view(0, 1);
+        const double ms = must(probe::time_graph_ms(
+                              b,
+                              [&] {
+                                for (auto& w : ws) b.matmul(w, x1, y1, nullptr);
+                              },
+                              reps)) /
+                          copies;
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        std::printf("| %s | %lldx%lld | %s | %.2f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(),
+                    (long long)rows, (long long)cols, r ? std::to_string(r).c_str() : "default", ms * 1e3, gbs,
+                    100 * gbs / c.read_gbs);
+      }
+      probe::set_gemv_rows(0);
+      if (rows == 14336) {  // the FFN shapes: 4 tokens at once, and the fused gate+up+SiLU
+        Tensor x4 = x.rows_view(0, 4), y4 = y.rows_view(0, 4);
+        double ms = must(probe::time_graph_ms(
+                        b,
+                        [&] {
+                          for (auto& w : ws) b.matmul(w, x4, y4, nullptr);
+                        },
+                        reps)) /
+                    copies;
+        std::printf("| %s | %lldx%lld n=4 | default | %.2f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(),
+                    (long long)rows, (long long)cols, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                    100 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
+        Tensor x1 = x.rows_view(0, 1), y1 = y.rows_view(0, 1);
+        const int pairs = copies / 2;
+        ms = must(probe::time_graph_ms(
+                 b,
+                 [&] {
+                   for (int i = 0; i < pairs; ++i)
+                     b.matmul_glu(ws[size_t(2 * i)], ws[size_t(2 * i + 1)], x1, Activation::kSilu, y1, y1, y1);
+                 },
+                 reps)) /
+             pairs;
+        std::printf("| %s | gate+up %lldx%lld glu | default | %.2f | %.0f | %.0f%% |\n",
+                    std::string(dtype_name(t)).c_str(), (long long)rows, (long long)cols, ms * 1e3,
+                    2 * bytes / (ms * 1e-3) / 1e9, 100 * 2 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
+      }
+      for (auto& w : ws) b.free(w);
+      b.free(x);
+      b.free(y);
+      b.reset_graphs();
+    }
+  }
+}
+
+// ---- attention -----------------------------------------------------------------------------
+void bench_attention(Backend& b, const Ceilings& c, int reps) {
+  std::printf("\n## Decode attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), f16 cache, 32 layers\n");
+  std::printf("| context | us / layer | GB/s (K+V read) | %% of read |\n|---|---|---|---|\n");
+  for (int64_t ctx : {512, 4096, 32768}) {
+    std::vector<Tensor> kc, vc;
+    for (int l = 0; l < 32; ++l) {
+      kc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 1)));
+      vc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 2)));
+    }
+    Tensor q = act(b, DType::kF32, {1, 4096}, 7), out = must(b.alloc(DType::kF32, {1, 4096}));
+    Tensor pos = must(b.alloc(DType::kI32, {1}));
+    const int32_t p = int32_t(ctx - 1);
+    if (Status s = b.to_device(pos, &p, 4, 0); !s.ok()) die(s);
+    const AttentionSpec spec{32, 8, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
+    const double ms = must(probe::time_graph_ms(
+                          b,
+                          [&] {
+                            for (int l = 0; l < 32; ++l) b.attention(q, kc[size_t(l)], vc[size_t(l)], pos, spec, out);
+                          },
+                          reps)) /
+                      32;
+    const double bytes = 2.0 * double(ctx) * 1024 * 2;
+    std::printf("| %lld | %.2f | %.0f | %.0f%% |\n", (long long)ctx, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                100 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
+    for (auto& t : kc) b.free(t);
+    for (auto& t : vc) b.free(t);
+    b.free(q);
+    b.free(out);
+    b.free(pos);
+    b.reset_graphs();
+  }
+}
+
+// ---- prefill GEMM --------------------------------------------------------------------------
+void bench_gemm(Backend& b, const Ceilings& c, int reps) {
+  std::printf("\n## Prefill GEMM, 512 tokens x [14336, 4096] (cuBLAS; quantized weights dequantized per tile)\n");
+  std::printf("| dtype | ms | TFLOP/s | %% of cuBLAS bf16 at this shape |\n|---|---|---|---|\n");
+  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    Tensor w = weight(b, t, 14336, 4096, 5);
+    Tensor x = act(b, DType::kF32, {512, 4096}, 6), y = must(b.alloc(DType::kF32, {512, 14336}));
+    const double ms = must(probe::time_graph_ms(
+        b, [&] { b.matmul(w, x, y, nullptr); }, reps));
+    const double tf = 2.0 * 512 * 14336 * 4096 / (ms * 1e-3) / 1e12;
+    std::printf("| %s | %.3f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(), ms, tf,
+                100 * tf / c.bf16_pp_tflops);
+    b.free(w);
+    b.free(x);
+    b.free(y);
+    b.reset_graphs();
+  }
+}
+
+// ---- whole decode steps --------------------------------------------------------------------
+struct ModelShape {
+  const char* name;
+  int n_layers, d, ff, heads, kv_heads, head_dim, vocab;
+  bool qk_norm, tied;
+};
+
+struct Layer {
+  Tensor attn_norm, ffn_norm, q_norm, k_norm, wq, wk, wv, wo, wg, wu, wd, kc, vc;
+};
+
+void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note) {
+  const int64_t ctx = 1024, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
+  const int32_t position = 576;  // a tg128 token after a 512-token prompt
+  double wbytes = 0;
+  uint64_t seed = 1000;
+  std::vector<Layer> layers(size_t(m.n_layers));
+  auto W = [&](int64_t r, int64_t cols) {
+    wbytes += weight_bytes(t, r, cols);
+    return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols)));
+  };
+  auto norm = [&](int64_t n) { return act(b, DType::kF32, {n}, seed++, 0.1f); };
+  for (auto& L : layers) {
+    L.attn_norm = norm(m.d);
+    L.ffn_norm = norm(m.d);
+    if (m.qk_norm) L.q_norm = norm(m.head_dim), L.k_norm = norm(m.head_dim);
+    L.wq = W(qw, m.d), L.wk = W(kvw, m.d), L.wv = W(kvw, m.d), L.wo = W(m.d, qw);
+    L.wg = W(m.ff, m.d), L.wu = W(m.ff, m.d), L.wd = W(m.d, m.ff);
+    L.kc = act(b, DType::kF16, {ctx, kvw}, seed++), L.vc = act(b, DType::kF16, {ctx, kvw}, seed++);
+  }
+  Tensor embd = weight(b, t, m.vocab, m.d, seed++);
+  Tensor head = m.tied ? embd : W(m.vocab, m.d);
+  if (m.tied) wbytes += weight_bytes(t, m.vocab, m.d);
+  Tensor out_norm = norm(m.d);
+  std::vector<float> f(size_t(m.head_dim / 2));
+  for (int i = 0; i < m.head_dim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / m.head_dim));
+  Tensor freq = must(b.alloc(DType::kF32, {m.head_dim / 2}));
+  Tensor ids = must(b.alloc(DType::kI32, {1})), pos = must(b.alloc(DType::kI32, {1}));
+  const int32_t id = 17;
+  if (Status s = b.to_device(freq, f.data(), f.size() * 4, 0); !s.ok()) die(s);
+  if (Status s = b.to_device(ids, &id, 4, 0); !s.ok()) die(s);
+  if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
+  auto A = [&](int64_t n) { return must(b.alloc(DType::kF32, {1, n})); };
+  Tensor x = A(m.d), h = A(m.d), delta = A(m.d), q = A(qw), k = A(kvw), v = A(kvw), att = A(qw);
+  Tensor ff = A(m.ff), logits = A(m.vocab), best = must(b.alloc(DType::kI32, {1}));
+  const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
+  const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f}, rk{m.kv_heads, m.head_dim, m.head_dim, false, 1.0f};
+  auto step = [&] {
+    b.embed(embd, ids, x);
+    b.rms_norm(x, layers[0].attn_norm, 1e-5f, h);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      Layer& L = layers[l];
+      if (l > 0) b.add_rms_norm(x, delta, L.attn_norm, 1e-5f, h);
+      b.matmul(L.wq, h, q, nullptr);
+      b.matmul(L.wk, h, k, nullptr);
+      b.matmul(L.wv, h, v, nullptr);
+      if (m.qk_norm) {
+        b.rms_norm(q, L.q_norm, 1e-6f, q);
+        b.rms_norm(k, L.k_norm, 1e-6f, k);
+      }
+      b.rope(q, pos, freq, rq);
+      b.rope(k, pos, freq, rk);
+      b.kv_write(L.kc, L.vc, k, v, pos);
+      b.attention(q, L.kc, L.vc, pos, spec, att);
+      b.matmul(L.wo, att, delta, nullptr);
+      b.add_rms_norm(x, delta, L.ffn_norm, 1e-5f, h);
+      b.matmul_glu(L.wg, L.wu, h, Activation::kSilu, ff, ff, ff);
+      b.matmul(L.wd, ff, delta, nullptr);
+    }
+    b.add_rms_norm(x, delta, out_norm, 1e-5f, h);
+    b.matmul(head, h, logits, nullptr);
+    b.argmax(logits, best);
+  };
+  const double ms = must(probe::time_graph_ms(b, step, reps));
+  const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
+  const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
+  std::printf("| %s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note,
+              std::string(dtype_name(t)).c_str(), wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
+  std::fflush(stdout);
+  for (auto& L : layers)
+    for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd,
+                       &L.kc, &L.vc})
+      if (tp->data) b.free(*tp);
+  if (!m.tied) b.free(head);
+  for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &logits, &best})
+    b.free(*tp);
+  b.reset_graphs();
+}
+
+int run(int device, int reps, bool quick) {
+  auto info = must(probe::device_info(device));
+  std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
+              double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
+  Ceilings c;
+  c.read_gbs = must(probe::read_bandwidth_gbs(device, 4ull << 30, reps));
+  c.copy_gbs = must(probe::copy_bandwidth_gbs(device, 2ull << 30, reps));
+  c.bf16_tflops = must(probe::cublas_bf16_tflops(device, 8192, 8192, 8192, reps));
+  c.bf16_pp_tflops = must(probe::cublas_bf16_tflops(device, 14336, 512, 4096, reps));
+  std::printf(
+      "\n## Ceilings\n| read kernel GB/s | d2d copy GB/s (r+w) | cuBLAS bf16 8192^3 TFLOP/s | cuBLAS bf16 "
+      "14336x512x4096 TFLOP/s |\n");
+  std::printf("|---|---|---|---|\n| %.0f | %.0f | %.0f | %.0f |\n", c.read_gbs, c.copy_gbs, c.bf16_tflops,
+              c.bf16_pp_tflops);
+  std::fflush(stdout);
+
+  auto backend = must(create_backend("cuda:" + std::to_string(device)));
+  Backend& b = *backend;
+  if (!quick) {
+    bench_gemv(b, c, reps);
+    bench_attention(b, c, reps);
+    bench_gemm(b, c, reps);
+  }
+  std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position 576\n");
+  std::printf(
+      "| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
+  const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
+  const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");
+  bench_decode(b, c, qwen, DType::kF16, reps, "");
+  // The same without programmatic dependent launch: what the launch-gap hiding is worth.
+  probe::set_pdl(false);
+  bench_decode(b, c, llama, DType::kQ4_0, reps, " (no PDL)");
+  bench_decode(b, c, qwen, DType::kF16, reps, " (no PDL)");
+  if (Status s = b.synchronize(); !s.ok()) die(s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace shoal
+
+int main(int argc, char** argv) {
+  CLI::App app{"CUDA kernel benchmarks against the device's measured ceilings"};
+  int device = 0, reps = 20;
+  bool quick = false;
+  app.add_option("--device", device, "CUDA device index")->capture_default_str();
+  app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
+  app.add_flag("--quick", quick, "Ceilings and decode steps only");
+  CLI11_PARSE(app, argc, argv);
+  shoal::init_logging("warn");
+  return shoal::run(device, reps, quick);
+}
+
+#else  // no CUDA backend in this build
+
+int main() {
+  std::printf("cuda_kernels: this build has no CUDA backend\n");
+  return 0;
+}
+
+#endif

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The one entry point for GPU checks, run on a machine with an NVIDIA GPU (the H200 of the
+# `device` tool): builds Shoal in Release with the CUDA backend (sm_90 only, to save compile
+# time), runs every GPU test (label gpu), the CUDA kernel benchmarks, `shoal check` on the HF
+# fixtures and stories260K greedy decoding with --device cuda:0, and prints a short table last.
+#
+#   SHOAL_FIXTURES=/path/to/fixtures scripts/gpu-check.sh
+#
+# Environment:
+#   SHOAL_FIXTURES      fixtures folder (hf/llama, hf/qwen3, models/stories260K.gguf,
+#                       expected/stories260K_greedy.json); default ../shared/fixtures
+#   SHOAL_GPU_BUILD     build folder (default build-gpu)
+#   SHOAL_GPU_PREBUILT  a build folder made elsewhere (same layout; lib/ holds extra shared
+#                       libraries): skip configure and build, run what is there
+#   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings + decode steps) or "off"
+#   SHOAL_GPU_TEST_TIMEOUT  seconds per test executable (default 300)
+#   OUT                 if set, full logs go there
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FIX=${SHOAL_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
+export SHOAL_FIXTURES=$FIX
+LOGS=${OUT:-$(mktemp -d)}
+BENCH_MODE=${SHOAL_GPU_BENCH:-full}
+declare -a SUMMARY=()
+note() { SUMMARY+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv || true
+
+if [ -n "${SHOAL_GPU_PREBUILT:-}" ]; then
+  BUILD=$SHOAL_GPU_PREBUILT
+  export LD_LIBRARY_PATH="$BUILD/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  note "build: prebuilt $BUILD"
+else
+  BUILD=${SHOAL_GPU_BUILD:-build-gpu}
+  t0=$(date +%s)
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHOAL_CUDA=ON -DSHOAL_SANITIZE=OFF \
+       -DCMAKE_CUDA_ARCHITECTURES=90 >"$LOGS/configure.log" 2>&1 &&
+     cmake --build "$BUILD" -j"$(nproc)" >"$LOGS/build.log" 2>&1; then
+    note "build: ok in $(( $(date +%s) - t0 )) s"
+  else
+    tail -40 "$LOGS/configure.log" "$LOGS/build.log" 2>/dev/null
+    note "build: FAILED (see build.log)"
+    printf '%s\n' "${SUMMARY[@]}"
+    exit 1
+  fi
+fi
+
+# GPU tests: tests/cuda/*_test.cc (ctest label gpu), linked into one executable.
+fails=0
+for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  if timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$t" --gtest_color=no >"$LOGS/$name.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
+  counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/$name.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
+  [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$LOGS/$name.log" | head -30
+  note "test $name: $r ($counts)"
+  grep -E '^\[----------\] [0-9]+ tests? from .* \(' "$LOGS/$name.log" | sed 's/^\[----------\] /   /' || true
+done
+
+# End to end with --device cuda:0: logits against the HF references, greedy stories260K.
+SHOAL="$BUILD/shoal"
+if [ -x "$SHOAL" ]; then
+  for arch in llama qwen3; do
+    for form in hf gguf; do
+      m="$FIX/hf/$arch"; [ "$form" = gguf ] && m="$m/model-bf16.gguf"
+      for kv in f32; do
+        out=$("$SHOAL" --log-level warn check -m "$m" --reference "$FIX/hf/$arch/reference.safetensors" \
+              --device cuda:0 --kv "$kv" 2>&1 | tail -3 | tr '\n' ' ')
+        note "shoal check $arch $form kv=$kv cuda:0: $out"
+      done
+    done
+  done
+  if [ -f "$FIX/models/stories260K.gguf" ]; then
+    want=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['cases'][0]['generated_text'])" \
+           "$FIX/expected/stories260K_greedy.json" 2>/dev/null)
+    got=$("$SHOAL" --log-level off run -m "$FIX/models/stories260K.gguf" -p "Once upon a time" -n 48 --temp 0 \
+          --device cuda:0 2>&1)
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then note "stories260K greedy cuda:0: equal to the fixture"
+    else note "stories260K greedy cuda:0: DIFFERS: got '$got'"; fi
+  fi
+fi
+
+# Benchmarks (figures, not pass/fail).
+if [ "$BENCH_MODE" != off ] && [ -x "$BUILD/bench/cuda_kernels" ]; then
+  args=(); [ "$BENCH_MODE" = quick ] && args+=(--quick)
+  "$BUILD/bench/cuda_kernels" "${args[@]}" 2>&1 | tee "$LOGS/cuda_kernels.log"
+fi
+
+echo
+echo "## gpu-check summary"
+printf '%s\n' "${SUMMARY[@]}"
+[ -f "$LOGS/cuda_kernels.log" ] && grep -A8 -E '^## (Ceilings|Decode step)' "$LOGS/cuda_kernels.log"
+exit $((fails > 0))

@@ -1,0 +1,322 @@
+// CudaBackend: device, memory, staging uploads, graphs (ops are in cuda_ops.cc).
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "backend/cuda/cuda_util.h"
+#include "core/log.h"
+
+namespace shoal {
+
+namespace {
+
+constexpr uint64_t kStagingHalf = 32ull << 20;  // 2 x 32 MiB pinned
+constexpr uint64_t kCublasWorkspace = 32ull << 20;
+
+Status cuda_status(cudaError_t e, std::string_view what) {
+  return make_error(Code::kInternal, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define SHOAL_CUDA_TRY(call)                                                    \
+  do {                                                                          \
+    const cudaError_t shoal_cuda_e_ = (call);                                   \
+    if (shoal_cuda_e_ != cudaSuccess) return cuda_status(shoal_cuda_e_, #call); \
+  } while (0)
+
+bool is_repacked(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+Result<uint64_t> checked_bytes(DType dtype, const Tensor& t) {
+  for (int i = 0; i < t.nd; ++i)
+    if (t.shape[size_t(i)] < 0) return make_error(Code::kInvalidArgument, "negative dimension in {}", t.shape_string());
+  int64_t n = 1;
+  for (int i = 0; i < t.nd; ++i)
+    if (__builtin_mul_overflow(n, t.shape[size_t(i)], &n))
+      return make_error(Code::kInvalidArgument, "tensor {} has too many elements", t.shape_string());
+  if (t.cols() % dtype_info(dtype).block_size != 0)
+    return make_error(Code::kInvalidArgument, "{} row of {} values is not whole blocks", dtype_name(dtype), t.cols());
+  auto bytes = dtype_bytes(dtype, n);
+  if (!bytes)
+    return make_error(Code::kInvalidArgument, "tensor {} of {} is too large", t.shape_string(), dtype_name(dtype));
+  return *bytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const BackendOptions&) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return make_error(Code::kUnavailable, "no CUDA device: cudaGetDeviceCount says {} ({})", cudaGetErrorName(e),
+                      cudaGetErrorString(e));
+  if (device < 0 || device >= count)
+    return make_error(Code::kUnavailable, "cuda:{} asked for, but this machine has {} CUDA device(s)", device, count);
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  SHOAL_RETURN_IF_ERROR(b->init(device).with_context(fmt::format("opening cuda:{}", device)));
+  return b;
+}
+
+Status CudaBackend::init(int device) {
+  device_ = device;
+  SHOAL_CUDA_TRY(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  SHOAL_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  name_ = fmt::format("cuda:{} {}", device, prop.name);
+  // Programmatic dependent launch (sm_90+) hides launch gaps between the kernels of a step;
+  // SHOAL_CUDA_PDL=0 turns it off (for comparisons).
+  const char* pdl = std::getenv("SHOAL_CUDA_PDL");
+  cuda::set_pdl(prop.major >= 9 && !(pdl && std::string_view(pdl) == "0"));
+  SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
+  for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const cublasStatus_t s = cublasCreate(&cublas_);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return make_error(Code::kInternal, "cublasCreate failed: {}", cublasGetStatusString(s));
+  SHOAL_ASSIGN_OR_RETURN(cublas_workspace_, device_malloc(kCublasWorkspace, "cuBLAS workspace"));
+  if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)
+    return make_error(Code::kInternal, "cuBLAS stream/workspace setup failed");
+  return Status::Ok();
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [p, n] : scratch_) cudaFree(p);
+  for (void* p : retired_) cudaFree(p);
+  for (void* p : raw_) cudaFree(p);
+  for (auto ev : staged_)
+    if (ev) cudaEventDestroy(ev);
+  if (cublas_) cublasDestroy(cublas_);
+  cudaFree(cublas_workspace_);
+  if (pinned_) cudaFreeHost(pinned_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+bool CudaBackend::note(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  if (error_.ok()) {
+    error_ = cuda_status(e, what);
+    spdlog::error("{}: {}", name_, error_.message());
+  }
+  return false;
+}
+
+bool CudaBackend::note_cublas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return true;
+  if (error_.ok()) {
+    error_ = make_error(Code::kInternal, "{} failed: {}", what, cublasGetStatusString(s));
+    spdlog::error("{}: {}", name_, error_.message());
+  }
+  return false;
+}
+
+bool CudaBackend::use_device() {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device_) return true;
+  return note(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+uint64_t CudaBackend::free_memory() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return free_b;
+}
+
+Result<void*> CudaBackend::device_malloc(uint64_t bytes, const char* what) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<uint64_t>(bytes, 1));
+  if (e == cudaSuccess) return p;
+  cudaGetLastError();  // clear the allocation error so it does not surface at a later launch
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  if (e == cudaErrorMemoryAllocation)
+    return make_error(Code::kOutOfMemory,
+                      "{}: cannot allocate {} bytes ({:.1f} MiB) on {}: {:.1f} MiB free of {:.1f} MiB", what, bytes,
+                      double(bytes) / 1048576.0, name_, double(free_b) / 1048576.0, double(total_b) / 1048576.0);
+  return cuda_status(e, fmt::format("cudaMalloc of {} bytes for {}", bytes, what));
+}
+
+void* CudaBackend::scratch(Scratch slot, uint64_t bytes) {
+  auto& [p, cap] = scratch_[size_t(slot)];
+  if (cap >= bytes && p) return p;
+  const uint64_t want = std::max<uint64_t>(cuda::align_up(bytes + bytes / 2, 1 << 20), 1 << 20);
+  auto r = device_malloc(want, "scratch");
+  if (!r.ok()) {
+    if (error_.ok()) {
+      error_ = r.status();
+      spdlog::error("{}: {}", name_, error_.message());
+    }
+    return nullptr;
+  }
+  if (p) retired_.push_back(p);
+  p = *r;
+  cap = want;
+  return p;
+}
+
+Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor t = Tensor::make(nullptr, dtype, shape);
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t bytes, checked_bytes(dtype, t));
+  if (!use_device()) return error_;
+  SHOAL_ASSIGN_OR_RETURN(
+      t.data, device_malloc(bytes, fmt::format("{} tensor {}", dtype_name(dtype), t.shape_string()).c_str()));
+  return t;
+}
+
+Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int64_t> shape) {
+  if (!dtype_is_native(dtype))
+    return make_error(Code::kUnsupported, "CUDA weights of type {} (expected F32, F16, BF16, Q8_0 or Q4_0)",
+                      dtype_name(dtype));
+  Tensor t = Tensor::make(nullptr, dtype, shape);
+  SHOAL_ASSIGN_OR_RETURN(uint64_t bytes, checked_bytes(dtype, t));
+  const bool q4 = dtype == DType::kQ4_0;
+  uint64_t scales_at = 0;
+  if (is_repacked(dtype)) {
+    scales_at = cuda::scale_offset(q4, t.rows(), t.cols());
+    bytes = cuda::repacked_bytes(q4, t.rows(), t.cols());
+  }
+  if (!use_device()) return error_;
+  SHOAL_ASSIGN_OR_RETURN(
+      t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
+  if (is_repacked(dtype)) {
+    t.aux = static_cast<uint8_t*>(t.data) + scales_at;
+    // The padding rows of the last group of 4 are computed (never stored): keep them finite.
+    if (t.rows() % 4 != 0) SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, bytes, stream_));
+  }
+  return t;
+}
+
+void CudaBackend::free(Tensor& t) {
+  if (t.data) {
+    use_device();
+    note(cudaFree(t.data), "cudaFree");
+  }
+  t.data = nullptr;
+  t.aux = nullptr;
+}
+
+Status CudaBackend::stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack) {
+  const bool q4 = repack && repack->dtype == DType::kQ4_0;
+  const uint64_t block_bytes = repack ? uint64_t(dtype_info(repack->dtype).type_size) : 1;
+  const uint64_t chunk = kStagingHalf / block_bytes * block_bytes;
+  if (repack && !raw_[0]) {
+    for (auto& r : raw_) {
+      SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(kStagingHalf, "repacking buffer"));
+      r = static_cast<uint8_t*>(p);
+    }
+  }
+  for (uint64_t off = 0; off < n; off += chunk) {
+    const uint64_t len = std::min(chunk, n - off);
+    const int h = next_half_;
+    next_half_ ^= 1;
+    uint8_t* host = pinned_ + uint64_t(h) * kStagingHalf;
+    SHOAL_CUDA_TRY(cudaEventSynchronize(staged_[h]));  // the last copy out of this half is done
+    std::memcpy(host, src + off, len);
+    if (repack) {
+      SHOAL_CUDA_TRY(cudaMemcpyAsync(raw_[h], host, len, cudaMemcpyHostToDevice, stream_));
+      const int64_t first = int64_t(off / block_bytes), nb = int64_t(len / block_bytes);
+      SHOAL_CUDA_TRY(cuda::repack_blocks(q4, raw_[h], first, nb, repack->cols(), dst,
+                                         static_cast<uint16_t*>(repack->aux), stream_));
+    } else {
+      SHOAL_CUDA_TRY(cudaMemcpyAsync(dst + off, host, len, cudaMemcpyHostToDevice, stream_));
+    }
+    SHOAL_CUDA_TRY(cudaEventRecord(staged_[h], stream_));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) {
+  if (nbytes != t.nbytes())
+    return make_error(Code::kInvalidArgument, "weight of {} bytes uploaded into a {} {} tensor of {} bytes", nbytes,
+                      dtype_name(t.dtype), t.shape_string(), t.nbytes());
+  if (capturing_) return make_error(Code::kFailedPrecondition, "upload_weight inside run_graph");
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  if (is_repacked(t.dtype) && !t.aux)
+    return make_error(Code::kInvalidArgument, "{} weight was not allocated by alloc_weight", dtype_name(t.dtype));
+  return stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
+                      is_repacked(t.dtype) ? &t : nullptr);
+}
+
+Status CudaBackend::to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) {
+  if (offset > t.nbytes() || nbytes > t.nbytes() - offset)
+    return make_error(Code::kOutOfRange, "copy of {} bytes at {} into a tensor of {}", nbytes, offset, t.nbytes());
+  if (t.aux) return make_error(Code::kInvalidArgument, "to_device into a repacked weight (use upload_weight)");
+  if (capturing_) return make_error(Code::kFailedPrecondition, "to_device inside run_graph");
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  return stage_upload(static_cast<const uint8_t*>(src), nbytes, static_cast<uint8_t*>(t.data) + offset, nullptr);
+}
+
+Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset) {
+  if (offset > t.nbytes() || nbytes > t.nbytes() - offset)
+    return make_error(Code::kOutOfRange, "copy of {} bytes at {} from a tensor of {}", nbytes, offset, t.nbytes());
+  if (capturing_) return make_error(Code::kFailedPrecondition, "to_host inside run_graph");
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  const auto* src = static_cast<const uint8_t*>(t.data) + offset;
+  for (uint64_t off = 0; off < nbytes; off += kStagingHalf) {
+    const uint64_t len = std::min(kStagingHalf, nbytes - off);
+    SHOAL_CUDA_TRY(cudaMemcpyAsync(pinned_, src + off, len, cudaMemcpyDeviceToHost, stream_));
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (!note(e, "cudaStreamSynchronize (to_host)")) return error_;
+    std::memcpy(static_cast<uint8_t*>(dst) + off, pinned_, len);
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::synchronize() {
+  if (capturing_) return make_error(Code::kFailedPrecondition, "synchronize inside run_graph");
+  if (!use_device()) return error_;
+  note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return error_;
+}
+
+Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record) {
+  if (capturing_) {  // nested: part of the outer recording
+    record();
+    return Status::Ok();
+  }
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    // Relaxed mode: scratch buffers may be allocated (never freed) while recording.
+    SHOAL_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    capturing_ = true;
+    record();
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    if (failed() || !note(e, "cudaStreamEndCapture")) {
+      if (graph) cudaGraphDestroy(graph);
+      return error_;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t ei = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (!note(ei, "cudaGraphInstantiate")) return error_;
+    it = graphs_.emplace(key, exec).first;
+  }
+  note(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+  return error_;
+}
+
+void CudaBackend::reset_graphs() {
+  use_device();
+  note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (reset_graphs)");
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  for (void* p : retired_) cudaFree(p);
+  retired_.clear();
+}
+
+Result<std::unique_ptr<Backend>> create_cuda_backend(int device, const BackendOptions& opts) {
+  SHOAL_ASSIGN_OR_RETURN(auto b, CudaBackend::create(device, opts));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace shoal

@@ -1,0 +1,115 @@
+// The CUDA backend: device memory, weight upload through a bounded pinned staging buffer (with
+// Q8_0 / Q4_0 repacking), the op set of backend.h as kernels (kernels.h) and cuBLAS, and CUDA
+// graphs for run_graph. Only src/backend/cuda/ includes this header; everyone else reaches it
+// through create_backend("cuda:N") (backend.h).
+//
+// Errors: allocation and copies return Status (kOutOfMemory says needed and free bytes). An op
+// cannot return one, so a failed launch or cuBLAS call is logged and kept as a sticky error:
+// later ops are skipped and synchronize() / to_host() / run_graph() return it. Shape mistakes
+// are bugs (SHOAL_CHECK). All work goes to one stream, in call order.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+
+namespace shoal {
+
+class CudaBackend final : public Backend {
+ public:
+  /// Opens GPU `device`. Errors: kUnavailable (no such device, no driver), kInternal.
+  static Result<std::unique_ptr<CudaBackend>> create(int device, const BackendOptions& opts);
+  ~CudaBackend() override;
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return name_; }
+  uint64_t free_memory() const override;
+
+  Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
+  Result<Tensor> alloc_weight(DType dtype, std::initializer_list<int64_t> shape) override;
+  Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) override;
+  void free(Tensor& t) override;
+  Status to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) override;
+  Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset) override;
+  Status synchronize() override;
+
+  void embed(const Tensor& table, const Tensor& ids, Tensor& out) override;
+  void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;
+  void layer_norm(const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void scale(Tensor& x, float s) override;
+  void rope(Tensor& x, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec) override;
+  void kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& pos) override;
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                 const AttentionSpec& spec, Tensor& out) override;
+  void glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override;
+  void activation(const Tensor& x, Activation act, Tensor& out) override;
+  void convert(const Tensor& src, Tensor& dst) override;
+  void argmax(const Tensor& logits, Tensor& out) override;
+  void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) override;
+
+  /// One kernel for the residual add and the norm.
+  void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) override;
+  /// For n <= 8 tokens one kernel reads gate and up rows together and applies act (gate_buf and
+  /// up_buf unused); larger batches use the default composition.
+  void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act, Tensor& gate_buf,
+                  Tensor& up_buf, Tensor& out) override;
+
+  /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
+  Status run_graph(uint64_t key, const std::function<void()>& record) override;
+  void reset_graphs() override;
+
+  /// The stream every op is enqueued on (benchmarks time it with events).
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+
+ private:
+  CudaBackend() = default;
+  enum Scratch { kAttnScratch, kSampleScratch, kGemmWeight, kGemmInput, kGemmOut, kScratchCount };
+
+  Status init(int device);
+  /// Keeps the first error of an op (sticky) and logs it; returns false on error.
+  bool note(cudaError_t e, const char* what);
+  bool note_cublas(cublasStatus_t s, const char* what);
+  bool failed() const { return !error_.ok(); }
+  /// Makes device_ current on the calling thread.
+  bool use_device();
+  /// Device buffer of at least `bytes` for `slot`; a grown slot keeps its old buffer alive until
+  /// reset_graphs() (a captured graph may still use it). nullptr (and a sticky error) on OOM.
+  void* scratch(Scratch slot, uint64_t bytes);
+  Result<void*> device_malloc(uint64_t bytes, const char* what);
+  /// Copies n host bytes to device memory through the pinned staging halves (double-buffered).
+  /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
+  Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
+  cuda::WeightRef weight_ref(const Tensor& w) const;
+  /// cuBLAS path of matmul for n > kGemvMaxTokens tokens.
+  void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias);
+
+  int device_ = 0;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  // Staging: a pinned host buffer in two halves, each with the event of its last copy, and
+  // (for repacking) two device buffers of the same size.
+  uint8_t* pinned_ = nullptr;
+  uint8_t* raw_[2] = {nullptr, nullptr};
+  cudaEvent_t staged_[2] = {nullptr, nullptr};
+  int next_half_ = 0;
+  std::array<std::pair<void*, uint64_t>, kScratchCount> scratch_{};
+  std::vector<void*> retired_;
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+  bool capturing_ = false;
+  Status error_;
+};
+
+}  // namespace shoal

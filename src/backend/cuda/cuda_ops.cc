@@ -1,0 +1,303 @@
+// CudaBackend ops: shape checks (bugs are SHOAL_CHECK, as in the reference) and dispatch to the
+// kernels of kernels.h, or cuBLAS for matmuls of more than kGemvMaxTokens tokens.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.h"
+
+namespace shoal {
+
+namespace {
+
+using cuda::Act;
+using cuda::WKind;
+
+float* f32(Tensor& t) {
+  SHOAL_CHECK(t.dtype == DType::kF32, "expected F32, got {}", dtype_name(t.dtype));
+  return static_cast<float*>(t.data);
+}
+const float* f32(const Tensor& t) {
+  SHOAL_CHECK(t.dtype == DType::kF32, "expected F32, got {}", dtype_name(t.dtype));
+  return static_cast<const float*>(t.data);
+}
+const int32_t* i32(const Tensor& t) {
+  SHOAL_CHECK(t.dtype == DType::kI32, "expected I32, got {}", dtype_name(t.dtype));
+  return static_cast<const int32_t*>(t.data);
+}
+
+Act act_of(Activation a) { return static_cast<Act>(static_cast<int>(a)); }
+
+cuda::CacheKind cache_kind(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return cuda::CacheKind::kF32;
+    case DType::kF16:
+      return cuda::CacheKind::kF16;
+    case DType::kQ8_0:
+      return cuda::CacheKind::kQ8_0;
+    default:
+      SHOAL_CHECK(false, "KV cache of type {} (expected F32, F16 or Q8_0)", dtype_name(t));
+  }
+  return cuda::CacheKind::kF32;
+}
+
+// ggml ids of the types convert() handles.
+int plain_id(DType t) {
+  SHOAL_CHECK(t == DType::kF32 || t == DType::kF16 || t == DType::kBF16, "convert of {}", dtype_name(t));
+  return int(t);
+}
+
+}  // namespace
+
+cuda::WeightRef CudaBackend::weight_ref(const Tensor& w) const {
+  cuda::WeightRef r;
+  r.data = w.data;
+  r.rows = w.rows();
+  r.cols = w.cols();
+  switch (w.dtype) {
+    case DType::kF32:
+      r.kind = WKind::kF32;
+      break;
+    case DType::kF16:
+      r.kind = WKind::kF16;
+      break;
+    case DType::kBF16:
+      r.kind = WKind::kBF16;
+      break;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      SHOAL_CHECK(w.aux != nullptr, "{} weight {} was not allocated by alloc_weight", dtype_name(w.dtype),
+                  w.shape_string());
+      r.kind = w.dtype == DType::kQ8_0 ? WKind::kQ8_0 : WKind::kQ4_0;
+      r.scales = static_cast<const uint16_t*>(w.aux);
+      break;
+    default:
+      SHOAL_CHECK(false, "weight of type {}", dtype_name(w.dtype));
+  }
+  return r;
+}
+
+void CudaBackend::embed(const Tensor& table, const Tensor& ids, Tensor& out) {
+  const int64_t n = ids.n_elements(), d = table.cols();
+  SHOAL_CHECK(out.rows() == n && out.cols() == d, "embed out {} for {} ids x {}", out.shape_string(), n, d);
+  if (failed() || !use_device()) return;
+  note(cuda::embed(weight_ref(table), i32(ids), n, f32(out), stream_), "embed");
+}
+
+void CudaBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) {
+  const int64_t n = x.rows(), in = x.cols(), out = w.rows();
+  SHOAL_CHECK(w.cols() == in, "matmul: w {} vs x {}", w.shape_string(), x.shape_string());
+  SHOAL_CHECK(y.rows() == n && y.cols() == out, "matmul: y {} for n={} out={}", y.shape_string(), n, out);
+  SHOAL_CHECK(!bias || bias->n_elements() == out, "matmul: bias {} for out={}", bias->shape_string(), out);
+  const cuda::WeightRef wr = weight_ref(w);
+  const float* xs = f32(x);
+  SHOAL_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0, "matmul input not 16-byte aligned");
+  if (failed() || !use_device()) return;
+  const float* b = bias ? f32(*bias) : nullptr;
+  if (n <= cuda::kGemvMaxTokens)
+    note(cuda::gemv(wr, xs, int(n), b, f32(y), stream_), "gemv");
+  else
+    gemm(wr, xs, n, f32(y), b);
+}
+
+void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias) {
+  const float one = 1.0f, zero = 0.0f;
+  const int m = int(w.rows), k = int(w.cols), nn = int(n);
+  if (w.kind == WKind::kF32) {  // plain f32 SGEMM (no TF32)
+    if (note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &one, w.data, CUDA_R_32F, k, x,
+                                 CUDA_R_32F, k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx (f32)") &&
+        bias)
+      note(cuda::combine_parts(y, 1, n, m, nullptr, bias, y, stream_), "add bias");
+    return;
+  }
+  // Tensor cores on 16-bit operands with f32 accumulation, kept within ~1e-6 of the f32 result by
+  // splitting (gemm_prep.cu): F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights
+  // times x = hi + mid + lo in bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times
+  // x = hi + lo: w_hi * [x_hi x_lo] + w_lo * x_hi. The parts go side by side as extra columns of
+  // one product, and combine_parts sums them.
+  const bool bf16 = w.kind == WKind::kBF16, quant = w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0;
+  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const int parts = bf16 ? 3 : 2;        // activation parts
+  const int blocks = quant ? 3 : parts;  // partial products summed by combine_parts
+  const uint64_t xs_bytes = cuda::align_up(uint64_t(parts) * uint64_t(n) * uint64_t(k) * 2, 256);
+  auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
+  auto* yp = static_cast<float*>(scratch(kGemmOut, uint64_t(blocks) * uint64_t(n) * uint64_t(m) * 4));
+  if (!xs || !yp) return;
+  auto* x16 = reinterpret_cast<uint16_t*>(xs);
+  auto* inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
+  if (!note(cuda::split_activations(x, n, k, bf16, parts, x16, inv_scale, stream_), "split_activations")) return;
+  if (!quant) {
+    if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, parts * nn, k, &one, w.data, type, k, x16, type,
+                                  k, &zero, yp, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx (16-bit parts)"))
+      return;
+  } else {
+    // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
+    constexpr uint64_t kTileBytes = 64ull << 20;
+    const int64_t tile = std::max<int64_t>(128, int64_t(kTileBytes / (uint64_t(k) * 2)) / 128 * 128);
+    const uint64_t part_bytes = uint64_t(std::min<int64_t>(tile, m)) * uint64_t(k) * 2;
+    auto* w16 = static_cast<uint16_t*>(scratch(kGemmWeight, 2 * part_bytes));
+    if (!w16) return;
+    uint16_t* w_hi = w16;
+    uint16_t* w_lo = w16 + part_bytes / 2;
+    for (int64_t r0 = 0; r0 < m; r0 += tile) {
+      const int nr = int(std::min<int64_t>(tile, m - r0));
+      if (!note(cuda::dequant_split(w, r0, nr, w_hi, w_lo, stream_), "dequant_split")) return;
+      if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, 2 * nn, k, &one, w_hi, type, k, x16, type, k,
+                                    &zero, yp + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx (w_hi x [x_hi x_lo])") ||
+          !note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, nn, k, &one, w_lo, type, k, x16, type, k,
+                                    &zero, yp + 2 * n * m + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx (w_lo x x_hi)"))
+        return;
+    }
+  }
+  note(cuda::combine_parts(yp, blocks, n, m, inv_scale, bias, y, stream_), "combine_parts");
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  const int64_t g = w.n_elements();
+  SHOAL_CHECK(g > 0 && x.n_elements() % g == 0 && y.n_elements() == x.n_elements(), "rms_norm shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::rms_norm(f32(x), f32(w), x.n_elements() / g, g, eps, f32(y), stream_), "rms_norm");
+}
+
+void CudaBackend::add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) {
+  const int64_t d = x.cols();
+  SHOAL_CHECK(w.n_elements() == d && delta.n_elements() == x.n_elements() && y.n_elements() == x.n_elements(),
+              "add_rms_norm shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::add_rms_norm(f32(x), f32(delta), f32(w), x.rows(), d, eps, f32(y), stream_), "add_rms_norm");
+}
+
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor* b, float eps, Tensor& y) {
+  const int64_t d = x.cols();
+  SHOAL_CHECK(w.n_elements() == d && y.n_elements() == x.n_elements() && (!b || b->n_elements() == d),
+              "layer_norm shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::layer_norm(f32(x), f32(w), b ? f32(*b) : nullptr, x.rows(), d, eps, f32(y), stream_), "layer_norm");
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  SHOAL_CHECK(a.n_elements() == b.n_elements() && y.n_elements() == a.n_elements(), "add shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::add(f32(a), f32(b), f32(y), a.n_elements(), stream_), "add");
+}
+
+void CudaBackend::scale(Tensor& x, float s) {
+  if (failed() || !use_device()) return;
+  note(cuda::scale(f32(x), s, x.n_elements(), stream_), "scale");
+}
+
+void CudaBackend::rope(Tensor& x, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec) {
+  const int64_t n = x.rows();
+  SHOAL_CHECK(
+      x.cols() == int64_t(spec.n_heads) * spec.head_dim && spec.rot_dims <= spec.head_dim && spec.rot_dims % 2 == 0,
+      "rope shapes");
+  SHOAL_CHECK(pos.n_elements() == n && inv_freq.n_elements() == spec.rot_dims / 2, "rope pos/freq shapes");
+  if (failed() || !use_device()) return;
+  cuda::RopeArgs a;
+  a.n_tokens = n;
+  a.n_heads = spec.n_heads;
+  a.head_dim = spec.head_dim;
+  a.rot_dims = spec.rot_dims;
+  a.interleaved = spec.interleaved;
+  a.attn_factor = spec.attn_factor;
+  note(cuda::rope(f32(x), i32(pos), f32(inv_freq), a, stream_), "rope");
+}
+
+void CudaBackend::kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& pos) {
+  const int64_t n = k.rows(), width = k.cols();
+  SHOAL_CHECK(k_cache.cols() == width && v_cache.cols() == width && v.cols() == width && v.rows() == n &&
+                  k_cache.dtype == v_cache.dtype && k_cache.rows() == v_cache.rows() && pos.n_elements() == n,
+              "kv_write shapes");
+  const cuda::CacheKind kind = cache_kind(k_cache.dtype);
+  if (failed() || !use_device()) return;
+  note(cuda::kv_write(k_cache.data, v_cache.data, kind, k_cache.rows(), width, f32(k), f32(v), n, i32(pos), stream_),
+       "kv_write");
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                            const AttentionSpec& spec, Tensor& out) {
+  const int64_t n = q.rows();
+  SHOAL_CHECK(spec.n_kv_heads > 0 && spec.n_heads % spec.n_kv_heads == 0, "n_heads not a multiple of n_kv_heads");
+  SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * spec.head_dim && out.n_elements() == q.n_elements(),
+              "attention q/out shapes");
+  SHOAL_CHECK(k_cache.cols() == int64_t(spec.n_kv_heads) * spec.head_dim && v_cache.cols() == k_cache.cols() &&
+                  k_cache.dtype == v_cache.dtype && pos.n_elements() == n,
+              "attention cache shapes");
+  SHOAL_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 256,
+              "CUDA attention needs head_dim % 8 == 0 and <= 256, got {}", spec.head_dim);
+  SHOAL_CHECK(n <= 65535, "attention over {} tokens in one call (at most 65535)", n);
+  cuda::AttnArgs a;
+  a.n_tokens = n;
+  a.n_ctx = k_cache.rows();
+  a.n_heads = spec.n_heads;
+  a.n_kv_heads = spec.n_kv_heads;
+  a.head_dim = spec.head_dim;
+  a.scale = spec.scale;
+  a.sliding_window = spec.sliding_window;
+  a.softcap = spec.softcap;
+  a.cache = cache_kind(k_cache.dtype);
+  if (failed() || !use_device()) return;
+  void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
+  if (!s) return;
+  note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
+}
+
+void CudaBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {
+  SHOAL_CHECK(gate.n_elements() == up.n_elements() && out.n_elements() == up.n_elements(), "glu shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::glu(f32(gate), f32(up), act_of(act), f32(out), gate.n_elements(), stream_), "glu");
+}
+
+void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act,
+                             Tensor& gate_buf, Tensor& up_buf, Tensor& out) {
+  const int64_t n = x.rows();
+  if (n > cuda::kGemvMaxTokens || w_gate.dtype != w_up.dtype) {
+    Backend::matmul_glu(w_gate, w_up, x, act, gate_buf, up_buf, out);
+    return;
+  }
+  SHOAL_CHECK(w_gate.rows() == w_up.rows() && w_gate.cols() == w_up.cols() && w_gate.cols() == x.cols(),
+              "matmul_glu: gate {} up {} x {}", w_gate.shape_string(), w_up.shape_string(), x.shape_string());
+  SHOAL_CHECK(out.rows() == n && out.cols() == w_gate.rows(), "matmul_glu out {}", out.shape_string());
+  const float* xs = f32(x);
+  SHOAL_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0, "matmul input not 16-byte aligned");
+  if (failed() || !use_device()) return;
+  note(cuda::gemv_glu(weight_ref(w_gate), weight_ref(w_up), xs, int(n), act_of(act), f32(out), stream_), "gemv_glu");
+}
+
+void CudaBackend::activation(const Tensor& x, Activation act, Tensor& out) {
+  SHOAL_CHECK(out.n_elements() == x.n_elements(), "activation shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::activation(f32(x), act_of(act), f32(out), x.n_elements(), stream_), "activation");
+}
+
+void CudaBackend::convert(const Tensor& src, Tensor& dst) {
+  SHOAL_CHECK(dst.n_elements() == src.n_elements(), "convert shapes");
+  const int s = plain_id(src.dtype), d = plain_id(dst.dtype);
+  if (failed() || !use_device()) return;
+  note(cuda::convert(src.data, s, dst.data, d, src.n_elements(), stream_), "convert");
+}
+
+void CudaBackend::argmax(const Tensor& logits, Tensor& out) {
+  SHOAL_CHECK(out.n_elements() == logits.rows() && out.dtype == DType::kI32, "argmax shapes");
+  if (failed() || !use_device()) return;
+  void* s = scratch(kSampleScratch, cuda::argmax_scratch_bytes(logits.rows(), logits.cols()));
+  if (!s) return;
+  note(cuda::argmax(f32(logits), logits.rows(), logits.cols(), s, static_cast<int32_t*>(out.data), stream_), "argmax");
+}
+
+void CudaBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) {
+  const int64_t v = logits.cols();
+  SHOAL_CHECK(k > 0 && k <= v && ids.n_elements() >= k && vals.n_elements() >= k && ids.dtype == DType::kI32,
+              "top_k shapes");
+  SHOAL_CHECK(k <= cuda::kTopKMax, "CUDA top_k supports k <= {}, got {}", cuda::kTopKMax, k);
+  if (failed() || !use_device()) return;
+  void* s = scratch(kSampleScratch, cuda::top_k_scratch_bytes(v, k));
+  if (!s) return;
+  note(cuda::top_k(f32(logits), v, k, s, static_cast<int32_t*>(ids.data), f32(vals), stream_), "top_k");
+}
+
+}  // namespace shoal

@@ -1,0 +1,167 @@
+// Device ceilings and timing for the CUDA benchmarks (cuda_probe.h).
+#include "backend/cuda/cuda_probe.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kernels.h"
+
+namespace shoal::cuda_probe {
+namespace {
+
+Status err(cudaError_t e, const char* what) {
+  return make_error(Code::kInternal, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+#define PROBE_TRY(call)                                       \
+  do {                                                        \
+    const cudaError_t probe_e_ = (call);                      \
+    if (probe_e_ != cudaSuccess) return err(probe_e_, #call); \
+  } while (0)
+
+// A device buffer freed on scope exit.
+struct Buffer {
+  void* p = nullptr;
+  ~Buffer() { cudaFree(p); }
+};
+
+// Events around `reps` calls of `enqueue`, one pair per call; the median in ms.
+template <class F>
+Result<double> median_ms(cudaStream_t s, int reps, F&& enqueue) {
+  std::vector<cudaEvent_t> ev(size_t(2 * reps));
+  for (auto& e : ev) PROBE_TRY(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    PROBE_TRY(cudaEventRecord(ev[size_t(2 * i)], s));
+    SHOAL_RETURN_IF_ERROR(enqueue());
+    PROBE_TRY(cudaEventRecord(ev[size_t(2 * i + 1)], s));
+  }
+  PROBE_TRY(cudaStreamSynchronize(s));
+  std::vector<double> ms(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    float m = 0;
+    PROBE_TRY(cudaEventElapsedTime(&m, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+    ms[size_t(i)] = m;
+  }
+  for (auto e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+Status fill(void* p, int64_t n, cuda::FillKind kind, uint64_t seed, float scale, cudaStream_t s) {
+  PROBE_TRY(cuda::fill_random(p, n, kind, seed, scale, s));
+  return Status::Ok();
+}
+
+CudaBackend* as_cuda(Backend& b) { return dynamic_cast<CudaBackend*>(&b); }
+
+}  // namespace
+
+Result<DeviceInfo> device_info(int device) {
+  cudaDeviceProp prop{};
+  const cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) return make_error(Code::kUnavailable, "cuda:{}: {}", device, cudaGetErrorString(e));
+  return DeviceInfo{prop.name, prop.multiProcessorCount, uint64_t(prop.l2CacheSize), uint64_t(prop.totalGlobalMem)};
+}
+
+Result<double> read_bandwidth_gbs(int device, uint64_t bytes, int reps) {
+  PROBE_TRY(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  PROBE_TRY(cudaGetDeviceProperties(&prop, device));
+  Buffer buf, sink;
+  PROBE_TRY(cudaMalloc(&buf.p, bytes));
+  PROBE_TRY(cudaMalloc(&sink.p, 4));
+  SHOAL_RETURN_IF_ERROR(fill(buf.p, int64_t(bytes), cuda::FillKind::kBytes, 1, 1.0f, nullptr));
+  const int grid = prop.multiProcessorCount * 4;
+  auto launch = [&]() -> Status {
+    PROBE_TRY(cuda::read_all(buf.p, bytes, grid, static_cast<uint32_t*>(sink.p), nullptr));
+    return Status::Ok();
+  };
+  SHOAL_RETURN_IF_ERROR(launch());  // warm-up
+  SHOAL_ASSIGN_OR_RETURN(const double ms, median_ms(nullptr, reps, launch));
+  return double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+Result<double> copy_bandwidth_gbs(int device, uint64_t bytes, int reps) {
+  PROBE_TRY(cudaSetDevice(device));
+  Buffer a, b;
+  PROBE_TRY(cudaMalloc(&a.p, bytes));
+  PROBE_TRY(cudaMalloc(&b.p, bytes));
+  SHOAL_RETURN_IF_ERROR(fill(a.p, int64_t(bytes), cuda::FillKind::kBytes, 2, 1.0f, nullptr));
+  auto copy = [&]() -> Status {
+    PROBE_TRY(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, nullptr));
+    return Status::Ok();
+  };
+  SHOAL_RETURN_IF_ERROR(copy());
+  SHOAL_ASSIGN_OR_RETURN(const double ms, median_ms(nullptr, reps, copy));
+  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps) {
+  PROBE_TRY(cudaSetDevice(device));
+  Buffer a, b, c;
+  PROBE_TRY(cudaMalloc(&a.p, size_t(m) * k * 2));
+  PROBE_TRY(cudaMalloc(&b.p, size_t(k) * n * 2));
+  PROBE_TRY(cudaMalloc(&c.p, size_t(m) * n * 2));
+  SHOAL_RETURN_IF_ERROR(fill(a.p, int64_t(m) * k, cuda::FillKind::kBF16, 3, 1.0f, nullptr));
+  SHOAL_RETURN_IF_ERROR(fill(b.p, int64_t(k) * n, cuda::FillKind::kBF16, 4, 1.0f, nullptr));
+  cublasHandle_t h = nullptr;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return make_error(Code::kInternal, "cublasCreate failed");
+  const float one = 1.0f, zero = 0.0f;
+  auto gemm = [&]() -> Status {
+    const cublasStatus_t s =
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a.p, CUDA_R_16BF, m, b.p, CUDA_R_16BF, k, &zero, c.p,
+                     CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return make_error(Code::kInternal, "cublasGemmEx: {}", cublasGetStatusString(s));
+    return Status::Ok();
+  };
+  Status warm = gemm();
+  for (int i = 0; i < 2 && warm.ok(); ++i) warm = gemm();
+  auto ms = warm.ok() ? median_ms(nullptr, reps, gemm) : Result<double>(warm);
+  cublasDestroy(h);
+  SHOAL_ASSIGN_OR_RETURN(const double t, std::move(ms));
+  return 2.0 * m * n * double(k) / (t * 1e-3) / 1e12;
+}
+
+Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps) {
+  CudaBackend* cb = as_cuda(b);
+  if (!cb) return make_error(Code::kInvalidArgument, "time_graph_ms needs a CUDA backend, got {}", b.name());
+  static uint64_t next_key = 0xbe7c000000000000ull;
+  const uint64_t key = next_key++;
+  SHOAL_RETURN_IF_ERROR(b.run_graph(key, record));  // record + first replay (warm-up)
+  SHOAL_RETURN_IF_ERROR(b.run_graph(key, record));
+  return median_ms(cb->stream(), reps, [&] { return b.run_graph(key, record); });
+}
+
+Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
+  CudaBackend* cb = as_cuda(b);
+  if (!cb) return make_error(Code::kInvalidArgument, "fill_random needs a CUDA backend, got {}", b.name());
+  const int64_t n = t.n_elements();
+  cudaStream_t s = cb->stream();
+  switch (t.dtype) {
+    case DType::kF32:
+      return fill(t.data, n, cuda::FillKind::kF32, seed, scale, s);
+    case DType::kF16:
+      return fill(t.data, n, cuda::FillKind::kF16, seed, scale, s);
+    case DType::kBF16:
+      return fill(t.data, n, cuda::FillKind::kBF16, seed, scale, s);
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      if (!t.aux) break;  // only repacked weights: plain Q8_0 blocks need valid scales inline
+      SHOAL_RETURN_IF_ERROR(
+          fill(t.data, int64_t(cuda::row_quant_bytes(t.dtype == DType::kQ4_0, t.cols())) * cuda::padded_rows(t.rows()),
+               cuda::FillKind::kBytes, seed, scale, s));
+      return fill(t.aux, cuda::padded_rows(t.rows()) * (t.cols() / 32), cuda::FillKind::kScales, seed + 1, scale, s);
+    default:
+      break;
+  }
+  return make_error(Code::kUnsupported, "fill_random of a {} tensor", dtype_name(t.dtype));
+}
+
+void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }
+
+void set_pdl(bool on) { cuda::set_pdl(on); }
+
+}  // namespace shoal::cuda_probe

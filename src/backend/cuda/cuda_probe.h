@@ -1,0 +1,50 @@
+// Measurements for the CUDA benchmarks (bench/cuda_kernels.cc): the device's ceilings (a pure
+// read kernel, a device-to-device copy, a cuBLAS bf16 GEMM) and event timing of backend work
+// replayed as a CUDA graph. This header includes no CUDA headers; it exists only in builds with
+// the CUDA backend (SHOAL_HAVE_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace shoal::cuda_probe {
+
+struct DeviceInfo {
+  std::string name;
+  int sms = 0;
+  uint64_t l2_bytes = 0;
+  uint64_t memory_bytes = 0;
+};
+/// Facts about GPU `device`. Errors: kUnavailable.
+Result<DeviceInfo> device_info(int device);
+
+/// Median GB/s of a read-only kernel (16-byte loads, XOR-reduced) over `bytes` of device memory.
+Result<double> read_bandwidth_gbs(int device, uint64_t bytes, int reps);
+/// Median GB/s of a device-to-device cudaMemcpy of `bytes`, counting bytes read plus written.
+Result<double> copy_bandwidth_gbs(int device, uint64_t bytes, int reps);
+/// Median TFLOP/s (2*m*n*k per product) of cuBLAS bf16 x bf16 -> bf16 with f32 accumulation on
+/// random data.
+Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps);
+
+/// Median milliseconds of `record` (ops on the CUDA backend `b`) recorded once with run_graph and
+/// replayed `reps` times, timed by CUDA events on b's stream. Errors: kInvalidArgument if b is not
+/// a CUDA backend; the backend's errors.
+Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps);
+
+/// Fills a tensor of the CUDA backend `b` (a weight from alloc_weight, or a plain F32/F16/BF16/
+/// Q8_0 tensor) with pseudo-random values on the device: plain values uniform in
+/// [-scale, scale]; quantized blocks random quants with scales near scale / 64.
+Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale = 1.0f);
+
+/// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
+/// quantized weights 4 or 8 (one or two interleaved groups).
+void set_gemv_rows(int rows_per_block);
+
+/// Programmatic dependent launch on or off for kernels recorded from now on (sm_90+ only).
+void set_pdl(bool on);
+
+}  // namespace shoal::cuda_probe

@@ -1,0 +1,92 @@
+// Device helpers shared by the kernels: activations (same formulas as ref::apply_activation, in
+// f32), warp reductions, streaming loads. Only included by .cu files of src/backend/cuda/.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace shoal::cuda {
+
+/// act(x): silu x*sigmoid(x); GELU tanh approximation; exact (erf) GELU. Written in forms that
+/// keep f32 relative accuracy for negative x (1 + tanh(u) and 1 + erf(z) cancel there):
+/// 0.5 (1 + tanh u) = sigmoid(2u) and 1 + erf(z) = erfc(-z).
+__device__ __forceinline__ float apply_act(float x, Act act) {
+  switch (act) {
+    case Act::kSilu:
+      return x / (1.0f + expf(-x));
+    case Act::kGeluTanh:
+      return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+    case Act::kGeluErf:
+      return 0.5f * x * erfcf(-x * 0.7071067811865476f);
+  }
+  return x;
+}
+
+/// Sum over the 32 lanes of a warp (butterfly: every lane gets the same, order fixed).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Sum over a block of kThreads threads (a multiple of 32, at most 1024); every thread gets the
+/// result. smem: 32 floats. Fixed order, so deterministic.
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float v, float* smem) {
+  v = warp_sum(v);
+  if constexpr (kThreads == 32) {
+    return v;
+  } else {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // smem may still be read by a previous call
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    float t = lane < kThreads / 32 ? smem[lane] : 0.0f;
+    return warp_sum(t);
+  }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// A 16-byte load of data read once (weights): bypasses L1 so it keeps the activations.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float f16_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/// Value i (row-major element index) of a weight in its device layout (cuda_util.h), as f32.
+__device__ __forceinline__ float weight_value(const WeightRef& w, int64_t i) {
+  switch (w.kind) {
+    case WKind::kF32:
+      return static_cast<const float*>(w.data)[i];
+    case WKind::kF16:
+      return f16_bits_to_float(static_cast<const uint16_t*>(w.data)[i]);
+    case WKind::kBF16:
+      return __uint_as_float(uint32_t(static_cast<const uint16_t*>(w.data)[i]) << 16);
+    case WKind::kQ8_0:
+    case WKind::kQ4_0: {
+      // Interleaved groups of 4 rows (cuda_util.h).
+      const int64_t r = i / w.cols, k = i % w.cols, g = r / 4, rr = r % 4;
+      const float d = f16_bits_to_float(w.scales[(g * (w.cols / 32) + k / 32) * 4 + rr]);
+      const uint8_t* q = static_cast<const uint8_t*>(w.data);
+      if (w.kind == WKind::kQ8_0) return d * float(int8_t(q[(g * (w.cols / 4) + k / 4) * 16 + rr * 4 + k % 4]));
+      const uint8_t byte = q[(g * (w.cols / 8) + k / 8) * 16 + rr * 4 + (k % 8) / 2];
+      return d * float(int((k % 2) ? (byte >> 4) : (byte & 0x0f)) - 8);
+    }
+  }
+  return 0.0f;
+}
+
+}  // namespace shoal::cuda

@@ -1,0 +1,457 @@
+// GEMV (and small-batch GEMM, n <= 8 tokens) for F32, F16, BF16, Q8_0 and Q4_0 weights, with
+// the gate+up+activation fusion (gemv_glu). Memory-bound: the weights are read once, as 16-byte
+// loads that skip L1, several per lane in flight; the f32 activations come from L1.
+//
+// Plain weights: a block of 4 warps computes R rows; its 128 lanes take each row's 16-byte
+// vectors round-robin. Quantized weights (4-row-interleaved layout, cuda_util.h): a block takes
+// RG groups of 4 rows; a vector holds 4 rows x 4 (Q8_0) or 8 (Q4_0) values, so the lanes of a
+// warp read consecutive activations (a block per 32-value run of one row made every lane touch
+// its own cache line of x, which capped the kernel at a third of the bandwidth). Partial sums are
+// reduced in a fixed order (warp butterfly, then warps 0..3): results are deterministic.
+//
+// Quantized values become floats without I2F (a quarter-rate instruction on sm_80..sm_90): a
+// byte is placed in a float's mantissa with one prmt (Q8_0: 2^23 + q + 128, minus the offset;
+// Q4_0: 1 + q / 16, see Q4G), exactly.
+// Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+
+namespace shoal::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+struct GemvArgs {
+  const uint4* w[2];     // gate (or the only weight), up
+  const uint16_t* s[2];  // block scales (quantized kinds)
+  int64_t rows;
+  int64_t nvec;  // 16-byte vectors per row (plain) or per group of 4 rows (quantized)
+  int64_t cols;
+  const float* x;  // [n, cols]
+  int n;
+  const float* bias;  // [rows] or null
+  float* y;           // [n, rows]
+  Act act;
+};
+
+// Float value of byte i of u (0..255) plus 2^23.
+__device__ __forceinline__ float byte_plus_2p23(uint32_t u, int i) {
+  return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | unsigned(i)));
+}
+
+// Per-dtype decoding of one 16-byte vector. kVals: values per vector; dot() adds w . x to acc.
+struct F32W {
+  static constexpr int kVals = 4;
+  __device__ static float dot(uint4 w, const float* x, float acc) {
+    acc = fmaf(__uint_as_float(w.x), x[0], acc);
+    acc = fmaf(__uint_as_float(w.y), x[1], acc);
+    acc = fmaf(__uint_as_float(w.z), x[2], acc);
+    return fmaf(__uint_as_float(w.w), x[3], acc);
+  }
+};
+
+struct F16W {
+  static constexpr int kVals = 8;
+  __device__ static float dot(uint4 w, const float* x, float acc) {
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&ws[i]));
+      acc = fmaf(f.x, x[2 * i], acc);
+      acc = fmaf(f.y, x[2 * i + 1], acc);
+    }
+    return acc;
+  }
+};
+
+struct BF16W {
+  static constexpr int kVals = 8;
+  __device__ static float dot(uint4 w, const float* x, float acc) {
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc = fmaf(__uint_as_float(ws[i] << 16), x[2 * i], acc);
+      acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), x[2 * i + 1], acc);
+    }
+    return acc;
+  }
+};
+
+// Quantized, 4-row-interleaved: one 32-bit word is 4 (Q8_0) or 8 (Q4_0) values of one row.
+struct Q8G {
+  static constexpr int kVals = 4;  // values of each row per vector
+  /// The row's dot with x (4 values).
+  __device__ static float dot_word(uint32_t w, const float* x, float) {
+    const uint32_t u = w ^ 0x80808080u;  // int8 q -> q + 128 in 0..255
+    float s0 = (byte_plus_2p23(u, 0) - 8388736.0f) * x[0];
+    float s1 = (byte_plus_2p23(u, 1) - 8388736.0f) * x[1];
+    s0 = fmaf(byte_plus_2p23(u, 2) - 8388736.0f, x[2], s0);
+    s1 = fmaf(byte_plus_2p23(u, 3) - 8388736.0f, x[3], s1);
+    return s0 + s1;
+  }
+  __device__ static float x_term(const float*) { return 0.0f; }
+};
+
+// Q4_0: each nibble q becomes f = 1 + q / 16 with one prmt (the byte (q << 3) | 0x80 under the
+// exponent byte 0x3f is the float 0x3f800000 | q << 19), so sum (q - 8) x = 16 sum f x - 24 sum x;
+// sum x (x_term) is shared by all rows of a vector. Two instructions a value instead of three.
+struct Q4G {
+  static constexpr int kVals = 8;
+  __device__ static float one_plus_q16(uint32_t bytes, int b) {
+    return __uint_as_float(__byte_perm(bytes, 0x3f000000u, 0x7044u | (unsigned(b) << 8)));
+  }
+  /// The row's dot with x (8 values); neg24x = -24 * sum x.
+  __device__ static float dot_word(uint32_t w, const float* x, float neg24x) {
+    const uint32_t lo = ((w << 3) & 0x78787878u) | 0x80808080u;  // values 2b
+    const uint32_t hi = ((w >> 1) & 0x78787878u) | 0x80808080u;  // values 2b + 1
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      s0 = fmaf(one_plus_q16(lo, b), x[2 * b], s0);
+      s1 = fmaf(one_plus_q16(hi, b), x[2 * b + 1], s1);
+    }
+    return fmaf(16.0f, s0 + s1, neg24x);
+  }
+  __device__ static float x_term(const float* x) {
+    return -24.0f * (((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7])));
+  }
+};
+
+template <int N>
+__device__ __forceinline__ void load_x(const float* p, float (&v)[N]) {
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(p) + i);
+    v[4 * i] = f.x;
+    v[4 * i + 1] = f.y;
+    v[4 * i + 2] = f.z;
+    v[4 * i + 3] = f.w;
+  }
+}
+
+// Reduces acc[S][R][NT] over the block and writes y (or act(gate) * up when S == 2).
+template <int S, int R, int NT>
+__device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const GemvArgs& a, int64_t row0) {
+  __shared__ float red[kWarps][S * R * NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[s][r][t]);
+        if (lane == 0) red[warp][(s * R + r) * NT + t] = v;
+      }
+  __syncthreads();
+  for (int i = threadIdx.x; i < R * NT; i += kThreads) {
+    const int r = i / NT, t = i % NT;
+    const int64_t row = row0 + r;
+    if (row >= a.rows || t >= a.n) continue;
+    float g = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) g += red[wi][i];
+    float out;
+    if constexpr (S == 2) {
+      float u = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) u += red[wi][R * NT + i];
+      out = apply_act(g, a.act) * u;
+    } else {
+      out = a.bias ? g + a.bias[row] : g;
+    }
+    a.y[int64_t(t) * a.rows + row] = out;
+  }
+}
+
+// The plain kernel: R rows per block, NT tokens, S = 2 for the gate/up fusion, U vectors
+// per row loaded per lane before use.
+template <class T, int R, int NT, int S, int U>
+__global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
+  pdl_prologue();
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const uint4* wrow[S][R];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = min(row0 + r, a.rows - 1);  // spare rows redo the last; not stored
+      wrow[s][r] = a.w[s] + row * a.nvec;
+    }
+  float acc[S][R][NT];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
+
+  for (int64_t v0 = threadIdx.x; v0 < a.nvec; v0 += int64_t(kThreads) * U) {
+    uint4 wv[S][R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      const bool ok = vi < a.nvec;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[s][r][u] = ok ? load_stream(wrow[s][r] + vi) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      if (vi >= a.nvec) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
+        float xv[T::kVals];
+        load_x(a.x + int64_t(tt) * a.cols + vi * T::kVals, xv);
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[s][r][t] = T::dot(wv[s][r][u], xv, acc[s][r][t]);
+      }
+    }
+  }
+  reduce_and_store<S, R, NT>(acc, a, row0);
+}
+
+// The quantized kernel: RG groups of 4 rows per block; U vectors per group loaded per lane
+// before use.
+template <class T, int RG, int NT, int S, int U>
+__global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a) {
+  pdl_prologue();
+  const int64_t n_groups = (a.rows + 3) / 4, nb = a.cols / 32;
+  const int64_t g0 = int64_t(blockIdx.x) * RG;
+  constexpr int kPerBlock = 32 / T::kVals;  // vectors per 32-value block
+  const uint4* wg[S][RG];
+  const uint2* sg[S][RG];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int q = 0; q < RG; ++q) {
+      const int64_t g = min(g0 + q, n_groups - 1);  // spare groups redo the last; not stored
+      wg[s][q] = a.w[s] + g * a.nvec;
+      sg[s][q] = reinterpret_cast<const uint2*>(a.s[s]) + g * nb;
+    }
+  float acc[S][RG * 4][NT];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int r = 0; r < RG * 4; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
+
+  for (int64_t v0 = threadIdx.x; v0 < a.nvec; v0 += int64_t(kThreads) * U) {
+    uint4 wv[S][RG][U];
+    uint2 sv[S][RG][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      const bool ok = vi < a.nvec;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int q = 0; q < RG; ++q) {
+          wv[s][q][u] = ok ? load_stream(wg[s][q] + vi) : make_uint4(0, 0, 0, 0);
+          sv[s][q][u] = ok ? __ldg(sg[s][q] + vi / kPerBlock) : make_uint2(0, 0);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      if (vi >= a.nvec) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
+        float xv[T::kVals];
+        load_x(a.x + int64_t(tt) * a.cols + vi * T::kVals, xv);
+        const float xt = T::x_term(xv);
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+          for (int q = 0; q < RG; ++q) {
+            const uint4 w = wv[s][q][u];
+            const uint2 sc = sv[s][q][u];
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+            const uint32_t halves[2] = {sc.x, sc.y};
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const float d = f16_bits_to_float(uint16_t(halves[r / 2] >> (16 * (r % 2))));
+              acc[s][q * 4 + r][t] = fmaf(d, T::dot_word(words[r], xv, xt), acc[s][q * 4 + r][t]);
+            }
+          }
+      }
+    }
+  }
+  reduce_and_store<S, RG * 4, NT>(acc, a, g0 * 4);
+}
+
+// Element loaders for the scalar path (plain weights whose rows are not whole 16-byte vectors).
+__device__ __forceinline__ float load_elem(WKind kind, const void* w, int64_t i) {
+  switch (kind) {
+    case WKind::kF32:
+      return static_cast<const float*>(w)[i];
+    case WKind::kF16:
+      return f16_bits_to_float(static_cast<const uint16_t*>(w)[i]);
+    default:
+      return __uint_as_float(uint32_t(static_cast<const uint16_t*>(w)[i]) << 16);
+  }
+}
+
+// One row per block, element by element: any cols, any alignment.
+template <int NT, int S>
+__global__ void __launch_bounds__(kThreads) gemv_scalar_kernel(const GemvArgs a, WKind kind) {
+  pdl_prologue();
+  const int64_t row = blockIdx.x;
+  float acc[S][1][NT];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[s][0][t] = 0.0f;
+  for (int64_t k = threadIdx.x; k < a.cols; k += kThreads) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const float w = load_elem(kind, a.w[s], row * a.cols + k);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[s][0][t] = fmaf(w, a.x[int64_t(min(t, a.n - 1)) * a.cols + k], acc[s][0][t]);
+    }
+  }
+  reduce_and_store<S, 1, NT>(acc, a, row);
+}
+
+int g_rows_override = 0;
+
+// Rows per block of the plain kernel: enough 16-byte loads in flight per lane without spilling.
+template <int S, int NT>
+constexpr int plain_rows() {
+  return (NT >= 4 && S == 2) ? 1 : 2;
+}
+
+template <class T, int R, int NT, int S>
+cudaError_t launch_plain(const GemvArgs& a, cudaStream_t stream) {
+  const unsigned grid = unsigned(div_up(a.rows, R));
+  SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, 4>, grid, kThreads, 0, stream, a));
+  return cudaGetLastError();
+}
+
+template <class T, int RG, int NT, int S>
+cudaError_t launch_grouped(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int U = (NT >= 4 && S == 2) ? 2 : 4;  // fewer loads in flight where registers run short
+  const unsigned grid = unsigned(div_up(div_up(a.rows, 4), RG));
+  SHOAL_TRY_LAUNCH(launch(gemv_grouped_kernel<T, RG, NT, S, U>, grid, kThreads, 0, stream, a));
+  return cudaGetLastError();
+}
+
+template <class T, int S, int NT>
+cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
+  constexpr bool kGrouped = std::is_same_v<T, Q8G> || std::is_same_v<T, Q4G>;
+  if constexpr (kGrouped) {
+    // Q4_0 rows shorter than 8192 values: two groups (8 rows) per block, twice the bytes in
+    // flight (measured on the H200: 8 rows win on 4096-wide rows, 4 rows on 14336-wide ones).
+    if constexpr (S == 1 && NT == 1 && T::kVals == 8) {
+      if (g_rows_override == 8 || (g_rows_override != 4 && a.cols < 8192)) return launch_grouped<T, 2, 1, 1>(a, stream);
+    }
+    if constexpr (S == 1 && NT == 1 && T::kVals == 4) {
+      if (g_rows_override == 8) return launch_grouped<T, 2, 1, 1>(a, stream);
+    }
+    return launch_grouped<T, 1, NT, S>(a, stream);
+  } else {
+    constexpr int kDefault = plain_rows<S, NT>();
+    if constexpr (S == 1 && NT == 1) {  // benchmarks try other row counts for the plain GEMV
+      if (g_rows_override == 1 && kDefault != 1) return launch_plain<T, 1, 1, 1>(a, stream);
+      if (g_rows_override == 4 && kDefault != 4) return launch_plain<T, 4, 1, 1>(a, stream);
+    }
+    return launch_plain<T, kDefault, NT, S>(a, stream);
+  }
+}
+
+template <class T, int S>
+cudaError_t dispatch_tokens(const GemvArgs& a, cudaStream_t stream) {
+  if (a.n == 1) return dispatch_rows<T, S, 1>(a, stream);
+  if (a.n == 2) return dispatch_rows<T, S, 2>(a, stream);
+  if (a.n <= 4) return dispatch_rows<T, S, 4>(a, stream);
+  return dispatch_rows<T, S, 8>(a, stream);
+}
+
+template <int S>
+cudaError_t launch_scalar(const GemvArgs& a, WKind kind, cudaStream_t stream) {
+  const unsigned grid = unsigned(a.rows);
+  if (a.n == 1)
+    SHOAL_TRY_LAUNCH(launch(gemv_scalar_kernel<1, S>, grid, kThreads, 0, stream, a, kind));
+  else
+    SHOAL_TRY_LAUNCH(launch(gemv_scalar_kernel<kGemvMaxTokens, S>, grid, kThreads, 0, stream, a, kind));
+  return cudaGetLastError();
+}
+
+int vals_per_vector(WKind k) {
+  switch (k) {
+    case WKind::kF32:
+      return 4;
+    case WKind::kF16:
+    case WKind::kBF16:
+      return 8;
+    case WKind::kQ8_0:
+      return 4;  // per row of the 4-row vector
+    case WKind::kQ4_0:
+      return 8;
+  }
+  return 1;
+}
+
+template <int S>
+cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, const float* bias, Act act, float* y,
+                cudaStream_t stream) {
+  if (w.rows == 0 || n == 0) return cudaSuccess;
+  const int vals = vals_per_vector(w.kind);
+  GemvArgs a{};
+  a.w[0] = static_cast<const uint4*>(w.data);
+  a.s[0] = w.scales;
+  a.w[1] = up ? static_cast<const uint4*>(up->data) : nullptr;
+  a.s[1] = up ? up->scales : nullptr;
+  a.rows = w.rows;
+  a.cols = w.cols;
+  a.nvec = w.cols / vals;
+  a.x = x;
+  a.n = n;
+  a.bias = bias;
+  a.y = y;
+  a.act = act;
+  const bool vec_ok = w.cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  switch (w.kind) {
+    case WKind::kQ8_0:
+      return dispatch_tokens<Q8G, S>(a, stream);
+    case WKind::kQ4_0:
+      return dispatch_tokens<Q4G, S>(a, stream);
+    case WKind::kF32:
+      return vec_ok ? dispatch_tokens<F32W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
+    case WKind::kF16:
+      return vec_ok ? dispatch_tokens<F16W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
+    case WKind::kBF16:
+      return vec_ok ? dispatch_tokens<BF16W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+void set_gemv_rows_override(int rows_per_block) { g_rows_override = rows_per_block; }
+
+cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y, cudaStream_t stream) {
+  return run<1>(w, nullptr, x, n, bias, Act::kSilu, y, stream);
+}
+
+cudaError_t gemv_glu(const WeightRef& gate, const WeightRef& up, const float* x, int n, Act act, float* out,
+                     cudaStream_t stream) {
+  return run<2>(gate, &up, x, n, nullptr, act, out, stream);
+}
+
+}  // namespace shoal::cuda

@@ -1,0 +1,146 @@
+// Host-side launchers of the CUDA kernels (defined in the .cu files beside this header). Each
+// enqueues its kernel(s) on `stream` and returns the launch status (cudaGetLastError), so the
+// caller can turn it into a Status. Pointers are device memory; shapes are as in backend.h.
+// Every kernel has a CPU twin in src/backend/cpu/ref_ops.h and a test in tests/cuda/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace shoal::cuda {
+
+/// How a weight (or embedding table) is stored on the device.
+enum class WKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
+
+/// A weight as the kernels see it. data: [rows, cols] plain values, or the repacked quants of
+/// cuda_util.h; scales: the f16 block scales (Q8_0, Q4_0), else null.
+struct WeightRef {
+  WKind kind = WKind::kF32;
+  const void* data = nullptr;
+  const uint16_t* scales = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+/// Turns programmatic dependent launch on or off for this process (on for sm_90+ devices).
+void set_pdl(bool on);
+
+/// Activation ids, equal to shoal::Activation's order (silu, gelu tanh, gelu erf).
+enum class Act : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
+
+/// Cache element kinds for kv_write / attention.
+enum class CacheKind : int { kF32, kF16, kQ8_0 };
+
+// ---- weights.cu -----------------------------------------------------------------------------
+/// Repacks GGUF blocks [first, first + n_blocks) of a [rows, cols] Q8_0 (34-byte blocks) or Q4_0
+/// (18-byte blocks) weight, read from `raw` (the chunk's bytes), into the interleaved quants and
+/// scales of cuda_util.h (the whole tensor's arrays).
+cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t first, int64_t n_blocks, int64_t cols, uint8_t* quants,
+                          uint16_t* scales, cudaStream_t stream);
+
+// ---- gemv.cu: matmul for n <= kGemvMaxTokens tokens, weights read once ---------------------
+constexpr int kGemvMaxTokens = 8;
+/// y[t, r] = sum_k w[r, k] * x[t, k] (+ bias[r]). x: f32 [n, cols]; y: f32 [n, rows]; n in
+/// [1, kGemvMaxTokens]. f32 accumulation.
+cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y, cudaStream_t stream);
+/// out[t, r] = act(gate[r] . x[t]) * (up[r] . x[t]); gate and up have the same shape and kind.
+cudaError_t gemv_glu(const WeightRef& gate, const WeightRef& up, const float* x, int n, Act act, float* out,
+                     cudaStream_t stream);
+/// Rows per block of the GEMV (0: per dtype; plain weights 1, 2, 4; quantized 4 or 8). For
+/// benchmarks.
+void set_gemv_rows_override(int rows_per_block);
+
+// ---- gemm_prep.cu: helpers of the cuBLAS path (n > kGemvMaxTokens) --------------------------
+// cuBLAS multiplies 16-bit operands with f32 accumulation. To stay within ~1e-6 of the f32
+// reference, the f32 activations are split into a sum of 16-bit parts (x = hi + lo (+ lo2)), the
+// dequantized weights into hi + lo f16 parts, and the partial products summed in f32.
+/// Splits x [n, k] into `parts` 16-bit parts out[p][t][:] with sum_p out[p][t] ~ x[t] * scale[t]
+/// (f16: scale[t] a power of two that keeps row t inside the f16 range; bf16: 1), and writes
+/// inv_scale[t] = 1 / scale[t].
+cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* out,
+                              float* inv_scale, cudaStream_t stream);
+/// Dequantizes rows [r0, r0 + nr) of w into hi and lo f16 parts, [nr, cols] each, hi + lo = w
+/// (exact for Q8_0 and Q4_0 values).
+cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
+/// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]), yp: [blocks, n, rows]; inv_scale and
+/// bias may be null; y may alias yp when blocks == 1.
+cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
+                          const float* bias, float* y, cudaStream_t stream);
+
+// ---- norm.cu --------------------------------------------------------------------------------
+/// y = x / sqrt(mean(x^2) + eps) * w over `groups` groups of g values. y may alias x.
+cudaError_t rms_norm(const float* x, const float* w, int64_t groups, int64_t g, float eps, float* y,
+                     cudaStream_t stream);
+/// x += delta; y = rms_norm(x) per row of d values (rows rows).
+cudaError_t add_rms_norm(float* x, const float* delta, const float* w, int64_t rows, int64_t d, float eps, float* y,
+                         cudaStream_t stream);
+/// y = (x - mean) / sqrt(var + eps) * w (+ b) per row of d values. b may be null.
+cudaError_t layer_norm(const float* x, const float* w, const float* b, int64_t rows, int64_t d, float eps, float* y,
+                       cudaStream_t stream);
+
+// ---- elementwise.cu -------------------------------------------------------------------------
+cudaError_t add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream);
+cudaError_t scale(float* x, float s, int64_t n, cudaStream_t stream);
+/// out = act(gate) * up.
+cudaError_t glu(const float* gate, const float* up, Act act, float* out, int64_t n, cudaStream_t stream);
+cudaError_t activation(const float* x, Act act, float* out, int64_t n, cudaStream_t stream);
+/// Converts n values between F32 (0), F16 (1) and BF16 (30) (the DType ids).
+cudaError_t convert(const void* src, int src_dtype, void* dst, int dst_dtype, int64_t n, cudaStream_t stream);
+/// out[i, :] = table[ids[i], :] as f32; ids outside [0, rows) give a row of NaN.
+cudaError_t embed(const WeightRef& table, const int32_t* ids, int64_t n, float* out, cudaStream_t stream);
+
+// ---- rope_kv.cu -----------------------------------------------------------------------------
+struct RopeArgs {
+  int64_t n_tokens = 0;
+  int n_heads = 0, head_dim = 0, rot_dims = 0;
+  bool interleaved = false;
+  float attn_factor = 1.0f;
+};
+/// Rotates x [n_tokens, n_heads * head_dim] in place by positions pos [n_tokens] and
+/// inv_freq [rot_dims / 2]; angles and their cos/sin in double, as the reference.
+cudaError_t rope(float* x, const int32_t* pos, const float* inv_freq, const RopeArgs& a, cudaStream_t stream);
+/// Stores k and v rows (f32 [n, width]) at cache rows pos[i] (caches [n_ctx, width] of `kind`;
+/// Q8_0 rows quantized as ggml's quantize_row_q8_0_ref). Positions outside [0, n_ctx) are skipped.
+cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx, int64_t width, const float* k,
+                     const float* v, int64_t n, const int32_t* pos, cudaStream_t stream);
+
+// ---- attention.cu ---------------------------------------------------------------------------
+struct AttnArgs {
+  int64_t n_tokens = 0;
+  int64_t n_ctx = 0;  // cache rows
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;
+  int sliding_window = 0;
+  float softcap = 0.0f;
+  CacheKind cache = CacheKind::kF16;
+};
+/// Bytes of scratch attention() needs for these arguments (split partial results).
+uint64_t attention_scratch_bytes(const AttnArgs& a);
+/// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
+/// (read on the device), split along the sequence (flash-decoding, at most 32 splits) and
+/// combined by a second kernel. head_dim must be a multiple of 8 and at most 256.
+cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
+                      void* scratch, float* out, cudaStream_t stream);
+
+// ---- sampling.cu ----------------------------------------------------------------------------
+/// Bytes of scratch argmax / top_k need.
+uint64_t argmax_scratch_bytes(int64_t rows, int64_t vocab);
+uint64_t top_k_scratch_bytes(int64_t vocab, int k);
+/// out[r] = the lowest index of the largest value of row r of logits [rows, vocab].
+cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scratch, int32_t* out, cudaStream_t stream);
+/// The k largest of logits [vocab], descending, ties by lower index. k <= kTopKMax.
+constexpr int kTopKMax = 1024;
+cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
+                  cudaStream_t stream);
+
+// ---- probe_kernels.cu: for benchmarks (cuda_probe.h) ------------------------------------------
+enum class FillKind : int { kF32, kF16, kBF16, kBytes, kScales };
+/// Fills n elements with pseudo-random values: plain kinds uniform in [-scale, scale], kBytes
+/// random bytes, kScales f16 values in [scale / 64, 1.5 * scale / 64].
+cudaError_t fill_random(void* p, int64_t n, FillKind kind, uint64_t seed, float scale, cudaStream_t stream);
+/// Reads `bytes` (a multiple of 16) once with 16-byte loads on `grid` blocks; `sink` keeps the
+/// loads from being optimised away.
+cudaError_t read_all(const void* p, uint64_t bytes, int grid, uint32_t* sink, cudaStream_t stream);
+
+}  // namespace shoal::cuda

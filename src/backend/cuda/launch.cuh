@@ -1,0 +1,51 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90+): a kernel may be scheduled
+// while the previous one in the stream finishes, and waits (griddepcontrol.wait) for it before
+// touching memory. In a decode step of hundreds of small kernels this hides most of the launch
+// gap between them. Every kernel launched through launch() must begin with pdl_prologue().
+// Only included by .cu files of src/backend/cuda/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace shoal::cuda {
+
+/// Whether launch() asks for PDL (set once per process by the backend from the device's
+/// compute capability; see kernels.h set_pdl()).
+bool pdl_enabled();
+
+/// First statement of every kernel started by launch(): waits for the previous kernel's results
+/// (and for it to stop reading what this kernel writes), then lets the next kernel be scheduled.
+__device__ __forceinline__ void pdl_prologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Launches kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when enabled;
+/// returns the launch status.
+template <typename... KArgs, typename... Args>
+cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+}  // namespace shoal::cuda
+
+/// Returns the error of a launch() from the enclosing function (a single statement, safe in
+/// brace-less if/else chains).
+#define SHOAL_TRY_LAUNCH(call)                                  \
+  do {                                                          \
+    const cudaError_t shoal_launch_e_ = (call);                 \
+    if (shoal_launch_e_ != cudaSuccess) return shoal_launch_e_; \
+  } while (0)

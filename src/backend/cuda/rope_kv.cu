@@ -1,0 +1,122 @@
+// RoPE (RoFormer, arXiv:2104.09864; both pair layouts, partial rot_dims, YaRN attn_factor) and
+// the KV cache write (f32, f16 or Q8_0 rows). Positions are read on the device, so a captured
+// decode step stays valid as they grow. Twins: ref::rope, ref::kv_write; tests:
+// tests/cuda/cuda_attention_test.cc.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+
+namespace shoal::cuda {
+namespace {
+
+// One thread per (token, head, rotated pair). The angle and its cos/sin are computed in double
+// like the reference (an f32 angle is off by ~1e-2 rad at position 1e5).
+__global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                            const RopeArgs a) {
+  pdl_prologue();
+  const int half = a.rot_dims / 2;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n_tokens * a.n_heads * half) return;
+  const int p = int(i % half);
+  const int64_t th = i / half;  // token * n_heads + head
+  float* v = x + th * a.head_dim;
+  const int64_t t = th / a.n_heads;
+  double s, c;
+  sincos(double(pos[t]) * double(inv_freq[p]), &s, &c);
+  c *= a.attn_factor;
+  s *= a.attn_factor;
+  const int ia = a.interleaved ? 2 * p : p;
+  const int ib = a.interleaved ? 2 * p + 1 : p + half;
+  const double x0 = v[ia], x1 = v[ib];
+  v[ia] = float(x0 * c - x1 * s);
+  v[ib] = float(x0 * s + x1 * c);
+}
+
+template <typename T>
+__device__ __forceinline__ T to_cache(float v);
+template <>
+__device__ __forceinline__ float to_cache<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ uint16_t to_cache<uint16_t>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+
+// One thread per element of k (and v) for plain caches.
+template <typename T>
+__global__ void kv_write_plain_kernel(T* kc, T* vc, int64_t n_ctx, int64_t width, const float* __restrict__ k,
+                                      const float* __restrict__ v, int64_t n, const int32_t* __restrict__ pos) {
+  pdl_prologue();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t t = i / width, c = i % width;
+  const int32_t p = pos[t];
+  if (p < 0 || p >= n_ctx) return;
+  kc[int64_t(p) * width + c] = to_cache<T>(k[i]);
+  vc[int64_t(p) * width + c] = to_cache<T>(v[i]);
+}
+
+// Quantizes one block of 32 values (lane = value) as ggml's quantize_row_q8_0_ref into a 34-byte
+// block at dst: f16 d = amax / 127, q = round(x / d).
+__device__ __forceinline__ void store_q8_block(float x, uint8_t* dst) {
+  const int lane = threadIdx.x & 31;
+  const float amax = warp_max(fabsf(x));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  if (lane == 0) *reinterpret_cast<uint16_t*>(dst) = __half_as_ushort(__float2half_rn(d));
+  dst[2 + lane] = uint8_t(int8_t(roundf(x * id)));
+}
+
+// One warp per (token, block of 32 values) of k and of v.
+__global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int64_t width, const float* __restrict__ k,
+                                   const float* __restrict__ v, int64_t n, const int32_t* __restrict__ pos) {
+  pdl_prologue();
+  const int64_t blocks_per_row = width / 32;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (w >= n * blocks_per_row) return;
+  const int64_t t = w / blocks_per_row, b = w % blocks_per_row;
+  const int32_t p = pos[t];
+  if (p < 0 || p >= n_ctx) return;
+  const int lane = threadIdx.x & 31;
+  const uint64_t row_bytes = uint64_t(blocks_per_row) * 34;
+  const int64_t src = t * width + b * 32 + lane;
+  store_q8_block(k[src], kc + uint64_t(p) * row_bytes + uint64_t(b) * 34);
+  store_q8_block(v[src], vc + uint64_t(p) * row_bytes + uint64_t(b) * 34);
+}
+
+}  // namespace
+
+cudaError_t rope(float* x, const int32_t* pos, const float* inv_freq, const RopeArgs& a, cudaStream_t stream) {
+  const int64_t total = a.n_tokens * a.n_heads * (a.rot_dims / 2);
+  if (total == 0) return cudaSuccess;
+  SHOAL_TRY_LAUNCH(launch(rope_kernel, unsigned(div_up(total, kBlock)), kBlock, 0, stream, x, pos, inv_freq, a));
+  return cudaGetLastError();
+}
+
+cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx, int64_t width, const float* k,
+                     const float* v, int64_t n, const int32_t* pos, cudaStream_t stream) {
+  const int64_t total = n * width;
+  if (total == 0) return cudaSuccess;
+  const unsigned grid = unsigned(div_up(total, kBlock));
+  switch (kind) {
+    case CacheKind::kF32:
+      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<float>, grid, kBlock, 0, stream, static_cast<float*>(k_cache),
+                              static_cast<float*>(v_cache), n_ctx, width, k, v, n, pos));
+      break;
+    case CacheKind::kF16:
+      SHOAL_TRY_LAUNCH(launch(kv_write_plain_kernel<uint16_t>, grid, kBlock, 0, stream, static_cast<uint16_t*>(k_cache),
+                              static_cast<uint16_t*>(v_cache), n_ctx, width, k, v, n, pos));
+      break;
+    case CacheKind::kQ8_0:
+      SHOAL_TRY_LAUNCH(launch(kv_write_q8_kernel, grid, kBlock, 0, stream, static_cast<uint8_t*>(k_cache),
+                              static_cast<uint8_t*>(v_cache), n_ctx, width, k, v, n, pos));
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace shoal::cuda

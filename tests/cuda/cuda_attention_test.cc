@@ -1,0 +1,139 @@
+// RoPE, the KV cache write and attention (decode with sequence splits, prefill batches, GQA,
+// sliding window, softcap; f32 / f16 / Q8_0 caches) on CUDA against the CPU reference backend.
+#include <numeric>
+
+#include "cuda/cuda_test_util.h"
+
+namespace shoal::test {
+namespace {
+
+using CudaAttentionTest = CudaVsRef;
+
+std::vector<float> inv_freq(int rot_dims, double theta) {
+  std::vector<float> f(static_cast<size_t>(rot_dims / 2));
+  for (int i = 0; i < rot_dims / 2; ++i) f[size_t(i)] = float(std::pow(theta, -2.0 * i / rot_dims));
+  return f;
+}
+
+TEST_F(CudaAttentionTest, RopeBothLayoutsPartialAndScaled) {
+  struct Case {
+    int n_heads, head_dim, rot_dims;
+    bool interleaved;
+    float attn_factor;
+  };
+  for (const Case& c : {Case{32, 128, 128, false, 1.0f}, Case{8, 64, 64, true, 1.0f}, Case{4, 80, 32, false, 1.0f},
+                        Case{3, 96, 48, true, 1.2f}, Case{2, 256, 64, false, 1.0f}}) {
+    SCOPED_TRACE(
+        fmt::format("heads {} dim {} rot {} interleaved {}", c.n_heads, c.head_dim, c.rot_dims, c.interleaved));
+    const int64_t n = 5, width = int64_t(c.n_heads) * c.head_dim;
+    Dual x = make_f32({n, width}, randn(n * width));
+    Dual pos = make_i32({0, 1, 17, 4095, 131071});
+    Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 500000.0));
+    RopeSpec spec{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, c.attn_factor};
+    cpu_->rope(x.c, pos.c, freq.c, spec);
+    gpu_->rope(x.g, pos.g, freq.g, spec);
+    EXPECT_LT(nerr(x), 1e-6);
+  }
+}
+
+TEST_F(CudaAttentionTest, KvWriteIsBitExact) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t n_ctx = 64, width = 256, n = 3;
+    std::vector<uint8_t> zeros(*dtype_bytes(t, n_ctx * width), 0);
+    Dual kc = make(t, {n_ctx, width}, zeros.data()), vc = make(t, {n_ctx, width}, zeros.data());
+    Dual k = make_f32({n, width}, randn(n * width, 2.0f)), v = make_f32({n, width}, randn(n * width));
+    Dual pos = make_i32({7, 8, 63});
+    cpu_->kv_write(kc.c, vc.c, k.c, v.c, pos.c);
+    gpu_->kv_write(kc.g, vc.g, k.g, v.g, pos.g);
+    EXPECT_EQ(bytes_of(*cpu_, kc.c), bytes_of(*gpu_, kc.g));
+    EXPECT_EQ(bytes_of(*cpu_, vc.c), bytes_of(*gpu_, vc.g));
+  }
+}
+
+struct AttnCase {
+  int n_heads, n_kv_heads, head_dim;
+  int64_t n_ctx;
+  std::vector<int32_t> pos;  // query positions (increasing)
+  int window = 0;
+  float softcap = 0.0f;
+};
+
+class CudaAttentionCases : public CudaVsRef {
+ protected:
+  void run(const AttnCase& c, DType cache) {
+    SCOPED_TRACE(fmt::format("{} heads {}/{} dim {} ctx {} n {} window {} softcap {}", dtype_name(cache), c.n_heads,
+                             c.n_kv_heads, c.head_dim, c.n_ctx, c.pos.size(), c.window, c.softcap));
+    const int64_t n = int64_t(c.pos.size()), kvw = int64_t(c.n_kv_heads) * c.head_dim;
+    const int64_t qw = int64_t(c.n_heads) * c.head_dim;
+    // Fill every cache row up to the last position through kv_write on both backends.
+    std::vector<uint8_t> nan(*dtype_bytes(cache, c.n_ctx * kvw), 0xff);
+    Dual kc = make(cache, {c.n_ctx, kvw}, nan.data()), vc = make(cache, {c.n_ctx, kvw}, nan.data());
+    const int64_t filled = c.pos.back() + 1;
+    std::vector<int32_t> all(static_cast<size_t>(filled));
+    std::iota(all.begin(), all.end(), 0);
+    Dual k = make_f32({filled, kvw}, randn(filled * kvw)), v = make_f32({filled, kvw}, randn(filled * kvw));
+    Dual allpos = make_i32(all);
+    cpu_->kv_write(kc.c, vc.c, k.c, v.c, allpos.c);
+    gpu_->kv_write(kc.g, vc.g, k.g, v.g, allpos.g);
+    Dual q = make_f32({n, qw}, randn(n * qw, 2.0f));
+    Dual pos = make_i32(c.pos);
+    Dual out = output(DType::kF32, {n, qw});
+    AttentionSpec spec{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
+    cpu_->attention(q.c, kc.c, vc.c, pos.c, spec, out.c);
+    gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
+    EXPECT_LT(nerr(out), 1e-5);
+  }
+};
+
+TEST_F(CudaAttentionCases, DecodeGqaShapes) {
+  for (DType cache : {DType::kF16, DType::kF32, DType::kQ8_0}) {
+    run({32, 8, 128, 1024, {600}}, cache);  // Llama-3 8B
+    run({16, 8, 128, 512, {0}}, cache);     // Qwen3-0.6B, first token
+    run({8, 4, 64, 300, {299}}, cache);     // full cache
+    run({12, 4, 96, 700, {333}}, cache);    // group of 3
+    run({16, 1, 64, 200, {150}}, cache);    // multi-query: two blocks of 8 heads
+    run({4, 4, 256, 100, {57}}, cache);     // no GQA, head_dim 256
+  }
+}
+
+TEST_F(CudaAttentionCases, LongContextSplitsAndSmallBatches) {
+  run({32, 8, 128, 20000, {19999}}, DType::kF16);
+  run({8, 2, 64, 9000, {4000, 4001, 4002, 4003}}, DType::kF16);
+  run({8, 2, 64, 9000, {8990}}, DType::kQ8_0);
+}
+
+TEST_F(CudaAttentionCases, PrefillCausalBatch) {
+  std::vector<int32_t> p(37);
+  std::iota(p.begin(), p.end(), 0);
+  run({8, 2, 64, 64, p}, DType::kF16);
+  std::vector<int32_t> p2(20);
+  std::iota(p2.begin(), p2.end(), 500);  // a batch continuing a long prompt
+  run({16, 8, 128, 2048, p2}, DType::kF16);
+  run({16, 8, 128, 2048, p2}, DType::kF32);
+}
+
+TEST_F(CudaAttentionCases, AlternatingShapesReuseScratch) {
+  // Prefill and decode calls of different shapes back to back share the scratch: stale partial
+  // results of earlier calls (empty splits write none) must not leak into later ones.
+  std::vector<int32_t> p(20);
+  std::iota(p.begin(), p.end(), 0);
+  for (int round = 0; round < 2; ++round) {
+    run({8, 2, 64, 128, p}, DType::kF16);
+    run({8, 2, 64, 128, {20}}, DType::kF16);
+    run({32, 8, 128, 4096, {3000}}, DType::kF16);
+    run({4, 4, 64, 64, {5, 6, 7}}, DType::kF32);
+  }
+}
+
+TEST_F(CudaAttentionCases, SlidingWindowAndSoftcap) {
+  run({8, 4, 128, 1000, {900}, 256, 0.0f}, DType::kF16);
+  run({8, 4, 128, 1000, {10, 11, 12}, 4, 0.0f}, DType::kF16);
+  run({8, 4, 128, 600, {555}, 0, 50.0f}, DType::kF16);
+  std::vector<int32_t> p(12);
+  std::iota(p.begin(), p.end(), 100);
+  run({8, 4, 64, 200, p, 7, 30.0f}, DType::kF32);
+}
+
+}  // namespace
+}  // namespace shoal::test

@@ -1,0 +1,123 @@
+// CUDA matmul (GEMV for n <= 8 tokens, cuBLAS GEMM above), the fused gate/up GLU, and weight
+// upload through the staging buffer, against the CPU reference backend on fresh random inputs.
+#include "cuda/cuda_test_util.h"
+
+namespace shoal::test {
+namespace {
+
+class CudaMatmulTest : public CudaVsRef {
+ protected:
+  // Normalised-error bound: f32 accumulation against the double reference. The GEMM path
+  // (n > 8) splits operands into 16-bit parts for the tensor cores and stays as close.
+  static double tolerance(DType, int64_t) { return 2e-5; }
+
+  void check(DType t, int64_t out, int64_t in, int64_t n, bool with_bias) {
+    SCOPED_TRACE(fmt::format("{} [{}, {}] x n={} bias={}", dtype_name(t), out, in, n, with_bias));
+    Dual w = make_weight(t, {out, in});
+    Dual x = make_f32({n, in}, randn(n * in));
+    Dual b = make_f32({out}, randn(out));
+    Dual y = output(DType::kF32, {n, out});
+    cpu_->matmul(w.c, x.c, y.c, with_bias ? &b.c : nullptr);
+    gpu_->matmul(w.g, x.g, y.g, with_bias ? &b.g : nullptr);
+    EXPECT_LT(nerr(y), tolerance(t, n));
+  }
+};
+
+constexpr DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+
+TEST_F(CudaMatmulTest, GemvEveryDtypeSeveralShapes) {
+  for (DType t : kWeightTypes)
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{1, 32}, {67, 96}, {300, 1024}, {1001, 4096}, {4096, 160}})
+      check(t, out, in, 1, out % 2 == 1);
+}
+
+TEST_F(CudaMatmulTest, GemvOddWidthsOfPlainTypes) {
+  // Rows that are not whole 16-byte vectors take the element-wise kernel.
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t in : {1, 3, 33, 101, 4099})
+      for (int64_t n : {1, 5}) check(t, 37, in, n, true);
+}
+
+TEST_F(CudaMatmulTest, SmallBatchesReadWeightsOnce) {
+  for (DType t : kWeightTypes)
+    for (int64_t n : {2, 3, 4, 5, 8}) check(t, 259, 512, n, n == 3);
+}
+
+TEST_F(CudaMatmulTest, GemmAboveEightTokens) {
+  for (DType t : kWeightTypes)
+    for (int64_t n : {9, 40}) check(t, 515, 768, n, n == 9);
+}
+
+TEST_F(CudaMatmulTest, GemmQuantizedInSeveralTiles) {
+  // 64 MiB dequantized tiles of 128-row multiples: 16384 columns give 2048-row tiles.
+  check(DType::kQ4_0, 2300, 16384, 12, false);
+}
+
+TEST_F(CudaMatmulTest, GemmActivationsBeyondTheF16Range) {
+  // Rows scaled by powers of two before the f16 split: large and tiny rows both stay accurate.
+  for (DType t : {DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t out = 130, in = 256, n = 11;
+    Dual w = make_weight(t, {out, in});
+    std::vector<float> xv = randn(n * in);
+    for (int64_t k = 0; k < in; ++k) {
+      xv[size_t(k)] *= 1e6f;        // row 0: far above 65504
+      xv[size_t(in + k)] *= 1e-9f;  // row 1: far below the f16 subnormals
+    }
+    Dual x = make_f32({n, in}, xv);
+    Dual y = output(DType::kF32, {n, out});
+    cpu_->matmul(w.c, x.c, y.c, nullptr);
+    gpu_->matmul(w.g, x.g, y.g, nullptr);
+    const auto g = floats(*gpu_, y.g), c = floats(*cpu_, y.c);
+    for (int64_t row = 0; row < n; ++row) {
+      double num = 0, den = 0;
+      for (int64_t o = 0; o < out; ++o) {
+        const double d = double(g[size_t(row * out + o)]) - c[size_t(row * out + o)];
+        num += d * d;
+        den += double(c[size_t(row * out + o)]) * c[size_t(row * out + o)];
+      }
+      EXPECT_LT(std::sqrt(num / den), 2e-5) << "row " << row;
+    }
+  }
+}
+
+TEST_F(CudaMatmulTest, FusedGateUpGlu) {
+  for (DType t : kWeightTypes)
+    for (int64_t n : {1, 2, 4, 7, 12})
+      for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
+        SCOPED_TRACE(fmt::format("{} n={} act={}", dtype_name(t), n, int(act)));
+        const int64_t d = 256, ff = 333;
+        Dual wg = make_weight(t, {ff, d}), wu = make_weight(t, {ff, d});
+        Dual x = make_f32({n, d}, randn(n * d, 0.5f));
+        Dual gb = output(DType::kF32, {n, ff}), ub = output(DType::kF32, {n, ff});
+        Dual out = output(DType::kF32, {n, ff});
+        cpu_->matmul_glu(wg.c, wu.c, x.c, act, gb.c, ub.c, out.c);
+        gpu_->matmul_glu(wg.g, wu.g, x.g, act, gb.g, ub.g, out.g);
+        EXPECT_LT(nerr(out), 5e-5);
+      }
+}
+
+TEST_F(CudaMatmulTest, UploadLargerThanStagingIsExact) {
+  // Weights above the 32 MiB staging half go up in several chunks; embed reads rows back exactly.
+  for (auto [t, rows, cols] : {std::tuple<DType, int64_t, int64_t>{DType::kQ8_0, 2201, 16384},
+                               {DType::kQ4_0, 4100, 16384},
+                               {DType::kF16, 4100, 4352}}) {
+    SCOPED_TRACE(dtype_name(t));
+    Dual w = make_weight(t, {rows, cols});
+    const std::vector<int32_t> id_values = {0, int32_t(rows - 1), int32_t(rows / 2), 1, int32_t(rows / 3 + 7)};
+    Dual ids = make_i32(id_values);
+    Dual out = output(DType::kF32, {5, cols});
+    cpu_->embed(w.c, ids.c, out.c);
+    gpu_->embed(w.g, ids.g, out.g);
+    EXPECT_EQ(nerr(out), 0.0);
+  }
+}
+
+TEST_F(CudaMatmulTest, UnsupportedWeightTypeIsAnError) {
+  auto r = gpu_->alloc_weight(DType::kQ4_K, {16, 256});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnsupported);
+}
+
+}  // namespace
+}  // namespace shoal::test

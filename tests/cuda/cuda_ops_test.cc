@@ -1,0 +1,174 @@
+// Norms, elementwise ops, conversion, embedding and sampling on CUDA against the CPU reference
+// backend on fresh random inputs (several shapes, odd sizes included), GPU outputs poisoned first.
+#include <algorithm>
+
+#include "cuda/cuda_test_util.h"
+
+namespace shoal::test {
+namespace {
+
+using CudaOpsTest = CudaVsRef;
+
+constexpr double kF32Tol = 1e-5;  // f32 on the GPU against double-accumulated reference values
+
+TEST_F(CudaOpsTest, RmsNormRowsAndPerHeadGroups) {
+  for (auto [rows, width, group] : {std::tuple<int64_t, int64_t, int64_t>{1, 4096, 4096},
+                                    {3, 1024, 128},
+                                    {5, 37, 37},
+                                    {2, 5120, 5120},
+                                    {7, 96, 96}}) {
+    SCOPED_TRACE(fmt::format("{}x{} groups of {}", rows, width, group));
+    Dual x = make_f32({rows, width}, randn(rows * width, 3.0f));
+    Dual w = make_f32({group}, randn(group));
+    Dual y = output(DType::kF32, {rows, width});
+    cpu_->rms_norm(x.c, w.c, 1e-6f, y.c);
+    gpu_->rms_norm(x.g, w.g, 1e-6f, y.g);
+    EXPECT_LT(nerr(y), kF32Tol);
+    // In place (y aliases x).
+    cpu_->rms_norm(x.c, w.c, 1e-5f, x.c);
+    gpu_->rms_norm(x.g, w.g, 1e-5f, x.g);
+    EXPECT_LT(nerr(x), kF32Tol);
+  }
+}
+
+TEST_F(CudaOpsTest, AddRmsNormFused) {
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 4096}, {9, 896}, {4, 33}}) {
+    Dual x = make_f32({rows, d}, randn(rows * d));
+    Dual delta = make_f32({rows, d}, randn(rows * d));
+    Dual w = make_f32({d}, randn(d));
+    Dual y = output(DType::kF32, {rows, d});
+    cpu_->add_rms_norm(x.c, delta.c, w.c, 1e-5f, y.c);
+    gpu_->add_rms_norm(x.g, delta.g, w.g, 1e-5f, y.g);
+    EXPECT_LT(nerr(x), kF32Tol);
+    EXPECT_LT(nerr(y), kF32Tol);
+  }
+}
+
+TEST_F(CudaOpsTest, LayerNormWithAndWithoutBias) {
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 2560}, {6, 100}, {3, 2049}})
+    for (bool bias : {false, true}) {
+      std::vector<float> xv = randn(rows * d);
+      for (auto& v : xv) v += 5.0f;  // a mean far from zero
+      Dual x = make_f32({rows, d}, xv);
+      Dual w = make_f32({d}, randn(d)), b = make_f32({d}, randn(d));
+      Dual y = output(DType::kF32, {rows, d});
+      cpu_->layer_norm(x.c, w.c, bias ? &b.c : nullptr, 1e-5f, y.c);
+      gpu_->layer_norm(x.g, w.g, bias ? &b.g : nullptr, 1e-5f, y.g);
+      EXPECT_LT(nerr(y), kF32Tol);
+    }
+}
+
+TEST_F(CudaOpsTest, AddScaleGluActivation) {
+  for (int64_t n : {1, 255, 4097}) {
+    std::vector<float> av = randn(n, 2.0f);
+    if (n > 4) av[0] = -5.5f, av[1] = -4.5f, av[2] = -3.0f, av[3] = 7.5f;  // the tails of each activation
+    Dual a = make_f32({n}, av), b = make_f32({n}, randn(n, 2.0f));
+    Dual y = output(DType::kF32, {n});
+    cpu_->add(a.c, b.c, y.c);
+    gpu_->add(a.g, b.g, y.g);
+    EXPECT_EQ(nerr(y), 0.0);
+    cpu_->scale(y.c, 0.37f);
+    gpu_->scale(y.g, 0.37f);
+    EXPECT_EQ(nerr(y), 0.0);
+    for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
+      Dual o = output(DType::kF32, {n});
+      cpu_->glu(a.c, b.c, act, o.c);
+      gpu_->glu(a.g, b.g, act, o.g);
+      EXPECT_LT(nerr(o), kF32Tol);
+      Dual o2 = output(DType::kF32, {n});
+      cpu_->activation(a.c, act, o2.c);
+      gpu_->activation(a.g, act, o2.g);
+      EXPECT_LT(nerr(o2), kF32Tol);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, ActivationsKeepRelativeAccuracyInTheTails) {
+  // 1 + tanh(u) and 1 + erf(z) cancel in f32 for negative inputs; each element is checked alone.
+  // (Below -6 the double-precision reference itself loses the digits to the same cancellation.)
+  std::vector<float> v;
+  for (float x = -5.75f; x <= 12.0f; x += 0.25f) v.push_back(x);
+  const int64_t n = int64_t(v.size());
+  Dual x = make_f32({n}, v);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
+    Dual o = output(DType::kF32, {n});
+    cpu_->activation(x.c, act, o.c);
+    gpu_->activation(x.g, act, o.g);
+    const auto g = floats(*gpu_, o.g), c = floats(*cpu_, o.c);
+    for (size_t i = 0; i < c.size(); ++i)
+      if (std::fabs(c[i]) > 1e-30f) EXPECT_NEAR(g[i] / c[i], 1.0, 1e-5) << "act " << int(act) << " x " << v[i];
+  }
+}
+
+TEST_F(CudaOpsTest, ConvertBetweenF32F16Bf16IsExact) {
+  const int64_t n = 1001;
+  std::vector<float> v = randn(n, 100.0f);
+  v[0] = 70000.0f;  // overflows f16 to inf
+  v[1] = 1e-6f;     // subnormal in f16
+  for (DType from : {DType::kF32, DType::kF16, DType::kBF16})
+    for (DType to : {DType::kF32, DType::kF16, DType::kBF16}) {
+      SCOPED_TRACE(fmt::format("{} -> {}", dtype_name(from), dtype_name(to)));
+      const auto src_bytes = encode(from, v);
+      Dual src = make(from, {n}, src_bytes.data());
+      Dual dst = output(to, {n});
+      cpu_->convert(src.c, dst.c);
+      gpu_->convert(src.g, dst.g);
+      EXPECT_EQ(bytes_of(*cpu_, dst.c), bytes_of(*gpu_, dst.g));
+    }
+}
+
+TEST_F(CudaOpsTest, EmbedEveryDtypeIsExact) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    Dual table = make_weight(t, {301, 96});
+    Dual ids = make_i32({5, 299, 0, 5, 17, 128, 200});
+    Dual out = output(DType::kF32, {7, 96});
+    cpu_->embed(table.c, ids.c, out.c);
+    gpu_->embed(table.g, ids.g, out.g);
+    EXPECT_EQ(nerr(out), 0.0);
+  }
+}
+
+TEST_F(CudaOpsTest, ArgmaxLowestIndexOnTies) {
+  for (int64_t vocab : {1, 7, 8192, 32000, 151936}) {
+    const int64_t rows = 3;
+    std::vector<float> v = randn(rows * vocab);
+    // Row 1: the maximum twice; row 2: everything equal.
+    if (vocab > 5) v[size_t(vocab + vocab - 2)] = v[size_t(vocab + 3)] = 50.0f;
+    for (int64_t j = 0; j < vocab; ++j) v[size_t(2 * vocab + j)] = -1.5f;
+    Dual logits = make_f32({rows, vocab}, v);
+    Dual out = output(DType::kI32, {rows});
+    cpu_->argmax(logits.c, out.c);
+    gpu_->argmax(logits.g, out.g);
+    EXPECT_EQ(bytes_of(*cpu_, out.c), bytes_of(*gpu_, out.g)) << "vocab " << vocab;
+  }
+}
+
+TEST_F(CudaOpsTest, TopKSortedWithTiesByIndex) {
+  for (auto [vocab, k] : {std::pair<int64_t, int>{10, 10}, {1000, 1}, {32000, 40}, {128256, 50}, {151936, 1024}}) {
+    SCOPED_TRACE(fmt::format("vocab {} k {}", vocab, k));
+    std::vector<float> v = randn(vocab);
+    // Ties across slices and inside the top k.
+    for (int64_t j = 0; j < vocab; j += std::max<int64_t>(1, vocab / 13)) v[size_t(j)] = 4.25f;
+    Dual logits = make_f32({1, vocab}, v);
+    Dual ids = output(DType::kI32, {k}), vals = output(DType::kF32, {k});
+    cpu_->top_k(logits.c, k, ids.c, vals.c);
+    gpu_->top_k(logits.g, k, ids.g, vals.g);
+    EXPECT_EQ(bytes_of(*cpu_, ids.c), bytes_of(*gpu_, ids.g));
+    EXPECT_EQ(bytes_of(*cpu_, vals.c), bytes_of(*gpu_, vals.g));
+  }
+}
+
+TEST_F(CudaOpsTest, OutOfMemorySaysNeededAndFree) {
+  auto r = gpu_->alloc(DType::kF32, {int64_t(1) << 40});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kOutOfMemory);
+  EXPECT_NE(r.status().message().find("free"), std::string::npos) << r.status().message();
+  // The failed allocation leaves the backend usable.
+  Dual a = make_f32({4}, {1, 2, 3, 4});
+  gpu_->scale(a.g, 2.0f);
+  EXPECT_EQ(floats(*gpu_, a.g), (std::vector<float>{2, 4, 6, 8}));
+}
+
+}  // namespace
+}  // namespace shoal::test

@@ -49,7 +49,9 @@ Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p) 
     }
     o.layers_local = uint32_t(n);
   }
-  if (!p.split.empty()) SHOAL_ASSIGN_OR_RETURN(o.split, pool::parse_split(p.split));
+  if (!p.split.empty()) {
+    SHOAL_ASSIGN_OR_RETURN(o.split, pool::parse_split(p.split));
+  }
   return o;
 }
 

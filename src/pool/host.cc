@@ -150,7 +150,12 @@ void Host::admit(Arrival a) {
     return;
   }
   const std::string peer = a.conn->peer();
-  auto m = a.conn->recv(opts_.hops.connect_timeout);
+  // The peer's heartbeats may come before its hello; they are answered once it is a member.
+  const auto deadline = Clock::now() + opts_.hops.connect_timeout;
+  Result<Message> m = make_error(Code::kDeadlineExceeded, "no hello from {}", peer);
+  do {
+    m = a.conn->recv(std::chrono::ceil<Millis>(std::max(deadline - Clock::now(), Clock::duration::zero())));
+  } while (m.ok() && (m->type == MsgType::kPing || m->type == MsgType::kPong));
   Result<Hello> hello = m.ok() ? decode<Hello>(*m) : Result<Hello>(m.status());
   auto addr = parse_address(peer);
   if (hello.ok() && a.role != hello->role) {
@@ -238,9 +243,10 @@ void Host::drop_dead_members() {
 Status Host::ensure_plan() {
   Status last;
   for (int attempt = 0; attempt < kPlanAttempts; ++attempt) {
-    drop_dead_members();
     if (!changed_ && pipeline_->ready()) return Status::Ok();
+    pipeline_->clear_chain();  // it points at members' links: drop it before any member
     changed_ = false;
+    drop_dead_members();
     last = plan_once();
     if (last.ok()) return replay();
     if (last.code() == Code::kOutOfMemory || last.code() == Code::kInvalidArgument) {

@@ -24,7 +24,7 @@ PoolPipeline::PoolPipeline(ModelFile& file, const ModelConfig& cfg, const Weight
       hop_dtype_(hop_dtype),
       progress_(std::move(progress)) {}
 
-PoolPipeline::~PoolPipeline() { clear_chain(); }
+PoolPipeline::~PoolPipeline() { clear_chain("the host is shutting down"); }
 
 uint64_t PoolPipeline::weight_bytes() const {
   return (host_ ? host_->weight_bytes() : 0) + (head_ ? head_->weight_bytes() : 0);
@@ -59,22 +59,28 @@ Status PoolPipeline::set_local(int n_local, bool alone) {
 }
 
 void PoolPipeline::set_chain(Chain chain) {
-  clear_chain();
+  clear_chain("the host sets up a new plan");
   chain_ = std::move(chain);
   broken_ = false;
 }
 
-void PoolPipeline::clear_chain() {
-  if (chain_.out) chain_.out->close("the host sets up a new plan");
-  if (chain_.in) chain_.in->close("the host sets up a new plan");
+void PoolPipeline::clear_chain(std::string_view reason) {
+  if (chain_.out) chain_.out->close(reason);
+  if (chain_.in) chain_.in->close(reason);
   chain_ = Chain{};
 }
 
-Status PoolPipeline::stage_failure() {
+Status PoolPipeline::dead_stage() const {
   for (const RemoteStage& s : chain_.stages) {
     if (Status st = s.control->status(); !st.ok()) {
       return make_error(Code::kUnavailable, "{} failed: {}", s.label, st.message());
     }
+  }
+  return Status::Ok();
+}
+
+Status PoolPipeline::stage_error() {
+  for (const RemoteStage& s : chain_.stages) {
     auto m = s.control->recv(Millis(0));
     if (!m.ok()) continue;
     if (m->type == MsgType::kError) {
@@ -87,20 +93,29 @@ Status PoolPipeline::stage_failure() {
 }
 
 Status PoolPipeline::check_stages() {
-  SHOAL_RETURN_IF_ERROR(stage_failure());
-  for (Link* l : {chain_.out.get(), chain_.in.get()}) SHOAL_RETURN_IF_ERROR(l->status());
+  if (Status st = dead_stage(); !st.ok()) {
+    broken_ = true;
+    return st.with_context("the request failed");
+  }
+  if (Status st = stage_error(); !st.ok()) return fail(st);
+  for (Link* l : {chain_.out.get(), chain_.in.get()}) {
+    if (Status st = l->status(); !st.ok()) return fail(st);
+  }
   return Status::Ok();
 }
 
 Status PoolPipeline::fail(const Status& why) {
   broken_ = true;
-  // A hop usually fails because a worker died or failed; its control link tells which soon after.
+  // A hop breaks, or a worker cannot send on, usually because another worker died: its control
+  // link says which one soon after, and that is the error worth reporting.
+  Status reported;  // the first ERROR a worker sent
   const auto until = Clock::now() + kBlameWindow;
   while (Clock::now() < until) {
-    if (Status st = stage_failure(); !st.ok()) return st.with_context("the request failed");
+    if (Status st = dead_stage(); !st.ok()) return st.with_context("the request failed");
+    if (reported.ok()) reported = stage_error();
     std::this_thread::sleep_for(kWatchSlice);
   }
-  return why.with_context("the request failed");
+  return (reported.ok() ? why : reported).with_context("the request failed");
 }
 
 Status PoolPipeline::rewind(int64_t pos) {
@@ -113,8 +128,8 @@ Status PoolPipeline::rewind(int64_t pos) {
 
 Status PoolPipeline::forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) {
   if (!ready()) {
-    return make_error(Code::kFailedPrecondition, broken_ ? "the pool's chain failed; the host must plan again"
-                                                         : "the pool has no plan yet");
+    return make_error(Code::kFailedPrecondition, "{}",
+                      broken_ ? "the pool's chain failed; the host must plan again" : "the pool has no plan yet");
   }
   if (alone_) {
     return forward_in_steps(ids, pos0, host_->options().max_tokens, out,
@@ -176,10 +191,7 @@ Status PoolPipeline::forward_chain(std::span<const int32_t> ids, int64_t pos0, S
     auto m = chain_.in->recv(kWatchSlice);
     if (!m.ok()) {
       if (m.status().code() != Code::kDeadlineExceeded) return fail(m.status());
-      if (Status st = check_stages(); !st.ok()) {
-        broken_ = true;
-        return st.with_context("the request failed");
-      }
+      SHOAL_RETURN_IF_ERROR(check_stages());
       continue;
     }
     if (m->type == MsgType::kRewind) continue;  // a rewind that went around the chain

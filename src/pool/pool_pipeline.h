@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pool/chain.h"
@@ -59,8 +60,8 @@ class PoolPipeline final : public Pipeline {
   Status set_local(int n_local, bool alone);
   /// Takes the chain of a new plan (after set_local(.., false)).
   void set_chain(Chain chain);
-  /// Closes the chain's hops (before a new plan).
-  void clear_chain();
+  /// Closes the chain's hops (before a new plan), saying why.
+  void clear_chain(std::string_view reason = "the host sets up a new plan");
   /// True after a chain failure, until the next set_chain.
   bool broken() const { return broken_; }
   bool ready() const { return host_ != nullptr && (alone_ || (chain_.out && chain_.in && !broken_)); }
@@ -71,9 +72,11 @@ class PoolPipeline final : public Pipeline {
  private:
   Status forward_chain(std::span<const int32_t> ids, int64_t pos0, StepOutput& out);
   Status send_frame(std::span<const int32_t> ids, int64_t pos, FrameKind kind, uint8_t flags);
-  // Ok while every remote stage is up and reported no error; else the first failure, named.
-  Status stage_failure();
-  // stage_failure(), then the hop links.
+  // The first remote stage whose control link is down, named; Ok if none.
+  Status dead_stage() const;
+  // The first ERROR a remote stage sent, named; Ok if none.
+  Status stage_error();
+  // Ok while every stage and hop is up and no stage reported an error; else the failure.
   Status check_stages();
   // Marks the chain broken and returns the failure, naming the worker at fault when one is.
   Status fail(const Status& why);

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "core/log.h"
@@ -118,12 +120,6 @@ Status Worker::join() {
   if (!conn.ok()) return conn.status().with_context("joining the host");
   SHOAL_RETURN_IF_ERROR(auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
                             .with_context("joining the host at " + opts_.host));
-  LinkOptions lo;
-  lo.name = "the host at " + opts_.host;
-  lo.ping_interval = opts_.hops.ping_interval;
-  lo.dead_after = opts_.hops.dead_after;
-  control_ = std::make_unique<Link>(std::move(*conn), std::move(lo));
-
   Hello h;
   h.role = PeerRole::kWorker;
   h.device_kind = backend_->kind() == shoal::DeviceKind::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu;
@@ -136,9 +132,15 @@ Status Worker::join() {
   h.capabilities = kCapHopF32 | kCapHopF16;
   h.name = printable_text(opts_.name, kMaxNameLen);
   h.device_name = printable_text(backend_->name(), kMaxNameLen);
+  SHOAL_RETURN_IF_ERROR((*conn)->send(encode(h)));
+  LinkOptions lo;
+  lo.name = "the host at " + opts_.host;
+  lo.ping_interval = opts_.hops.ping_interval;
+  lo.dead_after = opts_.hops.dead_after;
+  control_ = std::make_unique<Link>(std::move(*conn), std::move(lo));
   spdlog::info("joined {} as '{}': {}, lends {}, {:.1f} GB/s, {:.1f} GFLOP/s; hops on {}", opts_.host, h.name,
                h.device_name, format_bytes(h.mem_lent), h.mem_gbps, h.matmul_gflops, data.to_string());
-  return control_->send(encode(h));
+  return Status::Ok();
 }
 
 Status Worker::run() {

@@ -17,7 +17,7 @@ struct SpeedProbe {
 };
 
 /// Measures the backend within about `budget` (at least one run of each kernel): a GEMV over a
-/// 32 MiB F16 weight (larger than most caches) and a [32 x 1024] x [1024 x 1024]ᵀ matmul.
+/// 32 MiB F16 weight (larger than most caches) and a [32 x 1024] x [512 x 1024]ᵀ matmul.
 /// Errors: allocation and copy errors of the backend (kOutOfMemory naming the size).
 Result<SpeedProbe> probe_speed(Backend& backend, std::chrono::milliseconds budget);
 

@@ -84,7 +84,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   ro.secret = o.secret;
   ro.handshake_timeout = o.hops.connect_timeout;
   Host* self = h.get();
-  ro.on_refused = [self](const std::string& peer, const Status& why) { self->refuse(peer, why); };
+  ro.on_refused = [self](const std::string& peer, const Status& why) { self->refuse(peer, why, /*log=*/false); };
   SHOAL_ASSIGN_OR_RETURN(h->room_, Room::open(std::move(listener), std::move(ro)));
   spdlog::info("model {} ({}): {} layers, d_model {}, context {}; host {}, {:.1f} GB/s, {:.1f} GFLOP/s", cfg.name,
                cfg.arch, cfg.n_layers, cfg.d_model, so.n_ctx, h->backend_->name(), probe.mem_gbps, probe.matmul_gflops);
@@ -130,8 +130,8 @@ std::vector<StageInfo> Host::stages() const {
   return stages_;
 }
 
-void Host::refuse(const std::string& who, const Status& why) {
-  spdlog::warn("refused {}: {}", who, why.to_string());
+void Host::refuse(const std::string& who, const Status& why, bool log) {
+  if (log) spdlog::warn("refused {}: {}", who, why.to_string());
   std::lock_guard lock(mu_);
   ++refused_;
   last_refusal_ = fmt::format("{}: {}", who, why.to_string());
@@ -167,9 +167,9 @@ void Host::admit(Arrival a) {
     hello = addr.status();
   }
   if (!hello.ok()) {
+    refuse(peer, hello.status());
     (void)a.conn->send(encode(ErrorMsg::from(hello.status())));
     a.conn->close();
-    refuse(peer, hello.status());
     return;
   }
   LinkOptions lo;
@@ -303,6 +303,11 @@ Status Host::plan_once() {
   {
     std::lock_guard lock(mu_);
     for (auto& m : members_) workers.push_back(m.get());
+  }
+  if (opts_.spread) {  // local pools: local-1, local-2, ... in order, whoever joined first
+    std::stable_sort(workers.begin(), workers.end(), [](const Member* a, const Member* b) {
+      return a->name.size() != b->name.size() ? a->name.size() < b->name.size() : a->name < b->name;
+    });
   }
   const ModelConfig& cfg = model_.config;
   PlanInput in;

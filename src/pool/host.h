@@ -102,7 +102,7 @@ class Host {
   Host(HostOptions opts, Network& net, LocalModel model, std::unique_ptr<Backend> backend);
   void arrival_loop();
   void admit(Arrival a);
-  void refuse(const std::string& who, const Status& why);
+  void refuse(const std::string& who, const Status& why, bool log = true);  // counts and logs
   void drop_dead_members();
   Status plan_once();
   Status wait_ready(Member& m, uint64_t epoch);

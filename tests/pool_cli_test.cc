@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -185,6 +186,53 @@ TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
   EXPECT_EQ(host->out(), stories_text(0) + "\n");
   EXPECT_EQ(good->wait_exit(10s), 0) << good->err();  // the host said bye; the worker leaves
+}
+
+TEST(PoolCli, HostAloneServesWithoutWorkers) {
+  auto host = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
+                            test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "0",
+                            "-p", "Once upon a time", "-n", "48", "--temp", "0", "-t", "1"},
+                           {"SHOAL_SECRET=alone"});
+  EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
+  EXPECT_EQ(host->out(), stories_text(0) + "\n");
+}
+
+/// Child processes of `pid` (from /proc/PID/task/*/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(task.path() / "children");
+    for (pid_t c; in >> c;) out.push_back(c);
+  }
+  return out;
+}
+
+/// Whether `pid` runs (a zombie does not: its parent died, and PID 1 may not reap it here).
+bool running(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+TEST(PoolCli, LocalWorkersDieWithTheirHost) {
+  auto run = Child::start({test::shoal_bin(), "run", "-m", test::fixture("models/stories260K.gguf"), "-p", "Once",
+                           "-n", "1500", "-c", "2048", "--temp", "0", "-t", "1", "--pool", "3"});
+  ASSERT_TRUE(run->wait_err("worker 'local-2' ready for plan 1", 60s)) << run->err();
+  const auto workers = children_of(run->pid());
+  ASSERT_EQ(workers.size(), 2u);
+  run->kill(SIGKILL);  // no chance to clean up: the kernel's parent-death signal must do it
+  EXPECT_EQ(run->wait_exit(10s), -1);
+  for (pid_t w : workers) {
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; ++i) {
+      gone = !running(w);
+      if (!gone) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(gone) << "worker " << w << " outlived its host";
+  }
 }
 
 }  // namespace

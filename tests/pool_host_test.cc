@@ -178,6 +178,32 @@ TEST(PoolHost, SameTokensAsOneSliceGreedyAndSeeded) {
   EXPECT_EQ(pool_ids(*p->host, long_prompt, 12, greedy()), local_ids(stories(), long_prompt, 12, greedy()));
 }
 
+TEST(PoolHost, ANewPlanReplaysTheCachedPrefix) {
+  const std::vector<int32_t> prompt = {1, 291, 376, 400, 428};  // "The little dog"
+  HostOptions o = host_opts(stories());
+  o.spread = true;
+  auto p = start_pool(o, 1);
+  ASSERT_TRUE(p);
+  const auto first = pool_ids(*p->host, prompt, 8, greedy());
+  EXPECT_EQ(first, local_ids(stories(), prompt, 8, greedy()));
+  // A second worker joins: the next request runs on a new plan of 3 stages, whose caches are
+  // filled from the session's cached tokens, so the follow-up prompt still reuses its prefix.
+  p->add_worker(worker_opts(p->host->address(), "w2"));
+  ASSERT_TRUE(p->host->wait_for_workers(2, Millis(20000)).ok());
+  std::vector<int32_t> follow = prompt;
+  follow.insert(follow.end(), first.begin(), first.end());
+  GenerateOptions g;
+  g.n_predict = 8;
+  g.sampling = greedy();
+  g.stop_at_eog = false;
+  GenerateStats stats;
+  auto out = p->host->generate(follow, g, {}, &stats);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(p->host->stages().size(), 3u);
+  EXPECT_GT(stats.n_reused, 0);
+  EXPECT_EQ(*out, local_ids(stories(), follow, 8, greedy()));
+}
+
 TEST(PoolHost, ForcedSplitAndLayersLocalAreApplied) {
   const std::vector<int32_t> prompt = {1, 403, 407};
   const auto want = local_ids(stories(), prompt, 16, greedy());

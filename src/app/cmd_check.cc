@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/common_options.h"
+#include "app/pool_flags.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "format/safetensors.h"
@@ -21,6 +22,7 @@ struct CheckOptions {
   std::string reference;
   double tol = 1e-3;
   bool per_position = false;
+  PoolFlags pool;
 };
 
 /// A tensor of the reference file, copied out (validated shape and dtype).
@@ -67,16 +69,24 @@ int check(const CheckOptions& o) {
     if (!s->ok()) return fail(*s);
   auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2);
 
-  auto opts = local_options(o.model);
-  if (!opts.ok()) return fail(opts.status());
-  opts->tokenizer = false;
-  opts->progress = false;
   const size_t T = input->size(), G = gen->size();
-  if (opts->n_ctx == 0) opts->n_ctx = int(T + G + 1);
-  auto loaded = load_local_model(o.model.model, *opts);
-  if (!loaded.ok()) return fail(loaded.status());
-  Pipeline& p = *loaded->pipeline;
-  const size_t V = size_t(loaded->config.vocab_size);
+  ModelFlags flags = o.model;
+  if (flags.ctx == 0) flags.ctx = int(T + G + 1);
+  Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
+  Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
+  if (o.pool.pool > 1) {
+    pool = start_local_pool(flags, o.pool, /*tokenizer=*/false);
+    if (!pool.ok()) return fail(pool.status());
+  } else {
+    auto opts = local_options(flags);
+    if (!opts.ok()) return fail(opts.status());
+    opts->tokenizer = false;
+    opts->progress = false;
+    loaded = load_local_model(o.model.model, *opts);
+    if (!loaded.ok()) return fail(loaded.status());
+  }
+  Pipeline& p = pool.ok() ? (*pool)->host->pipeline() : *loaded->pipeline;
+  const size_t V = size_t(p.config().vocab_size);
   if (logits->size() != T * V)
     return fail(make_error(Code::kInvalidArgument, "reference logits are {} values, expected {} x {} (vocab)",
                            logits->size(), T, V));
@@ -121,6 +131,7 @@ CommandFn add_check_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tol", o->tol, "Largest allowed |logit difference|")->capture_default_str();
   cmd->add_flag("--per-position", o->per_position, "Also print the error at every prompt position");
+  add_pool_flags(cmd, o->pool, /*local_pool=*/true);
   return [o] { return check(*o); };
 }
 

@@ -1,9 +1,12 @@
-// shoal run: generate text from a prompt (llama.cpp's llama-cli / llama-completion flags).
+// shoal run: generate text from a prompt (llama.cpp's llama-cli / llama-completion flags); with
+// --pool N as a pool of N local processes (the host and N-1 workers on loopback).
 #include <cstdio>
 #include <memory>
 
 #include "app/commands.h"
 #include "app/common_options.h"
+#include "app/generate_text.h"
+#include "app/pool_flags.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "runtime/session.h"
@@ -19,59 +22,40 @@ struct RunOptions {
   std::string prompt_file;
   int n_predict = -1;
   bool output_ids = false;
+  PoolFlags pool;
 };
 
 int run(const RunOptions& o) {
-  auto opts = local_options(o.model);
-  if (!opts.ok()) return fail(opts.status());
-  auto loaded = load_local_model(o.model.model, *opts);
-  if (!loaded.ok()) return fail(loaded.status());
-  LocalModel& m = *loaded;
-  const Tokenizer& tok = *m.tokenizer;
-
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
     auto text = read_file(o.prompt_file);
     if (!text.ok()) return fail(text.status());
     prompt = *text;
   }
-  std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/true);
-  if (ids.empty()) {
-    if (tok.bos_id() < 0) return fail(make_error(Code::kInvalidArgument, "the prompt is empty and the model has no BOS token"));
-    ids.push_back(tok.bos_id());
-  }
-  spdlog::info("prompt: {} tokens", ids.size());
-
-  Session session(*m.pipeline, [&](int32_t id) { return tok.is_eog(id); });
   GenerateOptions go;
   go.n_predict = o.n_predict;
   go.sampling = o.sampling;
-  StreamDecoder stream(tok);
-  GenerateStats st;
-  auto out = session.generate(ids, go, [&](int32_t id) {
-    if (!o.output_ids) {
-      const std::string text = stream.push(id);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
-  }, &st);
-  if (!out.ok()) return fail(out.status());
-  if (o.output_ids) {
-    std::string json = "[";
-    for (size_t i = 0; i < out->size(); ++i) json += fmt::format("{}{}", i ? ", " : "", (*out)[i]);
-    std::printf("%s]\n", json.c_str());
-  } else {
-    const std::string rest = stream.flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::printf("\n");
+  if (o.pool.pool > 1) {
+    auto lp = start_local_pool(o.model, o.pool, /*tokenizer=*/true);
+    if (!lp.ok()) return fail(lp.status());
+    pool::Host& host = *(*lp)->host;
+    auto ids = encode_prompt(*host.tokenizer(), prompt);
+    if (!ids.ok()) return fail(ids.status());
+    Status st = generate_to_stdout(*host.tokenizer(), *ids, go, o.output_ids,
+                                   [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
+    return st.ok() ? 0 : fail(st);
   }
-  std::fflush(stdout);
-  spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s){}",
-               st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
-               st.decode_s, st.decode_s > 0 ? (st.n_generated - 1) / st.decode_s : 0.0,
-               st.hit_eog ? "; stopped at end of generation" : (st.hit_context ? "; context full" : ""));
-  return 0;
+  auto opts = local_options(o.model);
+  if (!opts.ok()) return fail(opts.status());
+  auto loaded = load_local_model(o.model.model, *opts);
+  if (!loaded.ok()) return fail(loaded.status());
+  LocalModel& m = *loaded;
+  auto ids = encode_prompt(*m.tokenizer, prompt);
+  if (!ids.ok()) return fail(ids.status());
+  Session session(*m.pipeline, [&](int32_t id) { return m.tokenizer->is_eog(id); });
+  Status st = generate_to_stdout(*m.tokenizer, *ids, go, o.output_ids,
+                                 [&](auto p, const auto& g, const auto& cb, auto* s) { return session.generate(p, g, cb, s); });
+  return st.ok() ? 0 : fail(st);
 }
 
 }  // namespace
@@ -86,6 +70,7 @@ CommandFn add_run_command(CLI::App& app) {
       ->capture_default_str();
   add_sampling_flags(cmd, o->sampling);
   cmd->add_flag("--output-ids", o->output_ids, "Print the generated token ids as one JSON array instead of text");
+  add_pool_flags(cmd, o->pool, /*local_pool=*/true);
   return [o] { return run(*o); };
 }
 

@@ -17,5 +17,7 @@ CommandFn add_inspect_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_check_command(CLI::App& app);
 CommandFn add_bench_command(CLI::App& app);
+CommandFn add_host_command(CLI::App& app);
+CommandFn add_join_command(CLI::App& app);
 
 }  // namespace shoal::app

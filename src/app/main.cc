@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_tokenize_command(app));
   reg(shoal::app::add_check_command(app));
   reg(shoal::app::add_bench_command(app));
+  reg(shoal::app::add_host_command(app));
+  reg(shoal::app::add_join_command(app));
 
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging(log_level);

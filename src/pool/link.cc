@@ -28,7 +28,7 @@ Status Link::status() const {
   return down_;
 }
 
-void Link::go_down(const Status& why, bool notify) {
+void Link::go_down(const Status& why, bool notify, bool orderly) {
   {
     std::lock_guard lock(mu_);
     if (!down_.ok()) return;
@@ -37,14 +37,18 @@ void Link::go_down(const Status& why, bool notify) {
   cv_.notify_all();
   conn_->close();
   if (notify) {
-    spdlog::warn("{}", why.to_string());
+    if (orderly) {
+      spdlog::info("{}", why.message());
+    } else {
+      spdlog::warn("{}", why.to_string());
+    }
     if (opts_.on_down) opts_.on_down(why);
   }
 }
 
 void Link::close(std::string_view reason) {
+  stop_ = true;  // first: the peer may close as soon as it has our bye
   if (is_up()) (void)conn_->send(encode(Bye::from(reason)));
-  stop_ = true;
   go_down(make_error(Code::kUnavailable, "link to {} closed here: {}", opts_.name, reason), /*notify=*/false);
 }
 
@@ -124,7 +128,7 @@ void Link::run() {
       case MsgType::kBye: {
         auto bye = decode<Bye>(m);
         const std::string reason = bye.ok() ? bye->reason : bye.status().message();
-        return go_down(make_error(Code::kUnavailable, "{} left: {}", opts_.name, reason), true);
+        return go_down(make_error(Code::kUnavailable, "{} left: {}", opts_.name, reason), true, /*orderly=*/true);
       }
       default: {
         std::lock_guard lock(mu_);

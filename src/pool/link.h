@@ -55,7 +55,9 @@ class Link {
   void run();
   // Sends a ping or pong; false when the link went down because of it.
   bool send_heartbeat(const Message& m);
-  void go_down(const Status& why, bool notify);
+  // Takes the link down once; with `notify`, logs why (info when the peer said bye, else a
+  // warning) and runs on_down.
+  void go_down(const Status& why, bool notify, bool orderly = false);
 
   std::unique_ptr<Connection> conn_;
   LinkOptions opts_;

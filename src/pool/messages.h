@@ -135,8 +135,8 @@ struct Assign {
   uint16_t n_stages = 0;       // stages in the chain, host included
   HopDType hop_dtype = HopDType::kF16;
   DType kv_dtype = DType::kF16;  // a ggml type id, one byte on the wire
-  std::string model_name;      // file name, for messages only
-  std::string next_hop;        // "host:port" the worker connects its output to
+  std::string model_name;      // the host's path of the model (workers without -m open it)
+  std::string next_hop;        // "host:port" the worker connects its output to (0.0.0.0: the host)
   template <class S, class V> static void fields(S& s, V& v) {
     v.num("plan_epoch", s.plan_epoch);
     v.num("model_size", s.model_size);

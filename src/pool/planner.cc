@@ -327,8 +327,9 @@ std::string Plan::to_string(const PlanInput& in) const {
     const Stage& st = stages[i];
     const DeviceFacts& d = in.devices[st.device];
     const std::string layers = st.n_layers == 0 ? "-" : fmt::format("{}-{}", st.first, st.last());
-    const std::string speed = d.mem_gbps > 0 ? fmt::format("{:.0f} GB/s", d.mem_gbps)
-                                             : fmt::format("{:.0f} GFLOP/s", d.matmul_gflops);
+    const int digits = (d.mem_gbps > 0 ? d.mem_gbps : d.matmul_gflops) < 10 ? 1 : 0;
+    const std::string speed = d.mem_gbps > 0 ? fmt::format("{:.{}f} GB/s", d.mem_gbps, digits)
+                                             : fmt::format("{:.{}f} GFLOP/s", d.matmul_gflops, digits);
     s += fmt::format("  {:<6} {:<24} {:>11} {:>11} {:>11} {:>12} {:>5.1f}%\n", i, d.name, layers,
                      format_bytes(st.bytes), format_bytes(d.mem_bytes), speed, st.share * 100);
   }

@@ -1,0 +1,107 @@
+// shoal host: open a room, wait for workers, plan, and answer prompts with the pool
+// (docs/protocol.md, "Host and worker"). The -p prompt, or one prompt per line on stdin.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "app/commands.h"
+#include "app/common_options.h"
+#include "app/generate_text.h"
+#include "app/pool_flags.h"
+#include "core/log.h"
+#include "core/mmap_file.h"
+#include "pool/transport_tcp.h"
+
+namespace shoal::app {
+
+namespace {
+
+constexpr pool::Millis kForever{365LL * 24 * 3600 * 1000};
+
+struct HostCmdOptions {
+  ModelFlags model;
+  PoolFlags pool;
+  SamplingParams sampling;
+  std::string listen = "127.0.0.1:7000";
+  std::string secret;
+  int workers = 1;
+  std::string mem;
+  std::string prompt;
+  std::string prompt_file;
+  int n_predict = -1;
+  bool output_ids = false;
+};
+
+int host(const HostCmdOptions& o) {
+  auto opts = host_options(o.model, o.pool);
+  if (!opts.ok()) return fail(opts.status());
+  auto secret = room_secret(o.secret);
+  if (!secret.ok()) return fail(secret.status());
+  opts->secret = *secret;
+  opts->listen = o.listen;
+  if (!o.mem.empty()) {
+    auto mem = parse_bytes(o.mem);
+    if (!mem.ok()) return fail(mem.status().with_context("--mem"));
+    opts->mem = *mem;
+  }
+  std::string prompt = o.prompt;
+  if (!o.prompt_file.empty()) {
+    auto text = read_file(o.prompt_file);
+    if (!text.ok()) return fail(text.status());
+    prompt = *text;
+  }
+  auto h = pool::Host::open(*opts, pool::tcp_network());
+  if (!h.ok()) return fail(h.status());
+  pool::Host& host = **h;
+  if (o.workers > 0) {
+    spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
+    if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
+  }
+  if (Status st = host.ensure_plan(); !st.ok()) spdlog::error("{}", st.to_string());  // retried per prompt
+
+  GenerateOptions go;
+  go.n_predict = o.n_predict;
+  go.sampling = o.sampling;
+  const Tokenizer& tok = *host.tokenizer();
+  auto answer = [&](const std::string& text) -> Status {
+    SHOAL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, encode_prompt(tok, text));
+    return generate_to_stdout(tok, ids, go, o.output_ids,
+                              [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
+  };
+  if (!prompt.empty()) {
+    Status st = answer(prompt);
+    return st.ok() ? 0 : fail(st);
+  }
+  spdlog::info("reading prompts from stdin, one per line");
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    if (Status st = answer(line); !st.ok()) spdlog::error("{}", st.to_string());  // the host stays up
+  }
+  return 0;
+}
+
+}  // namespace
+
+CommandFn add_host_command(CLI::App& app) {
+  auto o = std::make_shared<HostCmdOptions>();
+  CLI::App* cmd = app.add_subcommand("host", "Open a pool: wait for workers, deal them layers, answer prompts");
+  add_model_flags(cmd, o->model, "f16");
+  add_pool_flags(cmd, o->pool, /*local_pool=*/false);
+  cmd->add_option("--listen", o->listen, "The room's address, HOST:PORT (0.0.0.0:PORT to accept other machines)")
+      ->capture_default_str();
+  cmd->add_option("--secret", o->secret, "The room secret workers must know (default: $SHOAL_SECRET)");
+  cmd->add_option("--workers", o->workers, "Workers to wait for before the first plan (0: start alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023));
+  cmd->add_option("--mem", o->mem, "Memory the host lends for layers and head, e.g. 8G (default: what it has free)");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text; without it, prompts are read from stdin, one per line");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation or a full context)")
+      ->capture_default_str();
+  add_sampling_flags(cmd, o->sampling);
+  cmd->add_flag("--output-ids", o->output_ids, "Print the generated token ids as one JSON array instead of text");
+  return [o] { return host(*o); };
+}
+
+}  // namespace shoal::app

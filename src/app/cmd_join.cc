@@ -1,0 +1,83 @@
+// shoal join: lend this machine's device to a pool (docs/protocol.md, "Host and worker").
+#include <csignal>
+#include <memory>
+#include <thread>
+
+#include "app/commands.h"
+#include "app/pool_flags.h"
+#include "core/log.h"
+#include "pool/transport_tcp.h"
+#include "pool/worker.h"
+
+namespace shoal::app {
+
+namespace {
+
+struct JoinOptions {
+  std::string host;
+  std::string secret;
+  std::string model;
+  std::string device = "cpu";
+  int threads = 0;
+  std::string mem;
+  std::string name;
+  std::string data_listen;
+  int dead_after_ms = 2000;
+};
+
+int join(const JoinOptions& o) {
+  auto secret = room_secret(o.secret);
+  if (!secret.ok()) return fail(secret.status());
+  pool::WorkerOptions w;
+  w.host = o.host;
+  w.secret = *secret;
+  w.model = o.model;
+  w.device = o.device;
+  w.threads = o.threads;
+  if (!o.mem.empty()) {
+    auto mem = parse_bytes(o.mem);
+    if (!mem.ok()) return fail(mem.status().with_context("--mem"));
+    w.mem = *mem;
+  }
+  w.name = o.name;
+  w.data_listen = o.data_listen;
+  w.hops.dead_after = pool::Millis(o.dead_after_ms);
+  w.hops.ping_interval = pool::Millis(std::max(50, o.dead_after_ms / 4));
+  pool::Worker worker(std::move(w), pool::tcp_network());
+  // SIGINT / SIGTERM: leave the pool in order (the host hears a bye, not a silence).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread signals([&] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0 && sig != 0) worker.stop();
+  });
+  const Status st = worker.run();
+  pthread_kill(signals.native_handle(), SIGTERM);  // wakes sigwait if no signal came
+  signals.join();
+  return st.ok() ? 0 : fail(st);
+}
+
+}  // namespace
+
+CommandFn add_join_command(CLI::App& app) {
+  auto o = std::make_shared<JoinOptions>();
+  CLI::App* cmd = app.add_subcommand("join", "Lend this machine's device to a pool: hold some layers for a host");
+  cmd->add_option("address", o->host, "The host's room, HOST:PORT")->required();
+  cmd->add_option("--secret", o->secret, "The room secret (default: $SHOAL_SECRET)");
+  cmd->add_option("-m,--model", o->model, "This machine's copy of the model (default: the path the host sends)");
+  cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  cmd->add_option("--mem", o->mem, "Memory lent to the pool, e.g. 8G (default: what the device has free)");
+  cmd->add_option("--name", o->name, "This worker's name in plans and errors (default: HOSTNAME-PID)");
+  cmd->add_option("--data-listen", o->data_listen,
+                  "Where the previous stage connects, HOST:PORT (default: the address that reaches the host, any port)");
+  cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600000));
+  return [o] { return join(*o); };
+}
+
+}  // namespace shoal::app

@@ -1,0 +1,53 @@
+#include "app/generate_text.h"
+
+#include <cstdio>
+
+#include "core/log.h"
+
+namespace shoal::app {
+
+Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::string& prompt) {
+  std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (ids.empty()) {
+    if (tok.bos_id() < 0) return make_error(Code::kInvalidArgument, "the prompt is empty and the model has no BOS token");
+    ids.push_back(tok.bos_id());
+  }
+  return ids;
+}
+
+Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
+                          bool output_ids, const GenerateFn& generate) {
+  spdlog::info("prompt: {} tokens", ids.size());
+  StreamDecoder stream(tok);
+  GenerateStats st;
+  auto out = generate(ids, go, [&](int32_t id) {
+    if (!output_ids) {
+      const std::string text = stream.push(id);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  }, &st);
+  if (!out.ok()) {
+    if (!output_ids) std::printf("\n");
+    std::fflush(stdout);
+    return out.status();
+  }
+  if (output_ids) {
+    std::string json = "[";
+    for (size_t i = 0; i < out->size(); ++i) json += fmt::format("{}{}", i ? ", " : "", (*out)[i]);
+    std::printf("%s]\n", json.c_str());
+  } else {
+    const std::string rest = stream.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s){}",
+               st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
+               st.decode_s, st.decode_s > 0 ? (st.n_generated - 1) / st.decode_s : 0.0,
+               st.hit_eog ? "; stopped at end of generation" : (st.hit_context ? "; context full" : ""));
+  return Status::Ok();
+}
+
+}  // namespace shoal::app

@@ -1,0 +1,108 @@
+#include "app/pool_flags.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "core/log.h"
+#include "pool/transport_tcp.h"
+
+namespace shoal::app {
+
+namespace {
+constexpr pool::Millis kLocalJoinTimeout{120000};  // local workers load nothing before they join
+}  // namespace
+
+void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
+  if (local_pool) {
+    cmd->add_option("--pool", f.pool, "Run as a pool of N local processes: the host and N-1 workers on loopback")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+  }
+  cmd->add_option("--hop-dtype", f.hop_dtype, "Hidden states between stages: f16 (half the bytes) or f32 (exact)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_option("--dead-after", f.dead_after_ms, "A peer silent this long (ms) counts as dead")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600000));
+  cmd->add_option("--layers-local", f.layers_local, "Layers the host holds itself: N, or auto (the planner chooses)")
+      ->capture_default_str();
+  cmd->add_option("--split", f.split, "Force the plan: layer ranges for the host, then the workers (0-3,4-7,8-11)");
+}
+
+Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p) {
+  SHOAL_ASSIGN_OR_RETURN(LocalModelOptions lo, local_options(m));
+  pool::HostOptions o;
+  o.model = m.model;
+  o.device = lo.device;
+  o.threads = lo.threads;
+  o.n_ctx = lo.n_ctx;
+  o.kv_dtype = lo.kv_dtype;
+  o.max_tokens = lo.max_tokens;
+  o.hop_dtype = p.hop_dtype == "f32" ? pool::HopDType::kF32 : pool::HopDType::kF16;
+  o.hops.dead_after = pool::Millis(p.dead_after_ms);
+  o.hops.ping_interval = pool::Millis(std::max(50, p.dead_after_ms / 4));
+  if (p.layers_local != "auto") {
+    char* end = nullptr;
+    const long n = std::strtol(p.layers_local.c_str(), &end, 10);
+    if (p.layers_local.empty() || *end != 0 || n < 0 || n > 65536) {
+      return make_error(Code::kInvalidArgument, "--layers-local '{}' (expected a layer count or auto)", p.layers_local);
+    }
+    o.layers_local = uint32_t(n);
+  }
+  if (!p.split.empty()) {
+    SHOAL_ASSIGN_OR_RETURN(o.split, pool::parse_split(p.split));
+  }
+  return o;
+}
+
+Result<std::string> room_secret(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("SHOAL_SECRET");
+  if (env && *env) return std::string(env);
+  return make_error(Code::kInvalidArgument, "no room secret: pass --secret or set SHOAL_SECRET");
+}
+
+Result<uint64_t> parse_bytes(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  uint64_t unit = 1;
+  std::string rest = end ? std::string(end) : "";
+  if (!rest.empty() && (rest.back() == 'B' || rest.back() == 'b')) rest.pop_back();
+  if (rest == "K" || rest == "k") unit = 1ull << 10;
+  else if (rest == "M" || rest == "m") unit = 1ull << 20;
+  else if (rest == "G" || rest == "g") unit = 1ull << 30;
+  else if (rest == "T" || rest == "t") unit = 1ull << 40;
+  else if (!rest.empty()) unit = 0;
+  if (text.empty() || end == text.c_str() || unit == 0 || !(v >= 0) || v * double(unit) > 1.8e19) {
+    return make_error(Code::kInvalidArgument, "'{}' is not a byte count (e.g. 8G, 512M, 1073741824)", text);
+  }
+  return uint64_t(v * double(unit));
+}
+
+Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer) {
+  SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(m, p));
+  const size_t n_workers = size_t(std::max(1, p.pool) - 1);
+  const int threads = m.threads > 0 ? m.threads : std::max(1, int(std::thread::hardware_concurrency()) / p.pool);
+  o.threads = threads;
+  o.tokenizer = tokenizer;
+  o.listen = "127.0.0.1:0";
+  o.secret = pool::random_secret();
+  o.spread = true;
+  auto lp = std::make_unique<LocalPool>();
+  SHOAL_ASSIGN_OR_RETURN(lp->host, pool::Host::open(o, pool::tcp_network()));
+  pool::LocalWorkerOptions w;
+  w.host = lp->host->address();
+  w.secret = o.secret;
+  w.model = m.model;
+  w.device = m.device;
+  w.threads = threads;
+  const auto level = spdlog::level::to_string_view(spdlog::get_level());
+  w.log_level = std::string(level.data(), level.size());
+  w.dead_after_ms = p.dead_after_ms;
+  SHOAL_ASSIGN_OR_RETURN(lp->workers, pool::LocalWorkers::spawn(n_workers, w));
+  SHOAL_RETURN_IF_ERROR(lp->host->wait_for_workers(n_workers, kLocalJoinTimeout, [&] { return lp->workers->check(); }));
+  SHOAL_RETURN_IF_ERROR(lp->host->ensure_plan());
+  return lp;
+}
+
+}  // namespace shoal::app

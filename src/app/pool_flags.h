@@ -1,0 +1,49 @@
+// Flags of the pool's subcommands (`shoal host`, `shoal join`) and of `--pool N` on run/check,
+// and the local pool those start: the host plus N-1 worker processes on loopback.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "app/common_options.h"
+#include "pool/host.h"
+#include "pool/host_local.h"
+
+namespace shoal::app {
+
+struct PoolFlags {
+  int pool = 1;                      // --pool N: processes in the local pool (run/check)
+  std::string hop_dtype = "f16";     // --hop-dtype
+  int dead_after_ms = 2000;          // --dead-after
+  std::string layers_local = "auto"; // --layers-local N|auto
+  std::string split;                 // --split 0-3,4-7
+};
+
+/// --hop-dtype, --dead-after, --layers-local, --split; with `local_pool` also --pool.
+void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool);
+
+/// Host options from the model and pool flags (secret and address are the caller's).
+/// Errors: kInvalidArgument naming the bad flag value.
+Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p);
+
+/// A host and its local worker processes; the host goes first (it says bye), then the workers.
+struct LocalPool {
+  std::unique_ptr<pool::LocalWorkers> workers;
+  std::unique_ptr<pool::Host> host;
+  ~LocalPool() { host.reset(); }
+};
+
+/// Starts the host on a random loopback port with a random secret, p.pool - 1 local workers
+/// (each with threads/N CPU threads unless -t is given), waits for them and makes the first plan
+/// (printed on stderr). With --layers-local and --split unset the layers are dealt evenly.
+Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer);
+
+/// The room secret: --secret, else $SHOAL_SECRET. kInvalidArgument when neither is set.
+Result<std::string> room_secret(const std::string& flag);
+
+/// "8G", "512M", "1073741824": bytes (K/M/G/T are powers of 1024). kInvalidArgument otherwise.
+Result<uint64_t> parse_bytes(const std::string& text);
+
+}  // namespace shoal::app

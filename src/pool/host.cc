@@ -1,0 +1,409 @@
+#include "pool/host.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "pool/address.h"
+#include "pool/worker_probe.h"
+#include "runtime/weight_loader.h"
+
+namespace shoal::pool {
+namespace {
+
+constexpr Millis kArrivalSlice{200};
+constexpr Millis kReadySlice{100};
+constexpr int kPlanAttempts = 4;  // plans tried in one ensure_plan() while workers keep failing
+
+}  // namespace
+
+struct Host::Member {
+  uint64_t id = 0;
+  Hello hello;
+  std::string name;     // unique in the room
+  std::string address;  // its hop listener, "IP:PORT"
+  std::unique_ptr<Link> link;
+};
+
+std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices) {
+  std::vector<LayerRange> out;
+  const uint32_t k = uint32_t(std::min<size_t>(n_devices, n_layers));
+  if (k == 0) return out;
+  uint32_t next = 0;
+  for (uint32_t i = 0; i < k; ++i) {
+    const uint32_t n = n_layers / k + (i < n_layers % k ? 1 : 0);
+    out.push_back({next, next + n - 1});
+    next += n;
+  }
+  return out;
+}
+
+Result<uint64_t> head_bytes(const ModelConfig& cfg, const WeightMap& weights, bool chain) {
+  uint64_t total = 0;
+  auto add = [&](const char* name, WeightRole role, int times) -> Status {
+    const TensorInfo* t = weights.find(name);
+    if (!t) return Status::Ok();
+    SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t->dtype, role, t->name));
+    total += uint64_t(times) * dtype_bytes(dt, t->n_elements()).value_or(0);
+    return Status::Ok();
+  };
+  SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix, cfg.tied_embeddings && chain ? 2 : 1));
+  SHOAL_RETURN_IF_ERROR(add("output_norm.weight", WeightRole::kVector, 1));
+  SHOAL_RETURN_IF_ERROR(add("output_norm.bias", WeightRole::kVector, 1));
+  if (!cfg.tied_embeddings) SHOAL_RETURN_IF_ERROR(add("output.weight", WeightRole::kMatrix, 1));
+  return total;
+}
+
+Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
+  if (opts.secret.empty()) return make_error(Code::kInvalidArgument, "the room secret is empty");
+  SHOAL_ASSIGN_OR_RETURN(LocalModel model, open_model(opts.model, opts.tokenizer));
+  BackendOptions bo;
+  bo.threads = opts.threads;
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(opts.device, bo));
+  std::unique_ptr<Host> h(new Host(std::move(opts), net, std::move(model), std::move(backend)));
+  const HostOptions& o = h->opts_;
+  const ModelConfig& cfg = h->model_.config;
+  SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*h->backend_, o.probe_budget));
+  h->self_.name = "host";
+  h->self_.mem_bytes = o.mem > 0 ? o.mem : h->backend_->free_memory();
+  h->self_.mem_gbps = probe.mem_gbps;
+  h->self_.matmul_gflops = probe.matmul_gflops;
+  h->self_.hop_latency_s = 0;
+  h->self_.is_host = true;
+  SliceOptions so;
+  so.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
+  so.kv_dtype = o.kv_dtype;
+  so.max_tokens = o.max_tokens;
+  SHOAL_ASSIGN_OR_RETURN(h->layer_bytes_, layer_bytes(cfg, h->model_.weights, so.n_ctx, o.kv_dtype));
+  SHOAL_ASSIGN_OR_RETURN(h->host_bytes_, head_bytes(cfg, h->model_.weights, /*chain=*/true));
+  h->pipeline_ = std::make_unique<PoolPipeline>(*h->model_.file, cfg, h->model_.weights, *h->backend_, so, o.hop_dtype,
+                                                o.progress ? stderr_progress("loading") : LoadProgress{});
+  const Tokenizer* tok = h->model_.tokenizer.get();
+  h->session_ = std::make_unique<Session>(*h->pipeline_, [tok](int32_t id) { return tok && tok->is_eog(id); });
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, net.listen(o.listen));
+  RoomOptions ro;
+  ro.secret = o.secret;
+  ro.handshake_timeout = o.hops.connect_timeout;
+  Host* self = h.get();
+  ro.on_refused = [self](const std::string& peer, const Status& why) { self->refuse(peer, why, /*log=*/false); };
+  SHOAL_ASSIGN_OR_RETURN(h->room_, Room::open(std::move(listener), std::move(ro)));
+  spdlog::info("model {} ({}): {} layers, d_model {}, context {}; host {}, {:.1f} GB/s, {:.1f} GFLOP/s", cfg.name,
+               cfg.arch, cfg.n_layers, cfg.d_model, so.n_ctx, h->backend_->name(), probe.mem_gbps, probe.matmul_gflops);
+  spdlog::info("room open on {}", h->room_->address());
+  h->arrival_thread_ = std::thread([self] { self->arrival_loop(); });
+  return h;
+}
+
+Host::Host(HostOptions opts, Network& net, LocalModel model, std::unique_ptr<Backend> backend)
+    : opts_(std::move(opts)), net_(net), model_(std::move(model)), backend_(std::move(backend)), hops_(opts_.hops) {}
+
+Host::~Host() {
+  stopping_ = true;
+  if (arrival_thread_.joinable()) arrival_thread_.join();
+  room_.reset();
+  session_.reset();
+  pipeline_.reset();
+  hops_.clear();
+  std::lock_guard lock(mu_);
+  for (auto& m : members_) m->link->close("the host is shutting down");
+  for (auto& g : guests_) g->close("the host is shutting down");
+}
+
+std::string Host::address() const { return room_->address(); }
+
+size_t Host::refused() const {
+  std::lock_guard lock(mu_);
+  return refused_;
+}
+
+std::string Host::last_refusal() const {
+  std::lock_guard lock(mu_);
+  return last_refusal_;
+}
+
+size_t Host::n_workers() const {
+  std::lock_guard lock(mu_);
+  return members_.size();
+}
+
+std::vector<StageInfo> Host::stages() const {
+  std::lock_guard lock(mu_);
+  return stages_;
+}
+
+void Host::refuse(const std::string& who, const Status& why, bool log) {
+  if (log) spdlog::warn("refused {}: {}", who, why.to_string());
+  std::lock_guard lock(mu_);
+  ++refused_;
+  last_refusal_ = fmt::format("{}: {}", who, why.to_string());
+}
+
+void Host::arrival_loop() {
+  while (!stopping_) {
+    auto a = room_->next(kArrivalSlice);
+    if (a.ok()) admit(std::move(*a));
+  }
+}
+
+void Host::admit(Arrival a) {
+  if (a.role == PeerRole::kHop) {
+    hops_.add(std::move(a.conn));
+    return;
+  }
+  const std::string peer = a.conn->peer();
+  // The peer's heartbeats may come before its hello; they are answered once it is a member.
+  const auto deadline = Clock::now() + opts_.hops.connect_timeout;
+  Result<Message> m = make_error(Code::kDeadlineExceeded, "no hello from {}", peer);
+  do {
+    m = a.conn->recv(std::chrono::ceil<Millis>(std::max(deadline - Clock::now(), Clock::duration::zero())));
+  } while (m.ok() && (m->type == MsgType::kPing || m->type == MsgType::kPong));
+  Result<Hello> hello = m.ok() ? decode<Hello>(*m) : Result<Hello>(m.status());
+  auto addr = parse_address(peer);
+  if (hello.ok() && a.role != hello->role) {
+    hello = make_error(Code::kInvalidArgument, "authenticated as a {} but says hello as a {}", peer_role_name(a.role),
+                       peer_role_name(hello->role));
+  } else if (hello.ok() && a.role == PeerRole::kWorker && hello->data_port == 0) {
+    hello = make_error(Code::kInvalidArgument, "a worker's hello must name its hop port");
+  } else if (hello.ok() && !addr.ok()) {
+    hello = addr.status();
+  }
+  if (!hello.ok()) {
+    refuse(peer, hello.status());
+    (void)a.conn->send(encode(ErrorMsg::from(hello.status())));
+    a.conn->close();
+    return;
+  }
+  LinkOptions lo;
+  lo.ping_interval = opts_.hops.ping_interval;
+  lo.dead_after = opts_.hops.dead_after;
+  lo.on_down = [this](const Status&) {
+    changed_ = true;
+    cv_.notify_all();
+  };
+  std::lock_guard lock(mu_);
+  if (a.role == PeerRole::kGuest) {
+    lo.name = fmt::format("guest '{}'", hello->name);
+    spdlog::info("guest '{}' joined from {}", hello->name, peer);
+    guests_.push_back(std::make_unique<Link>(std::move(a.conn), std::move(lo)));
+    return;
+  }
+  auto mem = std::make_unique<Member>();
+  mem->id = next_member_id_++;
+  mem->hello = *hello;
+  mem->name = hello->name;
+  for (const auto& other : members_) {
+    if (other->name == mem->name) mem->name = fmt::format("{}#{}", hello->name, mem->id);
+  }
+  mem->address = Address{addr->host, hello->data_port}.to_string();
+  lo.name = fmt::format("worker '{}'", mem->name);
+  mem->link = std::make_unique<Link>(std::move(a.conn), std::move(lo));
+  spdlog::info("worker '{}' joined from {}: {}, lends {}, {:.1f} GB/s, {:.1f} GFLOP/s", mem->name, peer,
+               hello->device_name, format_bytes(hello->mem_lent), hello->mem_gbps, hello->matmul_gflops);
+  members_.push_back(std::move(mem));
+  changed_ = true;
+  cv_.notify_all();
+}
+
+Status Host::wait_for_workers(size_t n, Millis timeout, const std::function<Status()>& check) {
+  const auto deadline = Clock::now() + timeout;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    size_t alive = 0;
+    for (const auto& m : members_) alive += m->link->is_up() ? 1 : 0;
+    if (alive >= n) return Status::Ok();
+    if (check) {
+      lock.unlock();
+      SHOAL_RETURN_IF_ERROR(check());
+      lock.lock();
+    }
+    if (Clock::now() >= deadline) {
+      return make_error(Code::kDeadlineExceeded, "{} of {} workers joined {} within {} ms", alive, n, room_->address(),
+                        timeout.count());
+    }
+    cv_.wait_for(lock, kArrivalSlice);
+  }
+}
+
+void Host::drop_dead_members() {
+  std::vector<std::unique_ptr<Member>> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = members_.begin(); it != members_.end();) {
+      if ((*it)->link->is_up()) {
+        ++it;
+        continue;
+      }
+      gone.push_back(std::move(*it));
+      it = members_.erase(it);
+      changed_ = true;
+    }
+  }
+  for (auto& m : gone) spdlog::warn("worker '{}' is out of the pool: {}", m->name, m->link->status().message());
+}
+
+Status Host::ensure_plan() {
+  Status last;
+  for (int attempt = 0; attempt < kPlanAttempts; ++attempt) {
+    if (!changed_ && pipeline_->ready()) return Status::Ok();
+    pipeline_->clear_chain();  // it points at members' links: drop it before any member
+    changed_ = false;
+    drop_dead_members();
+    last = plan_once();
+    if (last.ok()) return replay();
+    if (last.code() == Code::kOutOfMemory || last.code() == Code::kInvalidArgument) {
+      changed_ = true;  // try again at the next request: the pool may have grown
+      return last;
+    }
+    spdlog::warn("planning again: {}", last.to_string());
+    changed_ = true;
+  }
+  return last;
+}
+
+Status Host::replay() {
+  const std::vector<int32_t> cached = session_->cached();
+  if (cached.empty()) return Status::Ok();
+  StepOutput out;
+  out.mode = HeadMode::kNone;
+  if (Status st = pipeline_->forward(cached, 0, out); !st.ok()) {
+    session_->reset();
+    return st.with_context("replaying the cached prompt into the new plan");
+  }
+  spdlog::info("replayed {} cached tokens into the new plan", cached.size());
+  return Status::Ok();
+}
+
+Status Host::wait_ready(Member& m, uint64_t epoch) {
+  for (;;) {
+    auto r = m.link->recv(kReadySlice);
+    if (!r.ok()) {
+      if (r.status().code() == Code::kDeadlineExceeded) continue;
+      return r.status();
+    }
+    if (r->type == MsgType::kReady) {
+      SHOAL_ASSIGN_OR_RETURN(Ready ready, decode<Ready>(*r));
+      std::lock_guard lock(mu_);
+      for (StageInfo& s : stages_) {
+        if (s.name == m.name) s.bytes_loaded = ready.bytes_loaded;
+      }
+      spdlog::info("worker '{}' ready for plan {}: {} read in {:.2f} s", m.name, epoch, format_bytes(ready.bytes_loaded),
+                   ready.load_seconds);
+      return Status::Ok();
+    }
+    if (r->type == MsgType::kError) {
+      auto e = decode<ErrorMsg>(*r);
+      return e.ok() ? e->to_status(fmt::format("worker '{}'", m.name)) : e.status();
+    }
+    spdlog::debug("worker '{}': ignoring a {} message while it loads", m.name, msg_type_name(r->type));
+  }
+}
+
+Status Host::plan_once() {
+  pipeline_->clear_chain();
+  std::vector<Member*> workers;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& m : members_) workers.push_back(m.get());
+  }
+  if (opts_.spread) {  // local pools: local-1, local-2, ... in order, whoever joined first
+    std::stable_sort(workers.begin(), workers.end(), [](const Member* a, const Member* b) {
+      return a->name.size() != b->name.size() ? a->name.size() < b->name.size() : a->name < b->name;
+    });
+  }
+  const ModelConfig& cfg = model_.config;
+  PlanInput in;
+  in.devices.push_back(self_);
+  for (Member* m : workers) {
+    DeviceFacts d;
+    d.name = m->name;
+    d.mem_bytes = m->hello.mem_lent;
+    d.mem_gbps = m->hello.mem_gbps;
+    d.matmul_gflops = m->hello.matmul_gflops;
+    const auto rtt = m->link->rtt();
+    d.hop_latency_s = rtt.count() > 0 ? rtt.count() * 0.5e-6 : -1;
+    in.devices.push_back(d);
+  }
+  in.layer_bytes = layer_bytes_;
+  in.host_bytes = host_bytes_;
+  PlanOptions po;
+  po.layers_local = opts_.layers_local;
+  po.split = opts_.spread && opts_.split.empty() && !opts_.layers_local
+                 ? even_split(uint32_t(cfg.n_layers), in.devices.size())
+                 : opts_.split;
+  SHOAL_ASSIGN_OR_RETURN(Plan plan, make_plan(in, po));
+  const uint64_t epoch = ++epoch_;
+  std::string table = plan.to_string(in);
+  if (!table.empty() && table.back() == '\n') table.pop_back();
+  spdlog::info("plan {} for {} layers:\n{}", epoch, cfg.n_layers, table);
+
+  std::vector<Member*> chain;  // workers in chain order
+  {
+    std::lock_guard lock(mu_);
+    stages_.clear();
+    for (const Stage& s : plan.stages) {
+      Member* m = s.device == 0 ? nullptr : workers[s.device - 1];
+      if (m) chain.push_back(m);
+      stages_.push_back({m ? m->name : "host", s.first, s.n_layers, 0});
+    }
+  }
+  const bool alone = chain.empty();
+  SHOAL_RETURN_IF_ERROR(pipeline_->set_local(int(plan.stages[0].n_layers), alone));
+  if (alone) return Status::Ok();
+
+  const uint16_t n_stages = uint16_t(plan.stages.size());
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const Stage& s = plan.stages[i + 1];
+    while (chain[i]->link->recv(Millis(0)).ok()) {
+    }  // drop what a previous plan left (errors of a failed request)
+    Assign a;
+    a.plan_epoch = epoch;
+    a.model_size = model_.file->file_size;
+    a.model_hash = model_.file->index.identity_hash();
+    a.n_layers = uint32_t(cfg.n_layers);
+    a.first_layer = s.first;
+    a.last_layer = s.last();
+    a.d_model = uint32_t(cfg.d_model);
+    a.context_length = uint32_t(pipeline_->n_ctx());
+    a.stage = uint16_t(i + 1);
+    a.n_stages = n_stages;
+    a.hop_dtype = opts_.hop_dtype;
+    a.kv_dtype = opts_.kv_dtype;
+    a.model_name = printable_text(model_.file->path, kMaxModelNameLen);
+    a.next_hop = i + 1 < chain.size() ? chain[i + 1]->address : room_->address();
+    SHOAL_RETURN_IF_ERROR(chain[i]->link->send(encode(a)));
+  }
+  for (Member* m : chain) {
+    Status st = wait_ready(*m, epoch);
+    if (st.ok()) continue;
+    if (st.code() != Code::kUnavailable) {
+      refuse(fmt::format("worker '{}'", m->name), st);
+      m->link->close("refused: " + st.message());
+    }
+    return make_error(Code::kUnavailable, "worker '{}' did not take its part of plan {}: {}", m->name, epoch,
+                      st.message());
+  }
+  Chain c;
+  c.epoch = epoch;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const Stage& s = plan.stages[i + 1];
+    c.stages.push_back({fmt::format("worker '{}' (layers {}-{})", chain[i]->name, s.first, s.last()), chain[i]->link.get()});
+  }
+  SHOAL_ASSIGN_OR_RETURN(c.out, open_hop(net_, chain[0]->address, opts_.secret, epoch, 0,
+                                         fmt::format("hop to worker '{}'", chain[0]->name), opts_.hops));
+  auto abort = [&]() -> Status {
+    for (const RemoteStage& s : c.stages) SHOAL_RETURN_IF_ERROR(s.control->status().with_context(s.label));
+    return Status::Ok();
+  };
+  auto back = hops_.take(epoch, uint16_t(n_stages - 1), opts_.hops.connect_timeout, abort);
+  if (!back.ok()) return make_error(Code::kUnavailable, "the hop back from the last worker: {}", back.status().message());
+  c.in = std::move(*back);
+  pipeline_->set_chain(std::move(c));
+  return Status::Ok();
+}
+
+Result<std::vector<int32_t>> Host::generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                            const TokenCallback& on_token, GenerateStats* stats) {
+  SHOAL_RETURN_IF_ERROR(ensure_plan());
+  return session_->generate(prompt, opts, on_token, stats);
+}
+
+}  // namespace shoal::pool

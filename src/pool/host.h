@@ -1,0 +1,146 @@
+// The pool's host (`shoal host`, and `shoal run/check --pool N`): owns the model's tokenizer,
+// embedding, head and sampler, usually some layers, and the room workers join
+// (docs/protocol.md, "Host and worker").
+//
+//   open():            opens the model and the backend, measures itself, opens the room;
+//   a room thread:     authenticates arrivals; a worker's HELLO makes it a member (its control
+//                      link then carries heartbeats), a hop goes to the HopInbox;
+//   ensure_plan():     when the pool changed (a worker joined or died) or the chain broke: plans
+//                      (pool/planner.h) from the host's and the members' facts, prints the plan,
+//                      loads the host's part, sends ASSIGN to every worker of the plan, waits for
+//                      READY, dials the first worker and takes the hop back from the last; then
+//                      replays the session's cached tokens into the new chain;
+//   generate():        ensure_plan() + Session::generate on the PoolPipeline.
+// A worker that refuses its assignment (wrong model file, cannot load) is dropped and the plan
+// is made again without it; one that dies during a request fails that request (the pipeline
+// names it) and is dropped before the next.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pool/planner.h"
+#include "pool/pool_pipeline.h"
+#include "pool/room.h"
+#include "runtime/local_model.h"
+#include "runtime/session.h"
+
+namespace shoal::pool {
+
+struct HostOptions {
+  std::string model;                     // .gguf file or HF folder; workers get this path too
+  std::string device = "cpu";            // the host's backend
+  int threads = 0;                       // CPU threads (0: all)
+  int n_ctx = 0;                         // context; 0: the model's, at most 4096
+  DType kv_dtype = DType::kF16;          // KV cache type on every stage
+  int max_tokens = 128;                  // the host's prefill step when it holds every layer
+  bool tokenizer = true;                 // load the tokenizer (not needed by `shoal check`)
+  bool progress = true;                  // progress bar while loading
+  std::string listen = "127.0.0.1:0";    // the room's address
+  std::string secret;                    // the room secret (non-empty)
+  std::optional<uint32_t> layers_local;  // --layers-local N; nullopt: the planner chooses
+  std::vector<LayerRange> split;         // --split; empty: the planner chooses
+  bool spread = false;                   // deal layers evenly over host and workers (--pool N)
+  HopDType hop_dtype = HopDType::kF16;
+  HopOptions hops;                       // heartbeats, dead-after, connect timeout
+  uint64_t mem = 0;                      // bytes the host lends; 0: what its backend reports free
+  Millis probe_budget{200};
+};
+
+/// One stage of the current plan, for logs and tests.
+struct StageInfo {
+  std::string name;           // "host" or the worker's name
+  uint32_t first = 0;         // first layer
+  uint32_t n_layers = 0;
+  uint64_t bytes_loaded = 0;  // workers: file bytes read for the slice (READY); host: 0
+};
+
+class Host {
+ public:
+  /// Errors: from opening the model, the backend or the listener; kInvalidArgument (empty secret).
+  static Result<std::unique_ptr<Host>> open(HostOptions opts, Network& net);
+  /// Says bye to every member and closes the room.
+  ~Host();
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+
+  /// Where workers join ("127.0.0.1:7000").
+  std::string address() const;
+  const ModelConfig& config() const { return model_.config; }
+  /// Null when opened without a tokenizer.
+  const Tokenizer* tokenizer() const { return model_.tokenizer.get(); }
+  /// Waits until at least n workers are members. Polls `check` (e.g. "are the local worker
+  /// processes alive") and returns its error. kDeadlineExceeded after `timeout`.
+  Status wait_for_workers(size_t n, Millis timeout, const std::function<Status()>& check = {});
+  /// Plans, assigns and builds the chain when the pool changed or the chain broke (else nothing).
+  /// Errors: kOutOfMemory / kInvalidArgument from the planner (the pool cannot hold the model, a
+  /// bad --split), errors loading the host's part, kUnavailable when workers keep failing.
+  Status ensure_plan();
+  /// ensure_plan(), then Session::generate. The host stays usable after any error.
+  Result<std::vector<int32_t>> generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                        const TokenCallback& on_token, GenerateStats* stats = nullptr);
+  /// The pipeline of the current plan (call ensure_plan() first).
+  Pipeline& pipeline() { return *pipeline_; }
+  Session& session() { return *session_; }
+  /// The stages of the current plan, chain order.
+  std::vector<StageInfo> stages() const;
+  /// Workers in the room now (alive or not yet noticed dead).
+  size_t n_workers() const;
+  /// Peers refused so far (by the room, at hello, or at assignment) and the last reason.
+  size_t refused() const;
+  std::string last_refusal() const;
+
+ private:
+  struct Member;
+  Host(HostOptions opts, Network& net, LocalModel model, std::unique_ptr<Backend> backend);
+  void arrival_loop();
+  void admit(Arrival a);
+  void refuse(const std::string& who, const Status& why, bool log = true);  // counts and logs
+  void drop_dead_members();
+  Status plan_once();
+  Status wait_ready(Member& m, uint64_t epoch);
+  Status replay();
+
+  HostOptions opts_;
+  Network& net_;
+  LocalModel model_;
+  std::unique_ptr<Backend> backend_;
+  DeviceFacts self_;
+  std::vector<uint64_t> layer_bytes_;
+  uint64_t host_bytes_ = 0;
+  std::unique_ptr<Room> room_;
+  HopInbox hops_;
+  std::thread arrival_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> changed_{true};  // the pool changed since the last plan
+
+  mutable std::mutex mu_;  // members_, refusals
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Member>> members_;  // join order
+  std::vector<std::unique_ptr<Link>> guests_;
+  uint64_t next_member_id_ = 1;
+  size_t refused_ = 0;
+  std::string last_refusal_;
+
+  uint64_t epoch_ = 0;
+  std::vector<StageInfo> stages_;
+  std::unique_ptr<PoolPipeline> pipeline_;
+  std::unique_ptr<Session> session_;
+};
+
+/// Layers dealt as evenly as possible over min(n_devices, n_layers) stages, earlier stages taking
+/// the remainder: even_split(5, 3) = 0-1, 2-3, 4.
+std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices);
+
+/// Bytes the host holds besides layers: embedding, final norm and LM head as stored on the backend
+/// (the embedding twice when tied and `chain`, since the head slice keeps its own copy).
+Result<uint64_t> head_bytes(const ModelConfig& cfg, const WeightMap& weights, bool chain);
+
+}  // namespace shoal::pool

@@ -1,0 +1,102 @@
+#include "pool/host_local.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "pool/auth.h"
+
+extern char** environ;
+
+namespace shoal::pool {
+namespace {
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return "stopped";
+}
+
+}  // namespace
+
+std::string random_secret() {
+  const Nonce n = random_nonce();
+  std::string s;
+  for (uint8_t b : n) s += fmt::format("{:02x}", b);
+  return s;
+}
+
+Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalWorkerOptions& o) {
+  std::unique_ptr<LocalWorkers> w(new LocalWorkers());
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, "SHOAL_SECRET=", 13) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("SHOAL_SECRET=" + o.secret);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const pid_t parent = getpid();
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<std::string> args = {"shoal", "--log-level", o.log_level, "join", o.host,
+                                     "-m", o.model, "--device", o.device, "--name", fmt::format("local-{}", i + 1),
+                                     "--dead-after", std::to_string(o.dead_after_ms)};
+    if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) return make_error(Code::kIoError, "fork for local worker {}: {}", i + 1, std::strerror(errno));
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
+      execve(o.exe.c_str(), argv.data(), envp.data());
+      _exit(127);
+    }
+    w->pids_.push_back(pid);
+    w->statuses_.push_back(0);
+  }
+  return w;
+}
+
+Status LocalWorkers::check() {
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] > 0 && waitpid(pids_[i], &statuses_[i], WNOHANG) == pids_[i]) {
+      const pid_t pid = pids_[i];
+      pids_[i] = -1;
+      return make_error(Code::kUnavailable, "local worker {} (pid {}) {}", i + 1, pid, describe_exit(statuses_[i]));
+    }
+    if (pids_[i] < 0) return make_error(Code::kUnavailable, "local worker {} {}", i + 1, describe_exit(statuses_[i]));
+  }
+  return Status::Ok();
+}
+
+LocalWorkers::~LocalWorkers() {
+  for (pid_t p : pids_) {
+    if (p > 0) kill(p, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    while (pids_[i] > 0) {
+      if (waitpid(pids_[i], &statuses_[i], WNOHANG) == pids_[i]) {
+        pids_[i] = -1;
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        kill(pids_[i], SIGKILL);
+        waitpid(pids_[i], &statuses_[i], 0);
+        pids_[i] = -1;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+}
+
+}  // namespace shoal::pool

@@ -1,0 +1,52 @@
+// Local worker processes for `shoal run --pool N` and `shoal check --pool N`: the host forks and
+// executes its own binary's `join` N-1 times, on the host's loopback room. The room secret travels
+// in the child's environment (SHOAL_SECRET), never on a command line. Each child asks the kernel
+// to kill it when its parent dies (prctl PR_SET_PDEATHSIG), so workers never outlive the host, even
+// when the host is killed; the destructor ends them in order otherwise.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace shoal::pool {
+
+struct LocalWorkerOptions {
+  std::string exe = "/proc/self/exe";  // the shoal binary
+  std::string host;                    // the room's address, "127.0.0.1:PORT"
+  std::string secret;
+  std::string model;
+  std::string device = "cpu";
+  int threads = 0;                     // per worker (0: the worker's default)
+  std::string log_level = "info";
+  int dead_after_ms = 2000;
+};
+
+class LocalWorkers {
+ public:
+  /// Starts n workers named local-1 .. local-n. Errors: kIoError when fork fails (the ones
+  /// already started are ended).
+  static Result<std::unique_ptr<LocalWorkers>> spawn(size_t n, const LocalWorkerOptions& opts);
+  /// Asks every live worker to stop (SIGTERM), waits up to 2 s, then SIGKILLs and reaps.
+  ~LocalWorkers();
+  LocalWorkers(const LocalWorkers&) = delete;
+  LocalWorkers& operator=(const LocalWorkers&) = delete;
+
+  /// Ok while every worker process runs; kUnavailable naming the first one that exited and how.
+  Status check();
+  const std::vector<pid_t>& pids() const { return pids_; }
+
+ private:
+  LocalWorkers() = default;
+  std::vector<pid_t> pids_;     // -1 once reaped
+  std::vector<int> statuses_;   // waitpid status once reaped
+};
+
+/// The secret: 32 random bytes as hex (OpenSSL's RAND_bytes).
+std::string random_secret();
+
+}  // namespace shoal::pool

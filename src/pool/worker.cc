@@ -1,0 +1,331 @@
+#include "pool/worker.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "pool/address.h"
+#include "pool/auth.h"
+#include "pool/planner.h"
+#include "pool/worker_probe.h"
+
+namespace shoal::pool {
+namespace {
+
+constexpr Millis kControlSlice{200};  // control-loop wake-up, to notice stop()
+constexpr Millis kDataSlice{100};     // data-loop wake-up, to notice a new assignment
+constexpr Millis kWaitUpstream{24 * 3600 * 1000};  // the upstream hop comes when its stage is ready
+
+std::string default_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == 0) std::snprintf(host, sizeof host, "worker");
+  return fmt::format("{}-{}", host, getpid());
+}
+
+bool unspecified_host(const std::string& h) { return h == "0.0.0.0" || h == "::" || h.empty(); }
+
+}  // namespace
+
+Result<std::string> local_address_toward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), "9", &hints, &res); rc != 0 || !res) {
+    return make_error(Code::kUnavailable, "cannot resolve '{}': {}", host, gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
+  const int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd < 0) return make_error(Code::kUnavailable, "socket: {}", std::strerror(errno));
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  // Connecting a UDP socket only picks the route and the local address; nothing is sent.
+  const bool ok = connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) return make_error(Code::kUnavailable, "no route to '{}': {}", host, std::strerror(err));
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* a = local.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+  if (!inet_ntop(local.ss_family, a, text, sizeof text)) return make_error(Code::kInternal, "inet_ntop failed");
+  return std::string(text);
+}
+
+Worker::Worker(WorkerOptions opts, Network& net) : opts_(std::move(opts)), net_(net), inbox_(opts_.hops) {
+  if (opts_.name.empty()) opts_.name = default_name();
+}
+
+Worker::~Worker() {
+  stop_ = true;
+  stop_data();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  inbox_.clear();
+  if (control_) control_->close("the worker stops");
+}
+
+WorkerState Worker::state() const {
+  std::lock_guard lock(state_mu_);
+  return state_;
+}
+
+Status Worker::refuse(const Status& why) {
+  if (control_ && control_->is_up()) (void)control_->send(encode(ErrorMsg::from(why)));
+  return why;
+}
+
+void Worker::accept_loop() {
+  while (!stop_) {
+    auto a = room_->next(kControlSlice);
+    if (!a.ok()) continue;
+    if (a->role == PeerRole::kHop) {
+      inbox_.add(std::move(a->conn));
+      continue;
+    }
+    const Status why = make_error(Code::kInvalidArgument, "this is the hop listener of worker '{}'; join the host instead",
+                                  opts_.name);
+    spdlog::warn("refused {}: {}", a->conn->peer(), why.message());
+    (void)a->conn->send(encode(ErrorMsg::from(why)));
+  }
+}
+
+Status Worker::join() {
+  BackendOptions bo;
+  bo.threads = opts_.threads;
+  SHOAL_ASSIGN_OR_RETURN(backend_, create_backend(opts_.device, bo));
+  SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*backend_, opts_.probe_budget));
+  SHOAL_ASSIGN_OR_RETURN(Address host, parse_address(opts_.host));
+  joined_host_ = host.host;
+  std::string listen = opts_.data_listen;
+  if (listen.empty()) {
+    SHOAL_ASSIGN_OR_RETURN(std::string local, local_address_toward(host.host));
+    listen = Address{local, 0}.to_string();
+  }
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, net_.listen(listen));
+  SHOAL_ASSIGN_OR_RETURN(Address data, parse_address(listener->address(), true));
+  RoomOptions ro;
+  ro.secret = opts_.secret;
+  ro.handshake_timeout = opts_.hops.connect_timeout;
+  SHOAL_ASSIGN_OR_RETURN(room_, Room::open(std::move(listener), std::move(ro)));
+  accept_thread_ = std::thread([this] { accept_loop(); });
+
+  auto conn = net_.connect(opts_.host, opts_.hops.connect_timeout);
+  if (!conn.ok()) return conn.status().with_context("joining the host");
+  SHOAL_RETURN_IF_ERROR(auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
+                            .with_context("joining the host at " + opts_.host));
+  Hello h;
+  h.role = PeerRole::kWorker;
+  h.device_kind = backend_->kind() == shoal::DeviceKind::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  h.threads = uint16_t(std::min<unsigned>(opts_.threads > 0 ? unsigned(opts_.threads) : std::thread::hardware_concurrency(),
+                                          UINT16_MAX));
+  h.data_port = data.port;
+  h.mem_lent = opts_.mem > 0 ? opts_.mem : backend_->free_memory();
+  h.matmul_gflops = float(std::min(probe.matmul_gflops, double(kMaxSpeed)));
+  h.mem_gbps = float(std::min(probe.mem_gbps, double(kMaxSpeed)));
+  h.capabilities = kCapHopF32 | kCapHopF16;
+  h.name = printable_text(opts_.name, kMaxNameLen);
+  h.device_name = printable_text(backend_->name(), kMaxNameLen);
+  SHOAL_RETURN_IF_ERROR((*conn)->send(encode(h)));
+  LinkOptions lo;
+  lo.name = "the host at " + opts_.host;
+  lo.ping_interval = opts_.hops.ping_interval;
+  lo.dead_after = opts_.hops.dead_after;
+  control_ = std::make_unique<Link>(std::move(*conn), std::move(lo));
+  spdlog::info("joined {} as '{}': {}, lends {}, {:.1f} GB/s, {:.1f} GFLOP/s; hops on {}", opts_.host, h.name,
+               h.device_name, format_bytes(h.mem_lent), h.mem_gbps, h.matmul_gflops, data.to_string());
+  return Status::Ok();
+}
+
+Status Worker::run() {
+  Status st = join();
+  if (!st.ok()) {
+    stop_ = true;
+    return refuse(st);
+  }
+  for (;;) {
+    if (stop_) {
+      stop_data();
+      control_->close("the worker stops");
+      return Status::Ok();
+    }
+    auto m = control_->recv(kControlSlice);
+    if (!m.ok()) {
+      if (m.status().code() == Code::kDeadlineExceeded) continue;
+      stop_data();
+      stop_ = true;
+      spdlog::info("the host went away: {}", m.status().message());
+      return Status::Ok();
+    }
+    if (m->type == MsgType::kAssign) {
+      auto a = decode<Assign>(*m);
+      st = a.ok() ? handle_assign(*a) : a.status();
+      if (!st.ok() && st.code() == Code::kUnavailable) spdlog::warn("{}", st.to_string());
+      if (!st.ok() && st.code() != Code::kUnavailable) {
+        stop_data();
+        stop_ = true;
+        control_->close("the worker cannot serve: " + st.message());
+        return st;
+      }
+    } else if (m->type == MsgType::kError) {
+      auto e = decode<ErrorMsg>(*m);
+      stop_data();
+      stop_ = true;
+      return e.ok() ? e->to_status("the host") : e.status();
+    } else {
+      spdlog::warn("ignoring a {} message from the host", msg_type_name(m->type));
+    }
+  }
+}
+
+Status Worker::load(const Assign& a) {
+  if (!model_) {
+    const std::string path = opts_.model.empty() ? a.model_name : opts_.model;
+    if (path.empty()) {
+      return make_error(Code::kInvalidArgument, "the host sent no model path and this worker was started without -m");
+    }
+    auto m = open_model(path, /*with_tokenizer=*/false);
+    if (!m.ok()) return m.status().with_context("worker '" + opts_.name + "' opening " + path);
+    model_ = std::make_unique<LocalModel>(std::move(*m));
+  }
+  const ModelFile& f = *model_->file;
+  const uint64_t hash = f.index.identity_hash();
+  if (f.file_size != a.model_size || hash != a.model_hash) {
+    return make_error(Code::kFailedPrecondition,
+                      "wrong model file: the host has '{}' ({} bytes, identity {:016x}); worker '{}' has '{}' ({} "
+                      "bytes, identity {:016x})",
+                      a.model_name, a.model_size, a.model_hash, opts_.name, f.path, f.file_size, hash);
+  }
+  const ModelConfig& cfg = model_->config;
+  if (uint32_t(cfg.n_layers) != a.n_layers || uint32_t(cfg.d_model) != a.d_model) {
+    return make_error(Code::kFailedPrecondition, "the host says the model has {} layers of width {}; worker '{}' reads {} of {}",
+                      a.n_layers, a.d_model, opts_.name, cfg.n_layers, cfg.d_model);
+  }
+  const SliceSpec spec{int(a.first_layer), int(a.last_layer) + 1, false, false};
+  const bool same = slice_ && slice_->spec().first == spec.first && slice_->spec().end == spec.end &&
+                    slice_->options().n_ctx == int(a.context_length) && slice_->options().kv_dtype == a.kv_dtype;
+  if (same) {
+    slice_->rewind(0);
+    return Status::Ok();
+  }
+  slice_.reset();
+  SliceOptions so;
+  so.n_ctx = int(a.context_length);
+  so.kv_dtype = a.kv_dtype;
+  so.max_tokens = kFrameTokens;
+  const uint64_t before = model_->file->bytes_read();
+  auto s = Slice::load(*model_->file, cfg, model_->weights, spec, so, *backend_);
+  if (!s.ok()) return s.status().with_context(fmt::format("worker '{}' loading layers {}-{}", opts_.name, a.first_layer, a.last_layer));
+  slice_ = std::move(*s);
+  std::lock_guard lock(state_mu_);
+  state_.bytes_loaded = model_->file->bytes_read() - before;
+  state_.first = spec.first;
+  state_.end = spec.end;
+  return Status::Ok();
+}
+
+Status Worker::handle_assign(const Assign& a) {
+  stop_data();
+  spdlog::info("plan {}: layers {}-{} (stage {} of {}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer, a.stage,
+               a.n_stages - 1, a.next_hop);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (Status st = load(a); !st.ok()) return refuse(st);
+  const float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
+  assign_ = a;
+  label_ = fmt::format("worker '{}' (layers {}-{})", opts_.name, a.first_layer, a.last_layer);
+  SHOAL_ASSIGN_OR_RETURN(Address next, parse_address(a.next_hop));
+  if (unspecified_host(next.host)) next.host = joined_host_;
+  const bool last = a.stage + 1 == a.n_stages;
+  const std::string name = last ? "hop to the host" : fmt::format("hop to stage {}", a.stage + 1);
+  auto down = open_hop(net_, next.to_string(), opts_.secret, a.plan_epoch, a.stage, name, opts_.hops);
+  if (!down.ok()) return refuse(down.status().with_context(label_));
+  down_ = std::move(*down);
+  uint64_t bytes = 0;
+  {
+    std::lock_guard lock(state_mu_);
+    state_.epoch = a.plan_epoch;
+    state_.frames = 0;
+    bytes = state_.bytes_loaded;
+  }
+  spdlog::info("{} ready: {} read from the file in {:.2f} s", label_, format_bytes(bytes), seconds);
+  SHOAL_RETURN_IF_ERROR(control_->send(encode(Ready{bytes, seconds})));
+  data_thread_ = std::thread([this, epoch = a.plan_epoch] { serve(epoch); });
+  return Status::Ok();
+}
+
+void Worker::stop_data() {
+  data_stop_ = true;
+  if (data_thread_.joinable()) data_thread_.join();
+  data_stop_ = false;
+  if (down_) {
+    down_->close("the stage takes a new plan");
+    down_.reset();
+  }
+}
+
+void Worker::serve(uint64_t epoch) {
+  auto abort = [&]() -> Status {
+    return data_stop_ ? make_error(Code::kUnavailable, "plan {} was replaced", epoch) : Status::Ok();
+  };
+  auto up = inbox_.take(epoch, uint16_t(assign_.stage - 1), kWaitUpstream, abort);
+  if (!up.ok()) {
+    if (!data_stop_) spdlog::warn("{}: {}", label_, up.status().to_string());
+    return;
+  }
+  Status st;
+  while (!data_stop_ && st.ok()) {
+    auto m = (*up)->recv(kDataSlice);
+    if (!m.ok()) {
+      if (m.status().code() == Code::kDeadlineExceeded) continue;
+      if (!data_stop_) spdlog::info("{}: the upstream hop closed: {}", label_, m.status().message());
+      break;
+    }
+    if (m->type == MsgType::kFrame) {
+      st = serve_frame(*m, *down_);
+    } else if (m->type == MsgType::kRewind) {
+      auto r = decode<Rewind>(*m);
+      if (r.ok()) slice_->rewind(int64_t(r->pos));
+      st = r.ok() ? down_->send(*m) : r.status();
+    } else {
+      st = make_error(Code::kCorrupt, "a {} message on the hop from the previous stage", msg_type_name(m->type));
+    }
+  }
+  if (!st.ok()) {
+    const Status why = st.with_context(label_);
+    spdlog::error("{}", why.to_string());
+    if (control_->is_up()) (void)control_->send(encode(ErrorMsg::from(why)));
+    down_->close("the stage failed: " + st.message());
+  }
+  (*up)->close("the stage stops serving plan " + std::to_string(epoch));
+}
+
+Status Worker::serve_frame(const Message& m, Link& down) {
+  SHOAL_ASSIGN_OR_RETURN(FrameView f, decode_frame(m, FrameLimits{assign_.d_model, assign_.context_length}));
+  const int n = f.header.n_tokens;
+  if (n > kFrameTokens) return make_error(Code::kOutOfRange, "frame of {} tokens (at most {})", n, kFrameTokens);
+  StepInput in;
+  in.n = n;
+  in.pos0 = f.header.pos;
+  in.hidden = f.data.data();
+  in.hidden_dtype = f.header.dtype == HopDType::kF16 ? DType::kF16 : DType::kF32;
+  FrameHeader h = f.header;
+  h.dtype = assign_.hop_dtype;
+  Message out = encode_frame(h, {});
+  out.payload.resize(kFrameHeaderSize + size_t(n) * assign_.d_model * hop_dtype_size(h.dtype));
+  StepOutput so;
+  so.hidden = out.payload.data() + kFrameHeaderSize;
+  so.hidden_dtype = h.dtype == HopDType::kF16 ? DType::kF16 : DType::kF32;
+  SHOAL_RETURN_IF_ERROR(slice_->forward(in, so));
+  SHOAL_RETURN_IF_ERROR(down.send(out));
+  std::lock_guard lock(state_mu_);
+  ++state_.frames;
+  return Status::Ok();
+}
+
+}  // namespace shoal::pool

@@ -1,0 +1,106 @@
+// A worker of the pool (`shoal join HOST:PORT`): lends one device, holds one contiguous layer range
+// and serves frames along the chain (docs/protocol.md, "Host and worker").
+//
+//   join:    create the backend, measure it (pool/worker_probe.h), open the hop listener, dial the
+//            host, prove the room secret (role worker), say HELLO;
+//   assign:  open the model (the worker's own -m copy, else the path the host sent), refuse with
+//            ERROR kFailedPrecondition when its identity (file size + tensor-index hash) differs
+//            from the host's, load only its own tensors (a Slice without embedding or head),
+//            dial the next hop, say READY {bytes read from the file, seconds};
+//   serve:   a data thread takes the hop of this plan from the previous stage, runs each FRAME
+//            through the slice and forwards the result (only the hidden-state bytes are copied);
+//            REWIND drops cached positions and travels on. A later ASSIGN replaces all of that
+//            (the slice is kept when the layer range, model and cache settings are unchanged).
+// When the host goes away (bye, closed connection, silence), run() returns Ok and the process
+// exits: a worker does not rejoin by itself (start `shoal join` again, or let a supervisor).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "pool/chain.h"
+#include "pool/room.h"
+#include "runtime/local_model.h"
+#include "runtime/slice.h"
+
+namespace shoal::pool {
+
+struct WorkerOptions {
+  std::string host;         // "HOST:PORT" of the host's room
+  std::string secret;       // the room secret
+  std::string model;        // this worker's copy of the model; empty: the path the host sends
+  std::string device = "cpu";
+  int threads = 0;          // CPU threads (0: all)
+  uint64_t mem = 0;         // bytes lent to the pool; 0: what the backend reports free
+  std::string name;         // label in plans and errors; empty: HOSTNAME-PID
+  std::string data_listen;  // hop listener; empty: the local address that reaches the host, port 0
+  HopOptions hops;          // heartbeats and timeouts of every connection
+  Millis probe_budget{200};
+};
+
+/// Where a worker is; for tests and logs.
+struct WorkerState {
+  uint64_t epoch = 0;          // plan of the current assignment (0: none yet)
+  int first = 0, end = 0;      // layers [first, end) loaded
+  uint64_t bytes_loaded = 0;   // file bytes read for the current slice
+  uint64_t frames = 0;         // frames served
+};
+
+class Worker {
+ public:
+  explicit Worker(WorkerOptions opts, Network& net);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  /// Joins and serves until the host goes away (Ok) or stop() is called (Ok). Errors:
+  /// kUnavailable (the host is unreachable), kPermissionDenied (wrong room secret),
+  /// kUnsupported (the host speaks another protocol version), kFailedPrecondition (this worker's
+  /// model file differs from the host's: named with both identities), load and backend errors.
+  /// Every error is also sent to the host when the control connection is up.
+  Status run();
+  /// Makes run() return soon (any thread).
+  void stop() { stop_ = true; }
+  WorkerState state() const;
+
+ private:
+  Status join();
+  Status handle_assign(const Assign& a);
+  Status load(const Assign& a);
+  void serve(uint64_t epoch);
+  Status serve_frame(const Message& m, Link& down);
+  void stop_data();
+  void accept_loop();
+  Status refuse(const Status& why);  // tells the host, returns why
+
+  WorkerOptions opts_;
+  Network& net_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<Backend> backend_;
+  std::string joined_host_;  // host part of opts_.host, for an unspecified next-hop host
+  std::unique_ptr<Room> room_;  // the hop listener
+  HopInbox inbox_;
+  std::thread accept_thread_;
+  std::unique_ptr<Link> control_;
+
+  // The current assignment and what serves it.
+  std::unique_ptr<LocalModel> model_;
+  std::unique_ptr<Slice> slice_;
+  Assign assign_;
+  std::string label_;  // "worker 'w1' (layers 2-3)"
+  std::unique_ptr<Link> down_;
+  std::thread data_thread_;
+  std::atomic<bool> data_stop_{false};
+  mutable std::mutex state_mu_;
+  WorkerState state_;
+};
+
+/// The local IP address this machine uses to reach `host` (no packet is sent), e.g. "10.0.0.5";
+/// "127.0.0.1" for a loopback host. Errors: kUnavailable (cannot resolve or no route).
+Result<std::string> local_address_toward(const std::string& host);
+
+}  // namespace shoal::pool

@@ -129,7 +129,9 @@ TEST(PoolCli, KilledWorkerFailsTheRequestInTimeAndTheHostServesAgain) {
                            {"SHOAL_SECRET=" + secret});
   const std::string addr = host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
+  // A forced split deals its ranges to workers in the order they joined: w1 first, then w2.
   auto w1 = join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' joined", 60s)) << host->err();
   auto w2 = join(addr, "w2", secret);
   ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
   ASSERT_TRUE(host->wait_err("worker 'w2' ready for plan 1", 60s)) << host->err();

@@ -10,6 +10,7 @@
 #include "app/commands.h"
 #include "app/common_options.h"
 #include "core/log.h"
+#include "pool/planner.h"  // format_bytes
 
 namespace shoal::app {
 
@@ -74,12 +75,12 @@ int bench(const BenchOptions& o) {
   std::printf("| model | device | weights | test | tokens/s | GB/s | TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   const std::string name = m.config.name, dev = m.backend->name();
-  const double gib = double(cost->weight_bytes) / (1u << 30);
+  const std::string weights = pool::format_bytes(cost->weight_bytes);
   if (o.n_prompt > 0)
-    std::printf("| %s | %s | %.2f GiB | pp%d | %.1f | - | %.3f |\n", name.c_str(), dev.c_str(), gib, o.n_prompt, pp_tps,
+    std::printf("| %s | %s | %s | pp%d | %.1f | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(), o.n_prompt, pp_tps,
                 pp_tps * cost->flops / 1e12);
   if (o.n_gen > 0)
-    std::printf("| %s | %s | %.2f GiB | tg%d | %.1f | %.1f | - |\n", name.c_str(), dev.c_str(), gib, o.n_gen, tg_tps,
+    std::printf("| %s | %s | %s | tg%d | %.1f | %.1f | - |\n", name.c_str(), dev.c_str(), weights.c_str(), o.n_gen, tg_tps,
                 tg_tps * double(cost->weight_bytes) / 1e9);
   std::fflush(stdout);
   return 0;

@@ -80,10 +80,40 @@ if [ -x "$SHOAL" ]; then
   fi
 fi
 
+# A pool of 2 processes, each with its own CUDA context on this GPU, gives the ids of one process
+# (f32 hops); and the Q8_0 KV cache runs.
+if [ -x "$SHOAL" ]; then
+  for m in models/stories260K.gguf hf/llama hf/qwen3; do
+    base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "Once upon a time" -n 24 -c 256 --temp 0 --device cuda:0 --output-ids)
+    one=$("${base[@]}" 2>&1 | tail -1)
+    two=$("${base[@]}" --pool 2 --hop-dtype f32 2>&1 | tail -1)
+    if [ -n "$one" ] && [ "$one" = "$two" ]; then note "pool of 2 on cuda:0, f32 hops, $m: same ids as one process"
+    else note "pool of 2 on cuda:0, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
+  done
+  q8=$("$SHOAL" --log-level off run -m "$FIX/models/stories260K.gguf" -p "Once upon a time" -n 48 --temp 0 \
+       --device cuda:0 --kv q8_0 2>&1)
+  note "stories260K greedy cuda:0 --kv q8_0: $( [ "$q8" = "${want:-}" ] && echo "equal to the fixture" || echo "'$q8'")"
+fi
+
 # Benchmarks (figures, not pass/fail).
 if [ "$BENCH_MODE" != off ] && [ -x "$BUILD/bench/cuda_kernels" ]; then
   args=(); [ "$BENCH_MODE" = quick ] && args+=(--quick)
   "$BUILD/bench/cuda_kernels" "${args[@]}" 2>&1 | tee "$LOGS/cuda_kernels.log"
+fi
+
+# shoal bench --device cuda:0 on synthetic random-weight GGUFs of real shapes, written here by the
+# project's own GGUF writer (bench/synthetic_gguf): tg128 after a 512-token prompt, pp512.
+SYN="$BUILD/bench/synthetic_gguf"
+if [ "$BENCH_MODE" = full ] && [ -x "$SYN" ] && [ -x "$SHOAL" ]; then
+  MODELS=${SHOAL_GPU_MODELS_DIR:-/tmp/shoal-synthetic}
+  mkdir -p "$MODELS"
+  for st in llama3-8b:q4_0 llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16; do
+    shape=${st%%:*}; type=${st##*:}; f="$MODELS/$shape-$type.gguf"
+    "$SYN" --shape "$shape" --type "$type" -o "$f" >"$LOGS/synthetic-$shape-$type.log" 2>&1 || { note "synthetic $st: FAILED"; continue; }
+    "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 128 --device cuda:0 2>&1 | tee "$LOGS/bench-$shape-$type.log"
+    while read -r line; do note "bench $shape $type: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$LOGS/bench-$shape-$type.log")
+    rm -f "$f"
+  done
 fi
 
 echo

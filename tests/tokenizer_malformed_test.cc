@@ -65,6 +65,15 @@ TEST(TokenizerMalformed, VocabIdOutOfRangeOrShared) {
   expect_error(vocab_from_tokenizer_json(d, json(), "t.json"), Code::kCorrupt, "given to both");
 }
 
+// Found by tokenizer_files_fuzz: 16 bytes of vocab.json claiming id 5141748 made a 5-million-entry vocab.
+TEST(TokenizerMalformed, SparseIdsOfATinyVocabAreRefused) {
+  expect_error(vocab_from_vocab_merges(R"({"aj": 5141748})", "", json(), "dir"), Code::kCorrupt,
+               "vocab ids reach 5141748 for only 1 entries");
+  std::string s(kGoodJson);
+  s.insert(s.rfind('}'), R"(, "added_tokens": [{"id": 9000000, "content": "<x>", "special": true}])");
+  expect_error(vocab_from_tokenizer_json(s, json(), "t.json"), Code::kCorrupt, "added token '<x>' has id 9000000");
+}
+
 TEST(TokenizerMalformed, UnsupportedModelAndPreTokenizer) {
   std::string s(kGoodJson);
   s.replace(s.find("\"BPE\""), 5, "\"WordPiece\"");

@@ -10,6 +10,7 @@ namespace {
 // Token ids beyond this are not a vocabulary but a corrupt file (largest real vocabularies hold
 // about 260k tokens).
 constexpr int64_t kMaxTokenId = 16 * 1024 * 1024;
+constexpr int64_t kMaxAddedGap = 65536;  // how far past the vocab an added token's id may lie
 }  // namespace
 
 Result<json> parse_json(std::string_view text, std::string_view source) {
@@ -55,6 +56,10 @@ Status put_added_token(Vocab& v, int64_t id, std::string content, bool special, 
                       id, kMaxTokenId - 1);
   }
   if (content.empty()) return make_error(Code::kCorrupt, "{}: added token {} has empty content", source, id);
+  if (id >= int64_t(v.tokens.size()) + kMaxAddedGap) {  // a tiny file must not allocate millions of ids
+    return make_error(Code::kCorrupt, "{}: added token '{}' has id {}, more than {} past the vocab's {} tokens", source,
+                      content, id, kMaxAddedGap, v.tokens.size());
+  }
   if (size_t(id) >= v.tokens.size()) {
     v.tokens.resize(size_t(id) + 1, TokenData{"", 0.0f, kAttrUnused});
   }

@@ -15,6 +15,7 @@ using nlohmann::json;
 namespace {
 
 constexpr int64_t kMaxVocab = 16 * 1024 * 1024;
+constexpr int64_t kMaxVocabHoles = 65536;  // unused ids a vocab may leave
 
 // model.vocab / vocab.json entries -> tokens (ids may leave holes; those stay empty).
 Status load_vocab(Vocab& v, const std::vector<std::pair<std::string, int64_t>>& vocab, std::string_view source) {
@@ -25,6 +26,12 @@ Status load_vocab(Vocab& v, const std::vector<std::pair<std::string, int64_t>>& 
                         kMaxVocab - 1);
     }
     max_id = std::max(max_id, id);
+  }
+  // Ids are dense in real files; a few entries claiming huge ids would make a tiny file allocate
+  // (and scan) millions of empty tokens.
+  if (max_id >= int64_t(vocab.size()) + kMaxVocabHoles) {
+    return make_error(Code::kCorrupt, "{}: vocab ids reach {} for only {} entries (more than {} ids unused)", source,
+                      max_id, vocab.size(), kMaxVocabHoles);
   }
   v.tokens.assign(size_t(max_id + 1), TokenData{"", 0.0f, kAttrUnused});
   for (const auto& [text, id] : vocab) {

@@ -11,9 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
+#include "format/model_file.h"
 #include "pool/address.h"
 #include "pool/auth.h"
 #include "pool/host.h"
@@ -237,11 +239,13 @@ TEST(PoolHost, ForcedSplitAndLayersLocalAreApplied) {
     auto h = Host::open(o, tcp_network());
     ASSERT_TRUE(h.ok());
     const Status st = (*h)->ensure_plan();
-    EXPECT_EQ(st.code(), Code::kOutOfMemory) << st.to_string();
+    EXPECT_EQ(st.code(), Code::kUnavailable) << st.to_string();
+    EXPECT_NE(st.message().find("no worker is in the pool for layers 3-4"), std::string::npos) << st.to_string();
   }
 }
 
-TEST(PoolHost, WorkerWithTheWrongModelFileIsRefused) {
+/// A host that holds no layers and one worker started on `worker_model`: the worker must be refused.
+void expect_wrong_model_refused(const std::string& worker_model) {
   HostOptions o = host_opts(stories());
   o.layers_local = 0;  // every layer must go to the worker, so it gets an assignment
   auto h = Host::open(o, tcp_network());
@@ -250,16 +254,38 @@ TEST(PoolHost, WorkerWithTheWrongModelFileIsRefused) {
   p.results.reserve(4);
   p.host = std::move(*h);
   WorkerOptions w = worker_opts(p.host->address(), "wrong");
-  w.model = test::fixture("hf/llama/model-bf16.gguf");
+  w.model = worker_model;
   p.add_worker(w);
   ASSERT_TRUE(p.host->wait_for_workers(1, Millis(20000)).ok());
   const Status plan = p.host->ensure_plan();
-  EXPECT_EQ(plan.code(), Code::kOutOfMemory) << plan.to_string();  // nobody left to hold the layers
+  EXPECT_EQ(plan.code(), Code::kUnavailable) << plan.to_string();  // nobody left to hold the layers
+  EXPECT_NE(plan.message().find("no worker is in the pool"), std::string::npos) << plan.to_string();
   const Status ws = p.join_worker(0);
   EXPECT_EQ(ws.code(), Code::kFailedPrecondition) << ws.to_string();
   EXPECT_NE(ws.message().find("wrong model file"), std::string::npos) << ws.to_string();
-  EXPECT_NE(ws.message().find("model-bf16.gguf"), std::string::npos) << ws.to_string();
+  EXPECT_NE(ws.message().find(worker_model), std::string::npos) << ws.to_string();
   EXPECT_NE(p.host->last_refusal().find("wrong model file"), std::string::npos) << p.host->last_refusal();
+}
+
+TEST(PoolHost, WorkerWithTheWrongModelFileIsRefused) {
+  expect_wrong_model_refused(test::fixture("hf/llama/model-bf16.gguf"));
+}
+
+// Same size, same tensor index, other weights (another fine-tune of the same model looks like this).
+TEST(PoolHost, WorkerWithOtherWeightsOfTheSameShapesIsRefused) {
+  const std::string path = ::testing::TempDir() + "stories-other-weights.gguf";
+  {
+    std::ifstream in(stories(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto f = open_model_file(stories());
+    ASSERT_TRUE(f.ok());
+    const TensorInfo* t = f->index.find("blk.3.ffn_down.weight");
+    ASSERT_NE(t, nullptr);
+    bytes[t->offset + t->nbytes / 2] ^= 0x40;  // one bit in the middle of one tensor
+    std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  expect_wrong_model_refused(path);
+  std::remove(path.c_str());
 }
 
 TEST(PoolHost, WrongSecretIsRefusedOnBothSides) {

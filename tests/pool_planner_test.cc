@@ -179,6 +179,9 @@ TEST(Planner, LayersLocal) {
   expect_stages(*p, {{0, 0, 0}, {1, 0, 8}});
   o.layers_local = 9;
   expect_error(make_plan(in, o), Code::kInvalidArgument, "--layers-local 9 but the model has 8 layers");
+  PlanInput alone = uniform({dev("host", 20 * GiB, 1000, true)}, 8);
+  o.layers_local = 3;
+  expect_error(make_plan(alone, o), Code::kUnavailable, "no worker is in the pool for layers 3-7");
   in.devices[0].mem_bytes = 3 * GiB;
   o.layers_local = 4;
   expect_error(make_plan(in, o), Code::kOutOfMemory, "--layers-local 4 needs 4.00 GiB on the host 'host'");
@@ -194,7 +197,7 @@ TEST(Planner, ForcedSplitValid) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   expect_stages(*p, {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}});
   ASSERT_EQ(p->guests.size(), 1u);
-  EXPECT_EQ(p->guests[0].reason, "not in --split");
+  EXPECT_EQ(p->guests[0].reason, "no layer range left for it");
   // With --layers-local 0 the ranges go to the workers.
   o.layers_local = 0;
   o.split = *parse_split("0-5,6-11");

@@ -106,6 +106,23 @@ TEST(Session, GenerationStopsWhenTheContextIsFull) {
   EXPECT_EQ(r->size(), 16u - 3u + 1u);  // the last token needs no cache slot
 }
 
+TEST(Session, NPredictZeroEvaluatesThePromptOnly) {
+  auto m = load("models/stories260K.gguf", "cpu", 0, 64);
+  Session s(*m.pipeline, {});
+  GenerateOptions g;
+  g.sampling.temperature = 0;
+  g.n_predict = 0;
+  GenerateStats st;
+  auto r = s.generate(std::vector<int32_t>{1, 403, 407}, g, {}, &st);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->empty());
+  EXPECT_EQ(st.n_generated, 0);
+  g.n_predict = 2;  // the cached prompt is reused by the next request
+  r = s.generate(std::vector<int32_t>{1, 403, 407}, g, {}, &st);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->size(), 2u);
+}
+
 TEST(Session, BadTokenIdIsRejected) {
   auto m = load("models/stories260K.gguf", "cpu", 0);
   StepOutput out;

@@ -33,6 +33,9 @@ double median(std::vector<double> v) {
 }
 
 int bench(const BenchOptions& o) {
+  if (o.n_prompt == 0 && o.n_gen == 0) {
+    return fail(make_error(Code::kInvalidArgument, "nothing to measure: -p and -n are both 0"));
+  }
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());
   opts->tokenizer = false;
@@ -93,9 +96,15 @@ CommandFn add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (tokens/s, GB/s, TFLOP/s)");
   o->model.batch = 512;  // pp512 in one step by default
   add_model_flags(cmd, o->model, "f16");
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the prefill test (pp)")->capture_default_str();
-  cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (tg), after the prompt")->capture_default_str();
-  cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (the median is reported)")->capture_default_str();
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the prefill test (pp)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (tg), after the prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   return [o] { return bench(*o); };
 }
 

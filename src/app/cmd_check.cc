@@ -117,6 +117,12 @@ int check(const CheckOptions& o) {
   std::printf("max_abs_err=%.3g greedy=%zu/%zu\n", err, matched, G);
   const bool ok = err <= o.tol && matched == G;
   if (!ok) spdlog::error("check failed: tolerance {} ({})", o.tol, matched == G ? "logits differ" : "greedy ids differ");
+  if (!ok && matched == G && o.pool.pool > 1 && o.pool.hop_dtype == "f16") {
+    // Measured on the hf/llama and hf/qwen3 fixtures: one f16 rounding of the hidden state alone moves
+    // the logits by about 2e-3, so f16 hops cannot meet 1e-3; f32 hops give the one-process result.
+    spdlog::warn("f16 hops round the hidden state to 11 significant bits at every hop (about 2e-3 of logit on "
+                 "small models); --hop-dtype f32 checks the pool at the one-process precision");
+  }
   return ok ? 0 : 1;
 }
 
@@ -129,7 +135,9 @@ CommandFn add_check_command(CLI::App& app) {
   cmd->add_option("--reference", o->reference,
                   "Reference .safetensors with input_ids, logits, generated_ids (and decode_logits)")
       ->required();
-  cmd->add_option("--tol", o->tol, "Largest allowed |logit difference|")->capture_default_str();
+  cmd->add_option("--tol", o->tol, "Largest allowed |logit difference|")
+      ->capture_default_str()
+      ->check(finite_range(0, 1e30));
   cmd->add_flag("--per-position", o->per_position, "Also print the error at every prompt position");
   add_pool_flags(cmd, o->pool, /*local_pool=*/true);
   return [o] { return check(*o); };

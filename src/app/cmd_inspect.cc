@@ -109,7 +109,8 @@ json model_json(const ModelFile& m) {
   j["path"] = m.path;
   j["format"] = m.format == ModelFormat::kGguf ? "gguf" : "huggingface";
   j["file_size"] = m.file_size;
-  j["identity_hash"] = fmt::format("{:016x}", m.index.identity_hash());
+  const auto identity = model_identity(m);
+  j["identity_hash"] = fmt::format("{:016x}", identity.ok() ? *identity : 0);
   json sources = json::array();
   for (const auto& s : m.sources) sources.push_back({{"path", s->describe()}, {"size", s->size()}});
   j["sources"] = sources;
@@ -150,7 +151,8 @@ void print_text(const ModelFile& m) {
   fmt::print("format:    {}\n", gguf ? "GGUF" : fmt::format("Hugging Face safetensors ({} file{})",
                                                              m.sources.size(), m.sources.size() == 1 ? "" : "s"));
   fmt::print("size:      {} bytes ({})\n", m.file_size, human_bytes(m.file_size));
-  fmt::print("identity:  {:016x}\n", m.index.identity_hash());
+  const auto identity = model_identity(m);  // what the pool compares between host and workers
+  fmt::print("identity:  {:016x}\n", identity.ok() ? *identity : 0);
   if (gguf) {
     fmt::print("\nmetadata ({} keys):\n", m.metadata.size());
     for (const auto& [k, v] : m.metadata.entries()) {

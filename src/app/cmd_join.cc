@@ -20,6 +20,7 @@ struct JoinOptions {
   std::string device = "cpu";
   int threads = 0;
   std::string mem;
+  int mem_share = 1;
   std::string name;
   std::string data_listen;
   int dead_after_ms = 2000;
@@ -39,6 +40,7 @@ int join(const JoinOptions& o) {
     if (!mem.ok()) return fail(mem.status().with_context("--mem"));
     w.mem = *mem;
   }
+  w.mem_share = o.mem_share;
   w.name = o.name;
   w.data_listen = o.data_listen;
   w.hops.dead_after = pool::Millis(o.dead_after_ms);
@@ -71,6 +73,10 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
   cmd->add_option("--mem", o->mem, "Memory lent to the pool, e.g. 8G (default: what the device has free)");
+  cmd->add_option("--mem-share", o->mem_share,
+                  "Without --mem, lend 1/N of the free memory (N processes sharing one device, as --pool starts them)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--name", o->name, "This worker's name in plans and errors (default: HOSTNAME-PID)");
   cmd->add_option("--data-listen", o->data_listen,
                   "Where the previous stage connects, HOST:PORT (default: the address that reaches the host, any port)");

@@ -64,10 +64,11 @@ CommandFn add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
   add_model_flags(cmd, o->model, "f16");
-  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (special-token text such as <|im_start|> is parsed)");
-  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  CLI::Option* prompt_opt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (special-token text such as <|im_start|> is parsed)");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt_opt);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation or a full context)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 24));
   add_sampling_flags(cmd, o->sampling);
   cmd->add_flag("--output-ids", o->output_ids, "Print the generated token ids as one JSON array instead of text");
   add_pool_flags(cmd, o->pool, /*local_pool=*/true);

@@ -1,17 +1,42 @@
 #include "app/common_options.h"
 
+#include <cmath>
 #include <cstdio>
+#include <string>
+#include <thread>
+
+#include "core/log.h"
 
 namespace shoal::app {
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(text, &used);
+          if (used != text.size()) return "'" + text + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
+        return {};
+      },
+      fmt::format("in [{}, {}]", lo, hi));
+}
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv) {
   f.kv = default_kv;
   cmd->add_option("-m,--model", f.model, "Model: a .gguf file or a Hugging Face checkpoint folder")->required();
   cmd->add_option("--device", f.device, "Where the layers run: cpu, cpu-ref (the slow reference path), cuda:N")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", f.threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  cmd->add_option("-t,--threads", f.threads, "CPU threads (0: one per hardware thread)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("-c,--ctx-size", f.ctx, "Context length in tokens (0: the model's, at most 4096)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--kv", f.kv, "KV cache type: f32, f16 or q8_0")->capture_default_str();
   cmd->add_option("-b,--batch-size", f.batch, "Prompt tokens processed per step (prefill chunk)")
       ->capture_default_str()
@@ -22,6 +47,9 @@ Result<LocalModelOptions> local_options(const ModelFlags& f) {
   LocalModelOptions o;
   o.device = f.device;
   o.threads = f.threads;
+  if (const unsigned hw = std::thread::hardware_concurrency(); hw > 0 && unsigned(f.threads) > hw) {
+    spdlog::warn("--threads {} is more than the {} hardware threads: expect it to be slower", f.threads, hw);
+  }
   if (f.ctx < 0) return make_error(Code::kInvalidArgument, "-c must be >= 0");
   o.n_ctx = f.ctx;
   SHOAL_ASSIGN_OR_RETURN(o.kv_dtype, parse_kv_dtype(f.kv));
@@ -31,16 +59,23 @@ Result<LocalModelOptions> local_options(const ModelFlags& f) {
 
 void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
   cmd->add_option("--temp", p.temperature, "Temperature; 0 picks the most likely token (greedy)")
-      ->capture_default_str();
-  cmd->add_option("--top-k", p.top_k, "Keep the K most likely tokens (0: off)")->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_range(0, 1000));
+  cmd->add_option("--top-k", p.top_k, "Keep the K most likely tokens (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--top-p", p.top_p, "Keep the smallest set of tokens whose probability reaches P (1: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_range(0, 1));
   cmd->add_option("--min-p", p.min_p, "Drop tokens less likely than P times the most likely one (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_range(0, 1));
   cmd->add_option("--repeat-penalty", p.repeat_penalty, "Penalise tokens seen in the last --repeat-last-n (1: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_range(1e-6, 1000));
   cmd->add_option("--repeat-last-n", p.repeat_last_n, "How many recent tokens the repeat penalty looks at")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-s,--seed", p.seed, "Random seed (same seed, same output); default: random");
 }
 

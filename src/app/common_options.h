@@ -27,6 +27,9 @@ Result<LocalModelOptions> local_options(const ModelFlags& f);
 /// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
 void add_sampling_flags(CLI::App* cmd, SamplingParams& p);
 
+/// A CLI11 check that the number is finite and within [lo, hi] (CLI::Range lets NaN through).
+CLI::Validator finite_range(double lo, double hi);
+
 /// Prints "shoal: <message>" to stderr and returns exit status 1.
 int fail(const Status& s);
 

@@ -88,6 +88,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   o.listen = "127.0.0.1:0";
   o.secret = pool::random_secret();
   o.spread = true;
+  o.mem_share = p.pool;  // the host and its workers share this machine's memory
   auto lp = std::make_unique<LocalPool>();
   SHOAL_ASSIGN_OR_RETURN(lp->host, pool::Host::open(o, pool::tcp_network()));
   pool::LocalWorkerOptions w;
@@ -99,6 +100,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   const auto level = spdlog::level::to_string_view(spdlog::get_level());
   w.log_level = std::string(level.data(), level.size());
   w.dead_after_ms = p.dead_after_ms;
+  w.mem_share = p.pool;
   SHOAL_ASSIGN_OR_RETURN(lp->workers, pool::LocalWorkers::spawn(n_workers, w));
   SHOAL_RETURN_IF_ERROR(lp->host->wait_for_workers(n_workers, kLocalJoinTimeout, [&] { return lp->workers->check(); }));
   SHOAL_RETURN_IF_ERROR(lp->host->ensure_plan());

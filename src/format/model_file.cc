@@ -1,5 +1,6 @@
 #include "format/model_file.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "format/gguf.h"
@@ -11,6 +12,26 @@ uint64_t ModelFile::bytes_read() const {
   uint64_t n = 0;
   for (const auto& s : sources) n += s->bytes_read();
   return n;
+}
+
+Result<uint64_t> model_identity(const ModelFile& m) {
+  constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+  uint64_t h = m.index.identity_hash();
+  auto mix = [&](const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  };
+  constexpr uint64_t kSample = 32;
+  uint8_t buf[kSample];
+  for (const TensorInfo& t : m.index.tensors()) {
+    if (t.source >= m.sources.size()) return make_error(Code::kInternal, "tensor '{}' names no source", t.name);
+    const uint64_t n = std::min(kSample, t.nbytes);
+    const uint64_t last = t.nbytes - n;
+    for (uint64_t at : {uint64_t(0), last / 2, last}) {
+      SHOAL_RETURN_IF_ERROR(m.sources[t.source]->read(t.offset + at, buf, n));
+      mix(buf, size_t(n));
+    }
+  }
+  return h;
 }
 
 namespace {

@@ -31,6 +31,13 @@ struct ModelFile {
   uint64_t bytes_read() const;
 };
 
+/// The model's identity as the pool compares it between host and workers: a 64-bit FNV-1a over the
+/// tensor index (TensorIndex::identity_hash) and, for each tensor, 32 bytes at its start, middle and
+/// end -- so two files with the same shapes but other weights (another fine-tune) differ, while a
+/// whole-file hash of many GiB is avoided. Reads 96 bytes per tensor (counted in bytes_read()).
+/// Errors: kIoError / kOutOfRange from a source.
+Result<uint64_t> model_identity(const ModelFile& m);
+
 /// Opens a .gguf file, or a folder with config.json and model.safetensors or
 /// model.safetensors.index.json (+ shards). Every offset, size and shape is validated here:
 /// afterwards each TensorInfo's byte range lies inside its source and matches dtype x shape.

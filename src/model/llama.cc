@@ -44,6 +44,10 @@ Status check_heads(const ModelConfig& cfg) {
   }
   if (cfg.rope.rot_dims <= 0 || cfg.rope.rot_dims % 2 != 0 || cfg.rope.rot_dims > cfg.layers[0].head_dim)
     return make_error(Code::kCorrupt, "rope dimension count {} is not even and <= head_dim", cfg.rope.rot_dims);
+  if (!(cfg.norm_eps > 0.0f && cfg.norm_eps < 1.0f))  // also refuses NaN
+    return make_error(Code::kCorrupt, "norm epsilon {} is not in (0, 1)", cfg.norm_eps);
+  if (cfg.n_ctx_train < 0)
+    return make_error(Code::kCorrupt, "training context length {} is negative", cfg.n_ctx_train);
   return Status::Ok();
 }
 

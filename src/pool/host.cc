@@ -64,7 +64,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   const ModelConfig& cfg = h->model_.config;
   SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*h->backend_, o.probe_budget));
   h->self_.name = "host";
-  h->self_.mem_bytes = o.mem > 0 ? o.mem : h->backend_->free_memory();
+  h->self_.mem_bytes = o.mem > 0 ? o.mem : h->backend_->free_memory() / uint64_t(std::max(1, o.mem_share));
   h->self_.mem_gbps = probe.mem_gbps;
   h->self_.matmul_gflops = probe.matmul_gflops;
   h->self_.hop_latency_s = 0;
@@ -349,6 +349,7 @@ Status Host::plan_once() {
   SHOAL_RETURN_IF_ERROR(pipeline_->set_local(int(plan.stages[0].n_layers), alone));
   if (alone) return Status::Ok();
 
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t model_hash, model_identity(*model_.file));
   const uint16_t n_stages = uint16_t(plan.stages.size());
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& s = plan.stages[i + 1];
@@ -357,7 +358,7 @@ Status Host::plan_once() {
     Assign a;
     a.plan_epoch = epoch;
     a.model_size = model_.file->file_size;
-    a.model_hash = model_.file->index.identity_hash();
+    a.model_hash = model_hash;
     a.n_layers = uint32_t(cfg.n_layers);
     a.first_layer = s.first;
     a.last_layer = s.last();

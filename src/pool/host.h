@@ -51,6 +51,7 @@ struct HostOptions {
   HopDType hop_dtype = HopDType::kF16;
   HopOptions hops;                       // heartbeats, dead-after, connect timeout
   uint64_t mem = 0;                      // bytes the host lends; 0: what its backend reports free
+  int mem_share = 1;                     // with mem 0: lend free / mem_share (processes sharing one device)
   Millis probe_budget{200};
 };
 

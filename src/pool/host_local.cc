@@ -48,7 +48,8 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalW
   for (size_t i = 0; i < n; ++i) {
     std::vector<std::string> args = {"shoal", "--log-level", o.log_level, "join", o.host,
                                      "-m", o.model, "--device", o.device, "--name", fmt::format("local-{}", i + 1),
-                                     "--dead-after", std::to_string(o.dead_after_ms)};
+                                     "--dead-after", std::to_string(o.dead_after_ms),
+                                     "--mem-share", std::to_string(o.mem_share)};
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

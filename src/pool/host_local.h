@@ -24,6 +24,7 @@ struct LocalWorkerOptions {
   int threads = 0;                     // per worker (0: the worker's default)
   std::string log_level = "info";
   int dead_after_ms = 2000;
+  int mem_share = 1;                   // each worker lends free memory / mem_share
 };
 
 class LocalWorkers {

@@ -125,7 +125,7 @@ struct Assign {
   static constexpr MsgType kType = MsgType::kAssign;
   uint64_t plan_epoch = 0;     // increases with every plan; hop connections name it
   uint64_t model_size = 0;     // model file size in bytes (identity, with model_hash)
-  uint64_t model_hash = 0;     // TensorIndex::identity_hash()
+  uint64_t model_hash = 0;     // model_identity(): tensor index + sampled weight bytes
   uint32_t n_layers = 0;       // layers in the whole model
   uint32_t first_layer = 0;
   uint32_t last_layer = 0;     // inclusive

@@ -210,7 +210,7 @@ Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Pre
       counts.push_back(n);
     }
   }
-  return build_plan(in, opts, p, chain, counts, "not in --split");
+  return build_plan(in, opts, p, chain, counts, "no layer range left for it");
 }
 
 Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepared& p) {
@@ -261,7 +261,15 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
       take[i][l] = best_n;
     }
   }
-  if (std::isinf(f[k - 1][L].s)) return not_enough_memory(in, p);
+  if (std::isinf(f[k - 1][L].s)) {
+    if (opts.layers_local && *opts.layers_local < L && p.workers.empty()) {
+      return make_error(Code::kUnavailable,
+                        "plan: the host holds {} layer{} (--layers-local) and no worker is in the pool for layers {}-{}; "
+                        "start a worker with `shoal join`",
+                        *opts.layers_local, *opts.layers_local == 1 ? "" : "s", *opts.layers_local, L - 1);
+    }
+    return not_enough_memory(in, p);
+  }
   std::vector<uint32_t> counts(k, 0);
   uint32_t l = L;
   for (size_t i = k; i-- > 0;) {

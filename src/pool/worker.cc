@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -126,7 +127,7 @@ Status Worker::join() {
   h.threads = uint16_t(std::min<unsigned>(opts_.threads > 0 ? unsigned(opts_.threads) : std::thread::hardware_concurrency(),
                                           UINT16_MAX));
   h.data_port = data.port;
-  h.mem_lent = opts_.mem > 0 ? opts_.mem : backend_->free_memory();
+  h.mem_lent = opts_.mem > 0 ? opts_.mem : backend_->free_memory() / uint64_t(std::max(1, opts_.mem_share));
   h.matmul_gflops = float(std::min(probe.matmul_gflops, double(kMaxSpeed)));
   h.mem_gbps = float(std::min(probe.mem_gbps, double(kMaxSpeed)));
   h.capabilities = kCapHopF32 | kCapHopF16;
@@ -195,7 +196,7 @@ Status Worker::load(const Assign& a) {
     model_ = std::make_unique<LocalModel>(std::move(*m));
   }
   const ModelFile& f = *model_->file;
-  const uint64_t hash = f.index.identity_hash();
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t hash, model_identity(*model_->file));
   if (f.file_size != a.model_size || hash != a.model_hash) {
     return make_error(Code::kFailedPrecondition,
                       "wrong model file: the host has '{}' ({} bytes, identity {:016x}); worker '{}' has '{}' ({} "

@@ -4,7 +4,7 @@
 //   join:    create the backend, measure it (pool/worker_probe.h), open the hop listener, dial the
 //            host, prove the room secret (role worker), say HELLO;
 //   assign:  open the model (the worker's own -m copy, else the path the host sent), refuse with
-//            ERROR kFailedPrecondition when its identity (file size + tensor-index hash) differs
+//            ERROR kFailedPrecondition when its identity (file size + model_identity(): tensor index and sampled weights) differs
 //            from the host's, load only its own tensors (a Slice without embedding or head),
 //            dial the next hop, say READY {bytes read from the file, seconds};
 //   serve:   a data thread takes the hop of this plan from the previous stage, runs each FRAME
@@ -36,6 +36,7 @@ struct WorkerOptions {
   std::string device = "cpu";
   int threads = 0;          // CPU threads (0: all)
   uint64_t mem = 0;         // bytes lent to the pool; 0: what the backend reports free
+  int mem_share = 1;        // with mem 0: lend free / mem_share (processes sharing one device)
   std::string name;         // label in plans and errors; empty: HOSTNAME-PID
   std::string data_listen;  // hop listener; empty: the local address that reaches the host, port 0
   HopOptions hops;          // heartbeats and timeouts of every connection

@@ -29,6 +29,10 @@ Result<LocalModel> load_local_model(const std::string& path, const LocalModelOpt
   SliceSpec spec{0, m.config.n_layers, true, true};
   SliceOptions so;
   so.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(m.config.n_ctx_train > 0 ? m.config.n_ctx_train : 4096, 4096);
+  if (m.config.n_ctx_train > 0 && so.n_ctx > m.config.n_ctx_train) {
+    spdlog::warn("context of {} tokens is longer than the {} the model was trained on: quality may drop past it",
+                 so.n_ctx, m.config.n_ctx_train);
+  }
   so.kv_dtype = opts.kv_dtype;
   so.max_tokens = opts.max_tokens;
   spdlog::info("model {} ({}): {} layers, d_model {}, vocab {}, context {}; device {}", m.config.name, m.config.arch,

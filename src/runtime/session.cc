@@ -72,7 +72,7 @@ Result<std::vector<int32_t>> Session::generate(std::span<const int32_t> prompt, 
   cached_.assign(prompt.begin(), prompt.end());
   st.prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  while (true) {
+  while (opts.n_predict < 0 || int(generated.size()) < opts.n_predict) {  // -n 0: the prompt only
     if (opts.stop_at_eog && is_eog_ && is_eog_(next)) {
       st.hit_eog = true;
       break;

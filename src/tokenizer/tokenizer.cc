@@ -121,7 +121,9 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_from_path(const std::string& p
   if (!fs::is_regular_file(p, ec)) return make_error(Code::kNotFound, "'{}': no such file or folder", path);
   if (p.filename() == "tokenizer.json") return load_from_folder(p.parent_path(), nullptr);
   SHOAL_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
-  if (f.size() >= 4 && std::string_view(reinterpret_cast<const char*>(f.data()), 4) == "GGUF") {
+  // A .gguf name or the GGUF magic: the GGUF parser's errors (truncated, bad magic) name the problem.
+  if (p.extension() == ".gguf" ||
+      (f.size() >= 4 && std::string_view(reinterpret_cast<const char*>(f.data()), 4) == "GGUF")) {
     SHOAL_ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
     return load_tokenizer(mf);
   }

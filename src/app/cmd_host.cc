@@ -95,7 +95,8 @@ CommandFn add_host_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1023));
   cmd->add_option("--mem", o->mem, "Memory the host lends for layers and head, e.g. 8G (default: what it has free)");
-  CLI::Option* prompt_opt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text; without it, prompts are read from stdin, one per line");
+  CLI::Option* prompt_opt =
+      cmd->add_option("-p,--prompt", o->prompt, "Prompt text; without it, prompts are read from stdin, one per line");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt_opt);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()

@@ -64,7 +64,8 @@ CommandFn add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
   add_model_flags(cmd, o->model, "f16");
-  CLI::Option* prompt_opt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (special-token text such as <|im_start|> is parsed)");
+  CLI::Option* prompt_opt =
+      cmd->add_option("-p,--prompt", o->prompt, "Prompt text (special-token text such as <|im_start|> is parsed)");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt_opt);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()

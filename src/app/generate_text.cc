@@ -45,7 +45,7 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
   std::fflush(stdout);
   spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s){}",
                st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
-               st.decode_s, st.decode_s > 0 && st.n_generated > 1 ? (st.n_generated - 1) / st.decode_s : 0.0,  // the first came from prefill
+               st.decode_s, st.decode_s > 0 && st.n_generated > 1 ? (st.n_generated - 1) / st.decode_s : 0.0,
                st.hit_eog ? "; stopped at end of generation" : (st.hit_context ? "; context full" : ""));
   return Status::Ok();
 }

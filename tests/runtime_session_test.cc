@@ -121,6 +121,7 @@ TEST(Session, NPredictZeroEvaluatesThePromptOnly) {
   r = s.generate(std::vector<int32_t>{1, 403, 407}, g, {}, &st);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->size(), 2u);
+  EXPECT_EQ(st.n_reused, 2);  // all but the last prompt token, which runs again for its logits
 }
 
 TEST(Session, BadTokenIdIsRejected) {

@@ -21,15 +21,11 @@ constexpr pool::Millis kForever{365LL * 24 * 3600 * 1000};
 struct HostCmdOptions {
   ModelFlags model;
   PoolFlags pool;
-  SamplingParams sampling;
+  PromptFlags gen;
   std::string listen = "127.0.0.1:7000";
   std::string secret;
   int workers = 1;
   std::string mem;
-  std::string prompt;
-  std::string prompt_file;
-  int n_predict = -1;
-  bool output_ids = false;
 };
 
 int host(const HostCmdOptions& o) {
@@ -44,12 +40,9 @@ int host(const HostCmdOptions& o) {
     if (!mem.ok()) return fail(mem.status().with_context("--mem"));
     opts->mem = *mem;
   }
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    auto text = read_file(o.prompt_file);
-    if (!text.ok()) return fail(text.status());
-    prompt = *text;
-  }
+  auto text = o.gen.text();
+  if (!text.ok()) return fail(text.status());
+  const std::string& prompt = *text;
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;
@@ -59,13 +52,11 @@ int host(const HostCmdOptions& o) {
   }
   if (Status st = host.ensure_plan(); !st.ok()) spdlog::error("{}", st.to_string());  // retried per prompt
 
-  GenerateOptions go;
-  go.n_predict = o.n_predict;
-  go.sampling = o.sampling;
+  const GenerateOptions go = o.gen.generate_options();
   const Tokenizer& tok = *host.tokenizer();
   auto answer = [&](const std::string& text) -> Status {
     SHOAL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, encode_prompt(tok, text));
-    return generate_to_stdout(tok, ids, go, o.output_ids,
+    return generate_to_stdout(tok, ids, go, o.gen.output_ids,
                               [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
   };
   if (!prompt.empty()) {
@@ -95,14 +86,7 @@ CommandFn add_host_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1023));
   cmd->add_option("--mem", o->mem, "Memory the host lends for layers and head, e.g. 8G (default: what it has free)");
-  CLI::Option* prompt_opt =
-      cmd->add_option("-p,--prompt", o->prompt, "Prompt text; without it, prompts are read from stdin, one per line");
-  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt_opt);
-  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation or a full context)")
-      ->capture_default_str()
-      ->check(CLI::Range(-1, 1 << 24));
-  add_sampling_flags(cmd, o->sampling);
-  cmd->add_flag("--output-ids", o->output_ids, "Print the generated token ids as one JSON array instead of text");
+  add_prompt_flags(cmd, o->gen, "Prompt text; without it, prompts are read from stdin, one per line");
   return [o] { return host(*o); };
 }
 

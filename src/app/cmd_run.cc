@@ -17,31 +17,22 @@ namespace {
 
 struct RunOptions {
   ModelFlags model;
-  SamplingParams sampling;
-  std::string prompt;
-  std::string prompt_file;
-  int n_predict = -1;
-  bool output_ids = false;
+  PromptFlags gen;
   PoolFlags pool;
 };
 
 int run(const RunOptions& o) {
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    auto text = read_file(o.prompt_file);
-    if (!text.ok()) return fail(text.status());
-    prompt = *text;
-  }
-  GenerateOptions go;
-  go.n_predict = o.n_predict;
-  go.sampling = o.sampling;
+  auto text = o.gen.text();
+  if (!text.ok()) return fail(text.status());
+  const std::string& prompt = *text;
+  const GenerateOptions go = o.gen.generate_options();
   if (o.pool.pool > 1) {
     auto lp = start_local_pool(o.model, o.pool, /*tokenizer=*/true);
     if (!lp.ok()) return fail(lp.status());
     pool::Host& host = *(*lp)->host;
     auto ids = encode_prompt(*host.tokenizer(), prompt);
     if (!ids.ok()) return fail(ids.status());
-    Status st = generate_to_stdout(*host.tokenizer(), *ids, go, o.output_ids,
+    Status st = generate_to_stdout(*host.tokenizer(), *ids, go, o.gen.output_ids,
                                    [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
     return st.ok() ? 0 : fail(st);
   }
@@ -53,7 +44,7 @@ int run(const RunOptions& o) {
   auto ids = encode_prompt(*m.tokenizer, prompt);
   if (!ids.ok()) return fail(ids.status());
   Session session(*m.pipeline, [&](int32_t id) { return m.tokenizer->is_eog(id); });
-  Status st = generate_to_stdout(*m.tokenizer, *ids, go, o.output_ids,
+  Status st = generate_to_stdout(*m.tokenizer, *ids, go, o.gen.output_ids,
                                  [&](auto p, const auto& g, const auto& cb, auto* s) { return session.generate(p, g, cb, s); });
   return st.ok() ? 0 : fail(st);
 }
@@ -64,14 +55,7 @@ CommandFn add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
   add_model_flags(cmd, o->model, "f16");
-  CLI::Option* prompt_opt =
-      cmd->add_option("-p,--prompt", o->prompt, "Prompt text (special-token text such as <|im_start|> is parsed)");
-  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->excludes(prompt_opt);
-  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation or a full context)")
-      ->capture_default_str()
-      ->check(CLI::Range(-1, 1 << 24));
-  add_sampling_flags(cmd, o->sampling);
-  cmd->add_flag("--output-ids", o->output_ids, "Print the generated token ids as one JSON array instead of text");
+  add_prompt_flags(cmd, o->gen, "Prompt text (special-token text such as <|im_start|> is parsed)");
   add_pool_flags(cmd, o->pool, /*local_pool=*/true);
   return [o] { return run(*o); };
 }

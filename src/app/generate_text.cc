@@ -2,9 +2,33 @@
 
 #include <cstdio>
 
+#include "app/common_options.h"
 #include "core/log.h"
+#include "core/mmap_file.h"
 
 namespace shoal::app {
+
+Result<std::string> PromptFlags::text() const {
+  if (prompt_file.empty()) return prompt;
+  return read_file(prompt_file);
+}
+
+GenerateOptions PromptFlags::generate_options() const {
+  GenerateOptions go;
+  go.n_predict = n_predict;
+  go.sampling = sampling;
+  return go;
+}
+
+void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_help) {
+  CLI::Option* prompt = cmd->add_option("-p,--prompt", f.prompt, prompt_help);
+  cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file")->excludes(prompt);
+  cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 24));
+  add_sampling_flags(cmd, f.sampling);
+  cmd->add_flag("--output-ids", f.output_ids, "Print the generated token ids as one JSON array instead of text");
+}
 
 Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::string& prompt) {
   std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/true);

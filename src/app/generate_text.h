@@ -1,15 +1,36 @@
 // Prompt in, text out on stdout: shared by `shoal run` (one process or --pool) and `shoal host`.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shoal::app {
+
+/// What `shoal run` and `shoal host` share: the prompt, how much to generate, sampling, output form.
+struct PromptFlags {
+  std::string prompt;
+  std::string prompt_file;
+  int n_predict = -1;
+  SamplingParams sampling;
+  bool output_ids = false;
+
+  /// -p's text, or the contents of -f's file. Errors: kNotFound / kIoError reading the file.
+  Result<std::string> text() const;
+  /// n_predict and sampling as the generator takes them.
+  GenerateOptions generate_options() const;
+};
+
+/// -p/--prompt (described by `prompt_help`), -f/--file (not with -p), -n/--n-predict, the sampling
+/// flags and --output-ids.
+void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_help);
 
 /// Token ids of a prompt: BOS added as the model asks, special-token text parsed; an empty
 /// prompt is just BOS. Errors: kInvalidArgument when it is empty and the model has no BOS.

@@ -56,10 +56,12 @@ Result<uint64_t> head_bytes(const ModelConfig& cfg, const WeightMap& weights, bo
 Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   if (opts.secret.empty()) return make_error(Code::kInvalidArgument, "the room secret is empty");
   SHOAL_ASSIGN_OR_RETURN(LocalModel model, open_model(opts.model, opts.tokenizer));
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t identity, model_identity(*model.file));
   BackendOptions bo;
   bo.threads = opts.threads;
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(opts.device, bo));
   std::unique_ptr<Host> h(new Host(std::move(opts), net, std::move(model), std::move(backend)));
+  h->model_identity_ = identity;
   const HostOptions& o = h->opts_;
   const ModelConfig& cfg = h->model_.config;
   SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*h->backend_, o.probe_budget));
@@ -349,7 +351,6 @@ Status Host::plan_once() {
   SHOAL_RETURN_IF_ERROR(pipeline_->set_local(int(plan.stages[0].n_layers), alone));
   if (alone) return Status::Ok();
 
-  SHOAL_ASSIGN_OR_RETURN(const uint64_t model_hash, model_identity(*model_.file));
   const uint16_t n_stages = uint16_t(plan.stages.size());
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& s = plan.stages[i + 1];
@@ -358,7 +359,7 @@ Status Host::plan_once() {
     Assign a;
     a.plan_epoch = epoch;
     a.model_size = model_.file->file_size;
-    a.model_hash = model_hash;
+    a.model_hash = model_identity_;
     a.n_layers = uint32_t(cfg.n_layers);
     a.first_layer = s.first;
     a.last_layer = s.last();

@@ -112,6 +112,7 @@ class Host {
   HostOptions opts_;
   Network& net_;
   LocalModel model_;
+  uint64_t model_identity_ = 0;  // model_identity() of model_, sent in every assign
   std::unique_ptr<Backend> backend_;
   DeviceFacts self_;
   std::vector<uint64_t> layer_bytes_;

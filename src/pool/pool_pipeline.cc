@@ -131,16 +131,7 @@ Status PoolPipeline::forward(std::span<const int32_t> ids, int64_t pos0, StepOut
     return make_error(Code::kFailedPrecondition, "{}",
                       broken_ ? "the pool's chain failed; the host must plan again" : "the pool has no plan yet");
   }
-  if (alone_) {
-    return forward_in_steps(ids, pos0, host_->options().max_tokens, out,
-                            [&](std::span<const int32_t> part, int64_t p0, StepOutput& o) {
-                              StepInput in;
-                              in.n = int(part.size());
-                              in.pos0 = p0;
-                              in.ids = part.data();
-                              return host_->forward(in, o);
-                            });
-  }
+  if (alone_) return forward_whole_slice(*host_, ids, pos0, out);
   if (ids.empty()) return make_error(Code::kInvalidArgument, "no tokens to run");
   if (pos0 < 0 || pos0 + int64_t(ids.size()) > opts_.n_ctx) {
     return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", pos0,

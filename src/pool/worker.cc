@@ -193,10 +193,11 @@ Status Worker::load(const Assign& a) {
     }
     auto m = open_model(path, /*with_tokenizer=*/false);
     if (!m.ok()) return m.status().with_context("worker '" + opts_.name + "' opening " + path);
+    SHOAL_ASSIGN_OR_RETURN(model_identity_, model_identity(*m->file));
     model_ = std::make_unique<LocalModel>(std::move(*m));
   }
   const ModelFile& f = *model_->file;
-  SHOAL_ASSIGN_OR_RETURN(const uint64_t hash, model_identity(*model_->file));
+  const uint64_t hash = model_identity_;
   if (f.file_size != a.model_size || hash != a.model_hash) {
     return make_error(Code::kFailedPrecondition,
                       "wrong model file: the host has '{}' ({} bytes, identity {:016x}); worker '{}' has '{}' ({} "

@@ -90,6 +90,7 @@ class Worker {
 
   // The current assignment and what serves it.
   std::unique_ptr<LocalModel> model_;
+  uint64_t model_identity_ = 0;  // model_identity() of model_, read once when it is opened
   std::unique_ptr<Slice> slice_;
   Assign assign_;
   std::string label_;  // "worker 'w1' (layers 2-3)"

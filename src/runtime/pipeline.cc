@@ -30,13 +30,17 @@ Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_toke
 }
 
 Status LocalPipeline::forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) {
-  return forward_in_steps(ids, pos0, slice_->options().max_tokens, out,
+  return forward_whole_slice(*slice_, ids, pos0, out);
+}
+
+Status forward_whole_slice(Slice& slice, std::span<const int32_t> ids, int64_t pos0, StepOutput& out) {
+  return forward_in_steps(ids, pos0, slice.options().max_tokens, out,
                           [&](std::span<const int32_t> part, int64_t p0, StepOutput& o) {
                             StepInput in;
                             in.n = int(part.size());
                             in.pos0 = p0;
                             in.ids = part.data();
-                            return slice_->forward(in, o);
+                            return slice.forward(in, o);
                           });
 }
 

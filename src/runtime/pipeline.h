@@ -46,4 +46,8 @@ class LocalPipeline final : public Pipeline {
 Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_tokens, StepOutput& out,
                         const std::function<Status(std::span<const int32_t>, int64_t, StepOutput&)>& step);
 
+/// Runs ids on one slice that holds the whole model (embedding to head), in steps of its
+/// options().max_tokens: the one-process path of LocalPipeline and of a pool that plans the host alone.
+Status forward_whole_slice(Slice& slice, std::span<const int32_t> ids, int64_t pos0, StepOutput& out);
+
 }  // namespace shoal

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -191,7 +192,11 @@ struct Layer {
   Tensor attn_norm, ffn_norm, q_norm, k_norm, wq, wk, wv, wo, wg, wu, wd, kc, vc;
 };
 
-void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note) {
+// fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
+// launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
+// CUDA version, for comparison.
+void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
+                  bool fused = true) {
   const int64_t ctx = 1024, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
   const int32_t position = 576;  // a tg128 token after a 512-token prompt
   double wbytes = 0;
@@ -224,10 +229,10 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
   auto A = [&](int64_t n) { return must(b.alloc(DType::kF32, {1, n})); };
   Tensor x = A(m.d), h = A(m.d), delta = A(m.d), q = A(qw), k = A(kvw), v = A(kvw), att = A(qw);
-  Tensor ff = A(m.ff), logits = A(m.vocab), best = must(b.alloc(DType::kI32, {1}));
+  Tensor ff = A(m.ff), ff2 = A(m.ff), logits = A(m.vocab), best = must(b.alloc(DType::kI32, {1}));
   const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
   const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f}, rk{m.kv_heads, m.head_dim, m.head_dim, false, 1.0f};
-  auto step = [&] {
+  auto unfused_step = [&] {
     b.embed(embd, ids, x);
     b.rms_norm(x, layers[0].attn_norm, 1e-5f, h);
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -253,6 +258,31 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
     b.matmul(head, h, logits, nullptr);
     b.argmax(logits, best);
   };
+  auto fused_step = [&] {
+    b.embed(embd, ids, x);
+    for (Layer& L : layers) {
+      const MatmulOut qkv[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
+      b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, qkv);
+      b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
+                      rq, m.kv_heads, L.kc, L.vc);
+      b.attention(q, L.kc, L.vc, pos, spec, att);
+      MatmulOut o{&L.wo, &x};
+      o.accumulate = true;
+      o.tmp = &delta;
+      b.matmuls(att, InputNorm{}, {&o, 1});
+      MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
+      glu.tmp = &ff2;
+      b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
+      MatmulOut down{&L.wd, &x};
+      down.accumulate = true;
+      down.tmp = &delta;
+      b.matmuls(ff, InputNorm{}, {&down, 1});
+    }
+    const MatmulOut lm{&head, &logits};
+    b.matmuls(x, InputNorm{&out_norm, 1e-5f, &h}, {&lm, 1});
+    b.argmax(logits, best);
+  };
+  const std::function<void()> step = fused ? std::function<void()>(fused_step) : std::function<void()>(unfused_step);
   const double ms = must(probe::time_graph_ms(b, step, reps));
   const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
   const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
@@ -264,7 +294,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
                        &L.kc, &L.vc})
       if (tp->data) b.free(*tp);
   if (!m.tied) b.free(head);
-  for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &logits, &best})
+  for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2, &logits, &best})
     b.free(*tp);
   b.reset_graphs();
 }
@@ -299,6 +329,9 @@ int run(int device, int reps, bool quick) {
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");
   bench_decode(b, c, qwen, DType::kF16, reps, "");
+  // The op-by-op graph of the first version: what the fusion is worth.
+  bench_decode(b, c, llama, DType::kQ4_0, reps, " (unfused)", false);
+  bench_decode(b, c, qwen, DType::kF16, reps, " (unfused)", false);
   // The same without programmatic dependent launch: what the launch-gap hiding is worth.
   probe::set_pdl(false);
   bench_decode(b, c, llama, DType::kQ4_0, reps, " (no PDL)");

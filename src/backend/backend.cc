@@ -23,6 +23,40 @@ void Backend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor&
   glu(gate_buf, up_buf, act, out);
 }
 
+void Backend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+  const Tensor* in = &x;
+  if (norm.w) {
+    SHOAL_CHECK(norm.h != nullptr, "matmuls: a norm needs its output tensor h");
+    rms_norm(x, *norm.w, norm.eps, *norm.h);
+    in = norm.h;
+  }
+  for (const MatmulOut& o : outs) {
+    SHOAL_CHECK(o.w && o.y, "matmuls: an output without weight or y");
+    if (o.up) {
+      SHOAL_CHECK(o.tmp && !o.bias && !o.accumulate, "matmuls: a GLU product takes tmp, no bias, no accumulate");
+      matmul_glu(*o.w, *o.up, *in, o.act, *o.y, *o.tmp, *o.y);
+    } else if (o.accumulate) {
+      SHOAL_CHECK(o.tmp != nullptr, "matmuls: accumulate needs tmp");
+      matmul(*o.w, *in, *o.tmp, o.bias);
+      add(*o.y, *o.tmp, *o.y);
+    } else {
+      matmul(*o.w, *in, *o.y, o.bias);
+    }
+  }
+}
+
+void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                            float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                            int n_kv_heads, Tensor& k_cache, Tensor& v_cache) {
+  if (q_norm) rms_norm(q, *q_norm, eps, q);
+  if (k_norm) rms_norm(k, *k_norm, eps, k);
+  rope(q, pos, inv_freq, spec);
+  RopeSpec ks = spec;
+  ks.n_heads = n_kv_heads;
+  rope(k, pos, inv_freq, ks);
+  kv_write(k_cache, v_cache, k, v, pos);
+}
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view device, const BackendOptions& opts) {
   if (device == "cpu" || device == "cpu-ref") {
     BackendOptions o = opts;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -49,6 +50,29 @@ struct AttentionSpec {
   float scale = 0.0f;      // usually 1/sqrt(head_dim)
   int sliding_window = 0;  // 0: full; else a query at p sees keys in (p - window, p]
   float softcap = 0.0f;    // 0: none; else logits = softcap * tanh(logits / softcap) (Gemma 2)
+};
+
+/// One product of Backend::matmuls(): y = in · wᵀ (+ bias); with `up`, y = act(in · wᵀ) *
+/// (in · upᵀ) (SwiGLU / GeGLU, no bias); with `accumulate`, the result is added to y (the
+/// residual add of a block). tmp: f32 scratch [n, w.rows()] that composing backends need for
+/// `up` and `accumulate` (unused otherwise).
+struct MatmulOut {
+  const Tensor* w = nullptr;
+  Tensor* y = nullptr;
+  const Tensor* bias = nullptr;
+  const Tensor* up = nullptr;
+  Activation act = Activation::kSilu;
+  bool accumulate = false;
+  Tensor* tmp = nullptr;
+};
+
+/// The RMSNorm Backend::matmuls() applies to its input first (w null: none). h: f32 like x; it
+/// receives rms_norm(x) where a backend composes the ops; backends that fuse the norm into the
+/// products leave it unwritten.
+struct InputNorm {
+  const Tensor* w = nullptr;
+  float eps = 0.0f;
+  Tensor* h = nullptr;
 };
 
 enum class DeviceKind { kCpu, kCuda };
@@ -130,6 +154,17 @@ class Backend {
   /// out = act(x · w_gateᵀ) * (x · w_upᵀ). gate_buf, up_buf: scratch f32 [n, d_ff].
   virtual void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act,
                           Tensor& gate_buf, Tensor& up_buf, Tensor& out);
+
+  /// Products of one input (q, k and v; gate and up; the LM head): in = rms_norm(x) when
+  /// norm.w is set, else x (f32 [n, in]); then every out as MatmulOut says. Fast backends run
+  /// them as one launch with the norm and the residual add fused in.
+  virtual void matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
+  /// The attention prologue of a layer: per-head RMSNorm of q and of k with q_norm / k_norm
+  /// (f32 [head_dim], either may be null; Qwen3, Gemma 3), RoPE of q (spec) and of k (spec with
+  /// n_kv_heads heads), then kv_write(k_cache, v_cache, k, v, pos). q, k: rotated in place.
+  virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                             float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                             int n_kv_heads, Tensor& k_cache, Tensor& v_cache);
 
   // ---- whole-step recording -------------------------------------------------------------------
   /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a

@@ -19,27 +19,54 @@ void norm(const ForwardContext& c, const Tensor& x, const Tensor& w, const Tenso
   }
 }
 
-/// Attention block: h (normed input) -> act.o (before the residual add).
+/// The input of a block: with RMSNorm, x itself and the norm fused into the block's first
+/// matmuls (`fused`); with LayerNorm, the normed rows written to h.
+const Tensor& block_input(const ForwardContext& c, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& h,
+                          InputNorm& fused) {
+  if (c.cfg->norm == NormKind::kRms) {
+    fused = InputNorm{&w, c.cfg->norm_eps, &h};
+    return x;
+  }
+  fused = InputNorm{};
+  norm(c, x, w, b, h);
+  return h;
+}
+
+/// x += in · w_outᵀ (+ bias), the block's output projection and residual add in one product;
+/// with a post-norm (Gemma), x += post_norm(in · w_outᵀ) through `o`.
+void block_output(const ForwardContext& c, const Tensor& w_out, const Tensor& in, const Tensor& bias,
+                  const Tensor& post_norm, Tensor& x, Tensor& o) {
+  Backend& be = *c.backend;
+  if (!has(post_norm)) {
+    MatmulOut out{&w_out, &x, has(bias) ? &bias : nullptr};
+    out.accumulate = true;
+    out.tmp = &o;
+    be.matmuls(in, InputNorm{}, {&out, 1});
+    return;
+  }
+  be.matmul(w_out, in, o, has(bias) ? &bias : nullptr);
+  be.rms_norm(o, post_norm, c.cfg->norm_eps, o);
+  be.add(x, o, x);
+}
+
+/// Attention block: x += attn(norm(in)) (norm as `an`; see block_input).
 void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights& w, LayerCache& kv,
-                     int n, const Tensor& h) {
+                     int n, const Tensor& in, const InputNorm& an, Tensor& x) {
   Backend& be = *c.backend;
   Activations& a = *c.act;
   const int qw = L.n_heads * L.head_dim, kw = L.n_kv_heads * L.head_dim;
   Tensor q = a.q.rows_view(0, n).reshaped({n, qw});
   Tensor k = a.k.rows_view(0, n).reshaped({n, kw});
   Tensor v = a.v.rows_view(0, n).reshaped({n, kw});
-  be.matmul(w.wq, h, q, has(w.bq) ? &w.bq : nullptr);
-  be.matmul(w.wk, h, k, has(w.bk) ? &w.bk : nullptr);
-  be.matmul(w.wv, h, v, has(w.bv) ? &w.bv : nullptr);
-  if (has(w.q_norm)) be.rms_norm(q, w.q_norm, c.cfg->norm_eps, q);
-  if (has(w.k_norm)) be.rms_norm(k, w.k_norm, c.cfg->norm_eps, k);
+  const MatmulOut qkv[3] = {{&w.wq, &q, has(w.bq) ? &w.bq : nullptr},
+                            {&w.wk, &k, has(w.bk) ? &w.bk : nullptr},
+                            {&w.wv, &v, has(w.bv) ? &w.bv : nullptr}};
+  be.matmuls(in, an, qkv);
   Tensor pos = rows(a.pos, n).reshaped({n});
   RopeSpec rs{L.n_heads, L.head_dim, c.cfg->rope.rot_dims, c.cfg->rope.interleaved, c.cfg->rope.attn_factor};
   const Tensor& freqs = L.use_local_rope ? a.inv_freq_local : a.inv_freq;
-  be.rope(q, pos, freqs, rs);
-  rs.n_heads = L.n_kv_heads;
-  be.rope(k, pos, freqs, rs);
-  be.kv_write(kv.k, kv.v, k, v, pos);
+  be.rope_kv_write(q, k, v, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
+                   c.cfg->norm_eps, pos, freqs, rs, L.n_kv_heads, kv.k, kv.v);
   AttentionSpec as;
   as.n_heads = L.n_heads;
   as.n_kv_heads = L.n_kv_heads;
@@ -50,74 +77,60 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   Tensor att = a.att.rows_view(0, n).reshaped({n, qw});
   be.attention(q, kv.k, kv.v, pos, as, att);
   Tensor o = rows(a.o, n);
-  be.matmul(w.wo, att, o, has(w.bo) ? &w.bo : nullptr);
-  if (has(w.post_attn_norm)) be.rms_norm(o, w.post_attn_norm, c.cfg->norm_eps, o);
+  block_output(c, w.wo, att, w.bo, w.post_attn_norm, x, o);
 }
 
-/// Dense FFN: h -> out.
-void ffn_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights& w, int n, const Tensor& h,
-               Tensor& out) {
+/// Dense FFN block: x += ffn(norm(in)).
+void ffn_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights& w, int n, const Tensor& in,
+               const InputNorm& fn, Tensor& x) {
   Backend& be = *c.backend;
   Activations& a = *c.act;
   Tensor gate = a.gate.rows_view(0, n).reshaped({n, L.d_ff});
   Tensor up = a.up.rows_view(0, n).reshaped({n, L.d_ff});
+  MatmulOut first{&w.w_up, &gate, has(w.b_up) ? &w.b_up : nullptr};
   if (c.cfg->gated_ffn) {
-    be.matmul_glu(w.w_gate, w.w_up, h, c.cfg->act, gate, up, gate);
-  } else {
-    be.matmul(w.w_up, h, gate, has(w.b_up) ? &w.b_up : nullptr);
-    be.activation(gate, c.cfg->act, gate);
+    first = MatmulOut{&w.w_gate, &gate, nullptr, &w.w_up, c.cfg->act};
+    first.tmp = &up;
   }
-  be.matmul(w.w_down, gate, out, has(w.b_down) ? &w.b_down : nullptr);
-  if (has(w.post_ffn_norm)) be.rms_norm(out, w.post_ffn_norm, c.cfg->norm_eps, out);
+  be.matmuls(in, fn, {&first, 1});
+  if (!c.cfg->gated_ffn) be.activation(gate, c.cfg->act, gate);
+  Tensor o = rows(c.act->o, n);
+  block_output(c, w.w_down, gate, w.b_down, w.post_ffn_norm, x, o);
 }
 
 }  // namespace
 
 void forward_layers(const ForwardContext& c, const std::vector<LayerWeights>& weights,
                     std::vector<LayerCache>& cache, int first, int end, int n) {
-  Backend& be = *c.backend;
   Activations& a = *c.act;
-  Tensor x = rows(a.x, n), h = rows(a.h, n), o = rows(a.o, n);
-  // The residual add of a block is fused into the next norm (add_rms_norm); `pending` says
-  // whether act.o still has to be added to x.
-  bool pending = false;
-  const bool rms = c.cfg->norm == NormKind::kRms;
+  Tensor x = rows(a.x, n), h = rows(a.h, n);
+  InputNorm fused;
   for (int l = first; l < end; ++l) {
     const LayerConfig& L = c.cfg->layers[size_t(l)];
     const LayerWeights& w = weights[size_t(l - first)];
-    if (pending && rms) {
-      be.add_rms_norm(x, o, w.attn_norm, c.cfg->norm_eps, h);
-    } else {
-      if (pending) be.add(x, o, x);
-      norm(c, x, w.attn_norm, w.attn_norm_b, h);
-    }
+    LayerCache& kv = cache[size_t(l - first)];
     if (c.cfg->parallel_block) {
       // x = x + attn(h) + ffn(h), both from the same normed input (Phi-1.5/2).
-      attention_block(c, L, w, cache[size_t(l - first)], n, h);
-      be.add(x, o, x);
-      ffn_block(c, L, w, n, h, o);
-      pending = true;
+      norm(c, x, w.attn_norm, w.attn_norm_b, h);
+      attention_block(c, L, w, kv, n, h, InputNorm{}, x);
+      ffn_block(c, L, w, n, h, InputNorm{}, x);
       continue;
     }
-    attention_block(c, L, w, cache[size_t(l - first)], n, h);
-    if (rms) {
-      be.add_rms_norm(x, o, w.ffn_norm, c.cfg->norm_eps, h);
-    } else {
-      be.add(x, o, x);
-      norm(c, x, w.ffn_norm, w.ffn_norm_b, h);
-    }
-    ffn_block(c, L, w, n, h, o);
-    pending = true;
+    const Tensor& ain = block_input(c, x, w.attn_norm, w.attn_norm_b, h, fused);
+    attention_block(c, L, w, kv, n, ain, fused, x);
+    const Tensor& fin = block_input(c, x, w.ffn_norm, w.ffn_norm_b, h, fused);
+    ffn_block(c, L, w, n, fin, fused, x);
   }
-  if (pending) be.add(x, o, x);
 }
 
 void forward_head(const ForwardContext& c, const GlobalWeights& g, int row, int n_rows, Tensor& logits) {
   Backend& be = *c.backend;
   Tensor x = c.act->x.rows_view(row, n_rows);
   Tensor h = c.act->h.rows_view(0, n_rows);
-  norm(c, x, g.output_norm, g.output_norm_b, h);
-  be.matmul(g.output, h, logits);
+  InputNorm fused;
+  const Tensor& in = block_input(c, x, g.output_norm, g.output_norm_b, h, fused);
+  const MatmulOut out{&g.output, &logits};
+  be.matmuls(in, fused, {&out, 1});
 }
 
 }  // namespace shoal

@@ -51,6 +51,62 @@ TEST_F(CudaAttentionTest, KvWriteIsBitExact) {
   }
 }
 
+// Values of a cache tensor (f32, f16 or Q8_0 rows) as floats.
+std::vector<float> cache_values(DType t, const std::vector<uint8_t>& bytes, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  const Status s = dequantize(t, bytes.data(), v.data(), n);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return v;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
+  // The reference composes rms_norm (q_norm, k_norm), rope of q and k, and kv_write.
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, rot_dims;
+    bool interleaved, norms;
+    DType cache;
+  };
+  for (const Case& c : {Case{32, 8, 128, 128, false, false, DType::kF16}, Case{16, 8, 128, 128, false, true, DType::kF16},
+                        Case{8, 2, 64, 64, true, true, DType::kF32}, Case{4, 4, 96, 32, false, false, DType::kF32},
+                        Case{6, 2, 256, 256, false, true, DType::kQ8_0}, Case{3, 1, 80, 80, true, false, DType::kF16}}) {
+    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} cache {}", c.n_heads, c.n_kv_heads,
+                             c.head_dim, c.rot_dims, c.interleaved, c.norms, dtype_name(c.cache)));
+    const int64_t n = 4, n_ctx = 32, qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim;
+    Dual q = make_f32({n, qw}, randn(n * qw, 3.0f)), k = make_f32({n, kw}, randn(n * kw, 3.0f));
+    Dual v = make_f32({n, kw}, randn(n * kw));
+    Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
+    Dual pos = make_i32({3, 4, 30, 31});
+    Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 1000000.0));
+    std::vector<uint8_t> zeros(*dtype_bytes(c.cache, n_ctx * kw), 0);
+    Dual kc = make(c.cache, {n_ctx, kw}, zeros.data()), vc = make(c.cache, {n_ctx, kw}, zeros.data());
+    const RopeSpec spec{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
+    for (Backend* b : {cpu_.get(), gpu_.get()}) {
+      const bool g = b == gpu_.get();
+      b->rope_kv_write(g ? q.g : q.c, g ? k.g : k.c, g ? v.g : v.c, c.norms ? (g ? &qn.g : &qn.c) : nullptr,
+                       c.norms ? (g ? &kn.g : &kn.c) : nullptr, 1e-6f, g ? pos.g : pos.c, g ? freq.g : freq.c, spec,
+                       c.n_kv_heads, g ? kc.g : kc.c, g ? vc.g : vc.c);
+    }
+    EXPECT_LT(nerr(q), 2e-6);
+    EXPECT_LT(nerr(k), 2e-6);
+    const double tol = c.cache == DType::kF32 ? 2e-6 : c.cache == DType::kF16 ? 1e-4 : 2e-3;
+    for (Dual* cache : {&kc, &vc}) {
+      const auto want = cache_values(c.cache, bytes_of(*cpu_, cache->c), n_ctx * kw);
+      const auto got = cache_values(c.cache, bytes_of(*gpu_, cache->g), n_ctx * kw);
+      EXPECT_LT(rel_err(got, want), tol);
+    }
+  }
+}
+
 struct AttnCase {
   int n_heads, n_kv_heads, head_dim;
   int64_t n_ctx;

@@ -43,6 +43,77 @@ TEST_F(CudaMatmulTest, SmallBatchesReadWeightsOnce) {
     for (int64_t n : {2, 3, 4, 5, 8}) check(t, 259, 512, n, n == 3);
 }
 
+// matmuls(): several products of one input in one launch, with the input RMSNorm and the
+// residual add fused in, against the reference's composition (rms_norm, matmul, add, glu).
+class CudaMatmulsTest : public CudaMatmulTest {
+ protected:
+  void check_fused(DType t, int64_t in, int64_t n, bool norm, bool accumulate) {
+    SCOPED_TRACE(fmt::format("{} in={} n={} norm={} accumulate={}", dtype_name(t), in, n, norm, accumulate));
+    const int64_t rows[3] = {96, 33, 160};
+    Dual x = make_f32({n, in}, randn(n * in, 4.0f));
+    Dual g = make_f32({in}, randn(in));
+    Dual h = output(DType::kF32, {n, in});
+    Dual w[3] = {make_weight(t, {rows[0], in}), make_weight(t, {rows[1], in}), make_weight(t, {rows[2], in})};
+    Dual b = make_f32({rows[1]}, randn(rows[1]));
+    Dual y[3], tmp[3];
+    for (int i = 0; i < 3; ++i) {
+      y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));  // accumulated into
+      tmp[i] = output(DType::kF32, {n, rows[i]});
+    }
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut outs[3];
+      for (int i = 0; i < 3; ++i) {
+        outs[i].w = gp ? &w[i].g : &w[i].c;
+        outs[i].y = gp ? &y[i].g : &y[i].c;
+        outs[i].accumulate = accumulate;
+        outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
+      }
+      outs[1].bias = gp ? &b.g : &b.c;
+      InputNorm nrm;
+      if (norm) nrm = InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c};
+      be->matmuls(gp ? x.g : x.c, nrm, outs);
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tolerance(t, n)) << "product " << i;
+  }
+
+  void check_glu(DType t, int64_t in, int64_t n) {
+    SCOPED_TRACE(fmt::format("GLU {} in={} n={}", dtype_name(t), in, n));
+    const int64_t ff = 200;
+    Dual x = make_f32({n, in}, randn(n * in, 2.0f));
+    Dual g = make_f32({in}, randn(in));
+    Dual h = output(DType::kF32, {n, in});
+    Dual wg = make_weight(t, {ff, in}), wu = make_weight(t, {ff, in});
+    Dual y = output(DType::kF32, {n, ff}), up = output(DType::kF32, {n, ff});
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut o{gp ? &wg.g : &wg.c, gp ? &y.g : &y.c, nullptr, gp ? &wu.g : &wu.c, Activation::kSilu};
+      o.tmp = gp ? &up.g : &up.c;
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-6f, gp ? &h.g : &h.c}, {&o, 1});
+    }
+    EXPECT_LT(nerr(y), tolerance(t, n));
+  }
+};
+
+TEST_F(CudaMatmulsTest, NormAndResidualFusedIntoOneLaunch) {
+  for (DType t : kWeightTypes)
+    for (int64_t n : {1, 3, 8}) {
+      check_fused(t, 512, n, true, false);
+      check_fused(t, 512, n, true, true);
+      check_fused(t, 256, n, false, true);
+    }
+}
+
+TEST_F(CudaMatmulsTest, OddWidthsAndLargeBatchesCompose) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) check_fused(t, 101, 2, true, true);  // element-wise kernel
+  for (DType t : {DType::kF16, DType::kQ4_0}) check_fused(t, 256, 12, true, true);             // cuBLAS path
+}
+
+TEST_F(CudaMatmulsTest, GluBehindTheNorm) {
+  for (DType t : kWeightTypes)
+    for (int64_t n : {1, 5}) check_glu(t, 384, n);
+}
+
 TEST_F(CudaMatmulTest, GemmAboveEightTokens) {
   for (DType t : kWeightTypes)
     for (int64_t n : {9, 40}) check(t, 515, 768, n, n == 9);

@@ -63,6 +63,14 @@ class CudaBackend final : public Backend {
   /// up_buf unused); larger batches use the default composition.
   void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act, Tensor& gate_buf,
                   Tensor& up_buf, Tensor& out) override;
+  /// For n <= 8 tokens, products of the same weight kind go out as one GEMV launch with the
+  /// norm and the accumulate fused in (h left unwritten); larger batches compose.
+  void matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) override;
+  /// One kernel for the norms, both RoPEs and the cache write (head_dim <= 256; Q8_0 caches
+  /// need head_dim % 32 == 0); the default composition otherwise.
+  void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                     const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, int n_kv_heads,
+                     Tensor& k_cache, Tensor& v_cache) override;
 
   /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
   Status run_graph(uint64_t key, const std::function<void()>& record) override;

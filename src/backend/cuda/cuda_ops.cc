@@ -268,6 +268,91 @@ void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Ten
   note(cuda::gemv_glu(weight_ref(w_gate), weight_ref(w_up), xs, int(n), act_of(act), f32(out), stream_), "gemv_glu");
 }
 
+void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+  const int64_t n = x.rows(), in = x.cols();
+  bool fusable = n >= 1 && n <= cuda::kGemvMaxTokens;
+  for (const MatmulOut& o : outs)
+    fusable = fusable && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
+  if (!fusable) {
+    Backend::matmuls(x, norm, outs);
+    return;
+  }
+  SHOAL_CHECK(!norm.w || norm.w->n_elements() == in, "matmuls: norm {} for x {}", norm.w->shape_string(),
+              x.shape_string());
+  const float* xs = f32(x);
+  SHOAL_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0, "matmul input not 16-byte aligned");
+  cuda::GemvOut g[cuda::kGemvMaxOuts];
+  cuda::WeightRef ups[cuda::kGemvMaxOuts];
+  cuda::GemvOpts opts;
+  opts.norm_w = norm.w ? f32(*norm.w) : nullptr;
+  opts.eps = norm.eps;
+  int count = 0;
+  auto flush = [&] {
+    if (count > 0 && !failed() && use_device()) note(cuda::gemv_multi(g, count, xs, int(n), opts, stream_), "gemv");
+    count = 0;
+  };
+  for (const MatmulOut& o : outs) {
+    const Tensor& w = *o.w;
+    SHOAL_CHECK(w.cols() == in, "matmuls: w {} vs x {}", w.shape_string(), x.shape_string());
+    SHOAL_CHECK(o.y->rows() == n && o.y->cols() == w.rows(), "matmuls: y {} for n={} out={}", o.y->shape_string(),
+                n, w.rows());
+    SHOAL_CHECK(!o.bias || o.bias->n_elements() == w.rows(), "matmuls: bias for out={}", w.rows());
+    SHOAL_CHECK(!o.up || (o.up->rows() == w.rows() && o.up->cols() == in), "matmuls: up {} vs gate {}",
+                o.up ? o.up->shape_string() : "", w.shape_string());
+    const cuda::WeightRef wr = weight_ref(w);
+    // A launch takes up to kGemvMaxOuts products of one weight kind, GLU or not, sharing
+    // accumulate and the activation.
+    if (count > 0 && (count == cuda::kGemvMaxOuts || g[0].w.kind != wr.kind || (g[0].up != nullptr) != (o.up != nullptr) ||
+                      opts.accumulate != o.accumulate || (o.up && opts.act != act_of(o.act))))
+      flush();
+    if (o.up) ups[count] = weight_ref(*o.up);
+    g[count] = cuda::GemvOut{wr, o.up ? &ups[count] : nullptr, o.bias ? f32(*o.bias) : nullptr, f32(*o.y)};
+    opts.accumulate = o.accumulate;
+    opts.act = act_of(o.act);
+    ++count;
+  }
+  flush();
+}
+
+void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                                float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                                int n_kv_heads, Tensor& k_cache, Tensor& v_cache) {
+  const int64_t n = q.rows(), hd = spec.head_dim;
+  const bool fusable = hd <= 256 && (k_cache.dtype != DType::kQ8_0 || hd % 32 == 0) &&
+                       (!q_norm || q_norm->n_elements() == hd) && (!k_norm || k_norm->n_elements() == hd);
+  if (!fusable) {
+    Backend::rope_kv_write(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, n_kv_heads, k_cache, v_cache);
+    return;
+  }
+  const int64_t width = int64_t(n_kv_heads) * hd;
+  SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * hd && k.rows() == n && k.cols() == width && v.rows() == n &&
+                  v.cols() == width,
+              "rope_kv_write: q {} k {} v {} for {} / {} heads of {}", q.shape_string(), k.shape_string(),
+              v.shape_string(), spec.n_heads, n_kv_heads, hd);
+  SHOAL_CHECK(spec.rot_dims <= hd && spec.rot_dims % 2 == 0 && inv_freq.n_elements() == spec.rot_dims / 2 &&
+                  pos.n_elements() == n,
+              "rope_kv_write: rope dims / positions");
+  SHOAL_CHECK(k_cache.cols() == width && v_cache.cols() == width && k_cache.dtype == v_cache.dtype &&
+                  k_cache.rows() == v_cache.rows(),
+              "rope_kv_write: caches {} / {}", k_cache.shape_string(), v_cache.shape_string());
+  cuda::QkvArgs a;
+  a.rope.n_tokens = n;
+  a.rope.n_heads = spec.n_heads;
+  a.rope.head_dim = spec.head_dim;
+  a.rope.rot_dims = spec.rot_dims;
+  a.rope.interleaved = spec.interleaved;
+  a.rope.attn_factor = spec.attn_factor;
+  a.n_kv_heads = n_kv_heads;
+  a.q_norm = q_norm ? f32(*q_norm) : nullptr;
+  a.k_norm = k_norm ? f32(*k_norm) : nullptr;
+  a.eps = eps;
+  a.cache = cache_kind(k_cache.dtype);
+  a.n_ctx = k_cache.rows();
+  if (failed() || !use_device()) return;
+  note(cuda::rope_kv_write(f32(q), f32(k), f32(v), i32(pos), f32(inv_freq), a, k_cache.data, v_cache.data, stream_),
+       "rope_kv_write");
+}
+
 void CudaBackend::activation(const Tensor& x, Activation act, Tensor& out) {
   SHOAL_CHECK(out.n_elements() == x.n_elements(), "activation shapes");
   if (failed() || !use_device()) return;

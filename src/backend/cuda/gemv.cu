@@ -29,18 +29,42 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-struct GemvArgs {
+// One product of a launch (see GemvOut): its weight(s), output and the blocks it owns.
+struct GemvSeg {
   const uint4* w[2];     // gate (or the only weight), up
   const uint16_t* s[2];  // block scales (quantized kinds)
   int64_t rows;
+  const float* bias;   // [rows] or null
+  float* y;            // [n, rows]
+  unsigned block_end;  // blocks of this segment and of those before it
+};
+
+struct GemvArgs {
+  GemvSeg seg[kGemvMaxOuts];
+  int n_segs;
   int64_t nvec;  // 16-byte vectors per row (plain) or per group of 4 rows (quantized)
   int64_t cols;
   const float* x;  // [n, cols]
   int n;
-  const float* bias;  // [rows] or null
-  float* y;           // [n, rows]
+  const float* norm_w;  // RMSNorm weight [cols] applied to x first, or null
+  float eps;
+  bool accumulate;  // y += result
   Act act;
 };
+
+// The segment of this block, and the block's index inside it.
+__device__ __forceinline__ GemvSeg block_seg(const GemvArgs& a, int64_t& local) {
+  GemvSeg s = a.seg[0];
+  unsigned base = 0;
+#pragma unroll
+  for (int i = 1; i < kGemvMaxOuts; ++i)
+    if (i < a.n_segs && blockIdx.x >= a.seg[i - 1].block_end) {
+      base = a.seg[i - 1].block_end;
+      s = a.seg[i];
+    }
+  local = int64_t(blockIdx.x - base);
+  return s;
+}
 
 // Float value of byte i of u (0..255) plus 2^23.
 __device__ __forceinline__ float byte_plus_2p23(uint32_t u, int i) {
@@ -125,8 +149,11 @@ struct Q4G {
   }
 };
 
+// Loads N activations of token t at column k; with a fused RMSNorm, adds their squares to ss
+// and scales them by the norm weight (the 1 / rms factor is applied to the dot products).
 template <int N>
-__device__ __forceinline__ void load_x(const float* p, float (&v)[N]) {
+__device__ __forceinline__ void load_x(const GemvArgs& a, int t, int64_t k, float (&v)[N], float& ss) {
+  const float* p = a.x + int64_t(t) * a.cols + k;
 #pragma unroll
   for (int i = 0; i < N / 4; ++i) {
     const float4 f = __ldg(reinterpret_cast<const float4*>(p) + i);
@@ -135,12 +162,28 @@ __device__ __forceinline__ void load_x(const float* p, float (&v)[N]) {
     v[4 * i + 2] = f.z;
     v[4 * i + 3] = f.w;
   }
+  if (a.norm_w) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const float4 g = __ldg(reinterpret_cast<const float4*>(a.norm_w + k) + i);
+      const float gs[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ss = fmaf(v[4 * i + j], v[4 * i + j], ss);
+        v[4 * i + j] *= gs[j];
+      }
+    }
+  }
 }
 
-// Reduces acc[S][R][NT] over the block and writes y (or act(gate) * up when S == 2).
+// Reduces acc[S][R][NT] (and the squares ss[NT] of a fused norm) over the block and writes y:
+// the dot, times 1 / rms(x) with a fused norm, plus bias, or act(gate) * up when S == 2; added
+// to y when accumulating.
 template <int S, int R, int NT>
-__device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const GemvArgs& a, int64_t row0) {
-  __shared__ float red[kWarps][S * R * NT];
+__device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (&ss)[NT], const GemvArgs& a,
+                                                 const GemvSeg& sg, int64_t row0) {
+  constexpr int kSq = S * R * NT;  // offset of the squares in red
+  __shared__ float red[kWarps][kSq + NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int s = 0; s < S; ++s)
@@ -151,24 +194,40 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const G
         const float v = warp_sum(acc[s][r][t]);
         if (lane == 0) red[warp][(s * R + r) * NT + t] = v;
       }
+  if (a.norm_w) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_sum(ss[t]);
+      if (lane == 0) red[warp][kSq + t] = v;
+    }
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < R * NT; i += kThreads) {
     const int r = i / NT, t = i % NT;
     const int64_t row = row0 + r;
-    if (row >= a.rows || t >= a.n) continue;
+    if (row >= sg.rows || t >= a.n) continue;
+    float inv = 1.0f;
+    if (a.norm_w) {
+      float q = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) q += red[wi][kSq + t];
+      inv = 1.0f / sqrtf(q / float(a.cols) + a.eps);
+    }
     float g = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) g += red[wi][i];
+    g *= inv;
     float out;
     if constexpr (S == 2) {
       float u = 0.0f;
 #pragma unroll
       for (int wi = 0; wi < kWarps; ++wi) u += red[wi][R * NT + i];
-      out = apply_act(g, a.act) * u;
+      out = apply_act(g, a.act) * (u * inv);
     } else {
-      out = a.bias ? g + a.bias[row] : g;
+      out = sg.bias ? g + sg.bias[row] : g;
     }
-    a.y[int64_t(t) * a.rows + row] = out;
+    float* y = sg.y + int64_t(t) * sg.rows + row;
+    *y = a.accumulate ? *y + out : out;
   }
 }
 
@@ -176,17 +235,21 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], const G
 // per row loaded per lane before use.
 template <class T, int R, int NT, int S, int U>
 __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
-  pdl_prologue();
-  const int64_t row0 = int64_t(blockIdx.x) * R;
+  int64_t local;
+  const GemvSeg sg = block_seg(a, local);
+  const int64_t row0 = local * R;
   const uint4* wrow[S][R];
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int64_t row = min(row0 + r, a.rows - 1);  // spare rows redo the last; not stored
-      wrow[s][r] = a.w[s] + row * a.nvec;
+      const int64_t row = min(row0 + r, sg.rows - 1);  // spare rows redo the last; not stored
+      wrow[s][r] = sg.w[s] + row * a.nvec;
     }
-  float acc[S][R][NT];
+  pdl_prologue();
+  float acc[S][R][NT], ss[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
@@ -213,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
       for (int t = 0; t < NT; ++t) {
         const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
         float xv[T::kVals];
-        load_x(a.x + int64_t(tt) * a.cols + vi * T::kVals, xv);
+        load_x(a, tt, vi * T::kVals, xv, ss[t]);
 #pragma unroll
         for (int s = 0; s < S; ++s)
 #pragma unroll
@@ -221,16 +284,17 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
       }
     }
   }
-  reduce_and_store<S, R, NT>(acc, a, row0);
+  reduce_and_store<S, R, NT>(acc, ss, a, sg, row0);
 }
 
 // The quantized kernel: RG groups of 4 rows per block; U vectors per group loaded per lane
 // before use.
 template <class T, int RG, int NT, int S, int U>
 __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a) {
-  pdl_prologue();
-  const int64_t n_groups = (a.rows + 3) / 4, nb = a.cols / 32;
-  const int64_t g0 = int64_t(blockIdx.x) * RG;
+  int64_t local;
+  const GemvSeg seg = block_seg(a, local);
+  const int64_t n_groups = (seg.rows + 3) / 4, nb = a.cols / 32;
+  const int64_t g0 = local * RG;
   constexpr int kPerBlock = 32 / T::kVals;  // vectors per 32-value block
   const uint4* wg[S][RG];
   const uint2* sg[S][RG];
@@ -239,10 +303,13 @@ __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a
 #pragma unroll
     for (int q = 0; q < RG; ++q) {
       const int64_t g = min(g0 + q, n_groups - 1);  // spare groups redo the last; not stored
-      wg[s][q] = a.w[s] + g * a.nvec;
-      sg[s][q] = reinterpret_cast<const uint2*>(a.s[s]) + g * nb;
+      wg[s][q] = seg.w[s] + g * a.nvec;
+      sg[s][q] = reinterpret_cast<const uint2*>(seg.s[s]) + g * nb;
     }
-  float acc[S][RG * 4][NT];
+  pdl_prologue();
+  float acc[S][RG * 4][NT], ss[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
@@ -273,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a
       for (int t = 0; t < NT; ++t) {
         const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
         float xv[T::kVals];
-        load_x(a.x + int64_t(tt) * a.cols + vi * T::kVals, xv);
+        load_x(a, tt, vi * T::kVals, xv, ss[t]);
         const float xt = T::x_term(xv);
 #pragma unroll
         for (int s = 0; s < S; ++s)
@@ -292,7 +359,7 @@ __global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a
       }
     }
   }
-  reduce_and_store<S, RG * 4, NT>(acc, a, g0 * 4);
+  reduce_and_store<S, RG * 4, NT>(acc, ss, a, seg, g0 * 4);
 }
 
 // Element loaders for the scalar path (plain weights whose rows are not whole 16-byte vectors).
@@ -311,21 +378,33 @@ __device__ __forceinline__ float load_elem(WKind kind, const void* w, int64_t i)
 template <int NT, int S>
 __global__ void __launch_bounds__(kThreads) gemv_scalar_kernel(const GemvArgs a, WKind kind) {
   pdl_prologue();
-  const int64_t row = blockIdx.x;
-  float acc[S][1][NT];
+  int64_t row;
+  const GemvSeg sg = block_seg(a, row);
+  float acc[S][1][NT], ss[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
 #pragma unroll
   for (int s = 0; s < S; ++s)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[s][0][t] = 0.0f;
   for (int64_t k = threadIdx.x; k < a.cols; k += kThreads) {
+    float xv[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      xv[t] = a.x[int64_t(min(t, a.n - 1)) * a.cols + k];
+      if (a.norm_w) {
+        ss[t] = fmaf(xv[t], xv[t], ss[t]);
+        xv[t] *= a.norm_w[k];
+      }
+    }
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      const float w = load_elem(kind, a.w[s], row * a.cols + k);
+      const float w = load_elem(kind, sg.w[s], row * a.cols + k);
 #pragma unroll
-      for (int t = 0; t < NT; ++t) acc[s][0][t] = fmaf(w, a.x[int64_t(min(t, a.n - 1)) * a.cols + k], acc[s][0][t]);
+      for (int t = 0; t < NT; ++t) acc[s][0][t] = fmaf(w, xv[t], acc[s][0][t]);
     }
   }
-  reduce_and_store<S, 1, NT>(acc, a, row);
+  reduce_and_store<S, 1, NT>(acc, ss, a, sg, row);
 }
 
 int g_rows_override = 0;
@@ -336,17 +415,27 @@ constexpr int plain_rows() {
   return (NT >= 4 && S == 2) ? 1 : 2;
 }
 
+// Gives each segment div_up(rows, rows_per_block) blocks; returns the grid size.
+unsigned assign_blocks(GemvArgs& a, int64_t rows_per_block) {
+  unsigned end = 0;
+  for (int i = 0; i < a.n_segs; ++i) {
+    end += unsigned(div_up(a.seg[i].rows, rows_per_block));
+    a.seg[i].block_end = end;
+  }
+  return end;
+}
+
 template <class T, int R, int NT, int S>
-cudaError_t launch_plain(const GemvArgs& a, cudaStream_t stream) {
-  const unsigned grid = unsigned(div_up(a.rows, R));
+cudaError_t launch_plain(GemvArgs a, cudaStream_t stream) {
+  const unsigned grid = assign_blocks(a, R);
   SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, 4>, grid, kThreads, 0, stream, a));
   return cudaGetLastError();
 }
 
 template <class T, int RG, int NT, int S>
-cudaError_t launch_grouped(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t launch_grouped(GemvArgs a, cudaStream_t stream) {
   constexpr int U = (NT >= 4 && S == 2) ? 2 : 4;  // fewer loads in flight where registers run short
-  const unsigned grid = unsigned(div_up(div_up(a.rows, 4), RG));
+  const unsigned grid = assign_blocks(a, 4 * RG);
   SHOAL_TRY_LAUNCH(launch(gemv_grouped_kernel<T, RG, NT, S, U>, grid, kThreads, 0, stream, a));
   return cudaGetLastError();
 }
@@ -383,8 +472,8 @@ cudaError_t dispatch_tokens(const GemvArgs& a, cudaStream_t stream) {
 }
 
 template <int S>
-cudaError_t launch_scalar(const GemvArgs& a, WKind kind, cudaStream_t stream) {
-  const unsigned grid = unsigned(a.rows);
+cudaError_t launch_scalar(GemvArgs a, WKind kind, cudaStream_t stream) {
+  const unsigned grid = assign_blocks(a, 1);
   if (a.n == 1)
     SHOAL_TRY_LAUNCH(launch(gemv_scalar_kernel<1, S>, grid, kThreads, 0, stream, a, kind));
   else
@@ -408,35 +497,48 @@ int vals_per_vector(WKind k) {
 }
 
 template <int S>
-cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, const float* bias, Act act, float* y,
-                cudaStream_t stream) {
-  if (w.rows == 0 || n == 0) return cudaSuccess;
-  const int vals = vals_per_vector(w.kind);
+cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
+  if (count < 1 || count > kGemvMaxOuts || n < 1 || n > kGemvMaxTokens) return cudaErrorInvalidValue;
+  const WKind kind = outs[0].w.kind;
+  const int64_t cols = outs[0].w.cols;
   GemvArgs a{};
-  a.w[0] = static_cast<const uint4*>(w.data);
-  a.s[0] = w.scales;
-  a.w[1] = up ? static_cast<const uint4*>(up->data) : nullptr;
-  a.s[1] = up ? up->scales : nullptr;
-  a.rows = w.rows;
-  a.cols = w.cols;
-  a.nvec = w.cols / vals;
+  for (int i = 0; i < count; ++i) {
+    const GemvOut& g = outs[i];
+    if (g.w.kind != kind || g.w.cols != cols || (S == 2) != (g.up != nullptr)) return cudaErrorInvalidValue;
+    if (S == 2 && (g.up->kind != kind || g.up->rows != g.w.rows || g.up->cols != cols)) return cudaErrorInvalidValue;
+    if (g.w.rows == 0) continue;
+    GemvSeg& sg = a.seg[a.n_segs++];
+    sg.w[0] = static_cast<const uint4*>(g.w.data);
+    sg.s[0] = g.w.scales;
+    sg.w[1] = g.up ? static_cast<const uint4*>(g.up->data) : nullptr;
+    sg.s[1] = g.up ? g.up->scales : nullptr;
+    sg.rows = g.w.rows;
+    sg.bias = g.bias;
+    sg.y = g.y;
+  }
+  if (a.n_segs == 0) return cudaSuccess;
+  const int vals = vals_per_vector(kind);
+  a.cols = cols;
+  a.nvec = cols / vals;
   a.x = x;
   a.n = n;
-  a.bias = bias;
-  a.y = y;
-  a.act = act;
-  const bool vec_ok = w.cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  switch (w.kind) {
+  a.norm_w = o.norm_w;
+  a.eps = o.eps;
+  a.accumulate = o.accumulate;
+  a.act = o.act;
+  const bool vec_ok = cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                      (!o.norm_w || reinterpret_cast<uintptr_t>(o.norm_w) % 16 == 0);
+  switch (kind) {
     case WKind::kQ8_0:
       return dispatch_tokens<Q8G, S>(a, stream);
     case WKind::kQ4_0:
       return dispatch_tokens<Q4G, S>(a, stream);
     case WKind::kF32:
-      return vec_ok ? dispatch_tokens<F32W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
+      return vec_ok ? dispatch_tokens<F32W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
     case WKind::kF16:
-      return vec_ok ? dispatch_tokens<F16W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
+      return vec_ok ? dispatch_tokens<F16W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
     case WKind::kBF16:
-      return vec_ok ? dispatch_tokens<BF16W, S>(a, stream) : launch_scalar<S>(a, w.kind, stream);
+      return vec_ok ? dispatch_tokens<BF16W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -445,13 +547,23 @@ cudaError_t run(const WeightRef& w, const WeightRef* up, const float* x, int n, 
 
 void set_gemv_rows_override(int rows_per_block) { g_rows_override = rows_per_block; }
 
+cudaError_t gemv_multi(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
+                       cudaStream_t stream) {
+  if (count > 0 && outs[0].up) return run<2>(outs, count, x, n, opts, stream);
+  return run<1>(outs, count, x, n, opts, stream);
+}
+
 cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y, cudaStream_t stream) {
-  return run<1>(w, nullptr, x, n, bias, Act::kSilu, y, stream);
+  const GemvOut o{w, nullptr, bias, y};
+  return gemv_multi(&o, 1, x, n, GemvOpts{}, stream);
 }
 
 cudaError_t gemv_glu(const WeightRef& gate, const WeightRef& up, const float* x, int n, Act act, float* out,
                      cudaStream_t stream) {
-  return run<2>(gate, &up, x, n, nullptr, act, out, stream);
+  const GemvOut o{gate, &up, nullptr, out};
+  GemvOpts opts;
+  opts.act = act;
+  return gemv_multi(&o, 1, x, n, opts, stream);
 }
 
 }  // namespace shoal::cuda

@@ -299,7 +299,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
-int run(int device, int reps, bool quick) {
+int run(int device, int reps, bool quick, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -317,6 +317,15 @@ int run(int device, int reps, bool quick) {
 
   auto backend = must(create_backend("cuda:" + std::to_string(device)));
   Backend& b = *backend;
+  const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
+  const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
+  if (!only.empty()) {  // one decode step, e.g. for a profiler
+    const ModelShape& m = only.starts_with("qwen") ? qwen : llama;
+    const DType t = only.ends_with("q4_0") ? DType::kQ4_0 : only.ends_with("q8_0") ? DType::kQ8_0 : DType::kF16;
+    std::printf("| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
+    bench_decode(b, c, m, t, reps, "");
+    return 0;
+  }
   if (!quick) {
     bench_gemv(b, c, reps);
     bench_attention(b, c, reps);
@@ -325,8 +334,6 @@ int run(int device, int reps, bool quick) {
   std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position 576\n");
   std::printf(
       "| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
-  const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
-  const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");
   bench_decode(b, c, qwen, DType::kF16, reps, "");
   // The op-by-op graph of the first version: what the fusion is worth.
@@ -349,10 +356,12 @@ int main(int argc, char** argv) {
   bool quick = false;
   app.add_option("--device", device, "CUDA device index")->capture_default_str();
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
+  std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
+  app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick);
+  return shoal::run(device, reps, quick, only);
 }
 
 #else  // no CUDA backend in this build

@@ -26,7 +26,7 @@ void Backend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor&
 void Backend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
   const Tensor* in = &x;
   if (norm.w) {
-    SHOAL_CHECK(norm.h != nullptr, "matmuls: a norm needs its output tensor h");
+    SHOAL_CHECK(norm.h != nullptr && norm.h->data != x.data, "matmuls: a norm needs an output tensor h apart from x");
     rms_norm(x, *norm.w, norm.eps, *norm.h);
     in = norm.h;
   }

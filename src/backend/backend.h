@@ -54,8 +54,8 @@ struct AttentionSpec {
 
 /// One product of Backend::matmuls(): y = in · wᵀ (+ bias); with `up`, y = act(in · wᵀ) *
 /// (in · upᵀ) (SwiGLU / GeGLU, no bias); with `accumulate`, the result is added to y (the
-/// residual add of a block). tmp: f32 scratch [n, w.rows()] that composing backends need for
-/// `up` and `accumulate` (unused otherwise).
+/// residual add of a block). w, up: weights [out, in]; y: f32 [n, out]; bias: f32 [out];
+/// tmp: f32 scratch [n, out] that composing backends need for `up` and `accumulate`.
 struct MatmulOut {
   const Tensor* w = nullptr;
   Tensor* y = nullptr;
@@ -156,12 +156,16 @@ class Backend {
                           Tensor& gate_buf, Tensor& up_buf, Tensor& out);
 
   /// Products of one input (q, k and v; gate and up; the LM head): in = rms_norm(x) when
-  /// norm.w is set, else x (f32 [n, in]); then every out as MatmulOut says. Fast backends run
-  /// them as one launch with the norm and the residual add fused in.
+  /// norm.w (f32 [in]) is set, else x (f32 [n, in]); then every out as MatmulOut says. Fast
+  /// backends run them as one launch with the norm and the residual add fused in. No y may
+  /// alias x or another y, and h must not alias x. Errors are bugs (SHOAL_CHECK): missing h or
+  /// tmp, shapes that do not match, aliasing.
   virtual void matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
   /// The attention prologue of a layer: per-head RMSNorm of q and of k with q_norm / k_norm
   /// (f32 [head_dim], either may be null; Qwen3, Gemma 3), RoPE of q (spec) and of k (spec with
-  /// n_kv_heads heads), then kv_write(k_cache, v_cache, k, v, pos). q, k: rotated in place.
+  /// n_kv_heads heads), then kv_write(k_cache, v_cache, k, v, pos). q: f32 [n, spec.n_heads *
+  /// head_dim], k, v: f32 [n, n_kv_heads * head_dim], pos: i32 [n], inv_freq as in rope(); q and
+  /// k are normed and rotated in place. Errors are bugs (SHOAL_CHECK on shapes), as in the ops.
   virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                              float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                              int n_kv_heads, Tensor& k_cache, Tensor& v_cache);

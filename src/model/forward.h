@@ -60,7 +60,7 @@ void forward_layers(const ForwardContext& ctx, const std::vector<LayerWeights>& 
                     std::vector<LayerCache>& cache, int first, int end, int n);
 
 /// Final norm + LM head on rows [row, row + n_rows) of act.x; logits: f32 [n_rows, vocab].
-/// Clobbers act.h.
+/// May clobber act.h (backends that fuse the norm into the LM head leave it unwritten).
 void forward_head(const ForwardContext& ctx, const GlobalWeights& g, int row, int n_rows, Tensor& logits);
 
 }  // namespace shoal

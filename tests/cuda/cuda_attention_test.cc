@@ -78,7 +78,8 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
   };
   for (const Case& c : {Case{32, 8, 128, 128, false, false, DType::kF16}, Case{16, 8, 128, 128, false, true, DType::kF16},
                         Case{8, 2, 64, 64, true, true, DType::kF32}, Case{4, 4, 96, 32, false, false, DType::kF32},
-                        Case{6, 2, 256, 256, false, true, DType::kQ8_0}, Case{3, 1, 80, 80, true, false, DType::kF16}}) {
+                        Case{6, 2, 256, 256, false, true, DType::kQ8_0}, Case{3, 1, 80, 80, true, false, DType::kF16},
+                        Case{4, 2, 80, 80, false, true, DType::kQ8_0} /* composed: 80 % 32 != 0 */}) {
     SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} cache {}", c.n_heads, c.n_kv_heads,
                              c.head_dim, c.rot_dims, c.interleaved, c.norms, dtype_name(c.cache)));
     const int64_t n = 4, n_ctx = 32, qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim;
@@ -151,6 +152,15 @@ TEST_F(CudaAttentionCases, DecodeGqaShapes) {
     run({16, 1, 64, 200, {150}}, cache);    // multi-query: two blocks of 8 heads
     run({4, 4, 256, 100, {57}}, cache);     // no GQA, head_dim 256
   }
+}
+
+TEST_F(CudaAttentionCases, DecodeKernelPartialGroupsBatchesAndSoftcap) {
+  // f16 caches with head_dim 64/128 take the lane-per-key decode kernel (n <= 8 tokens).
+  run({12, 4, 128, 700, {333}}, DType::kF16);                       // groups of 3: blocks of 2 + 1 heads
+  run({24, 2, 64, 300, {250}}, DType::kF16);                        // groups of 12: blocks of 8 + 4 heads
+  run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, DType::kF16);  // 7 tokens
+  run({8, 4, 64, 500, {450}, 0, 30.0f}, DType::kF16);               // softcap
+  run({8, 4, 64, 500, {400, 401, 402, 403, 404}, 100, 0.0f}, DType::kF16);  // window, 5 tokens
 }
 
 TEST_F(CudaAttentionCases, LongContextSplitsAndSmallBatches) {

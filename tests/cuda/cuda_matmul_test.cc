@@ -104,6 +104,51 @@ TEST_F(CudaMatmulsTest, NormAndResidualFusedIntoOneLaunch) {
     }
 }
 
+TEST_F(CudaMatmulsTest, MixedKindsAndModesSplitIntoLaunches) {
+  // Outputs of different weight kinds, and accumulate next to plain outputs, in one call.
+  const int64_t in = 256, n = 2;
+  Dual x = make_f32({n, in}, randn(n * in));
+  Dual g = make_f32({in}, randn(in));
+  Dual h = output(DType::kF32, {n, in});
+  const DType kinds[4] = {DType::kQ4_0, DType::kQ4_0, DType::kF16, DType::kQ8_0};
+  const bool acc[4] = {false, true, true, false};
+  Dual w[4], y[4], tmp[4];
+  for (int i = 0; i < 4; ++i) {
+    w[i] = make_weight(kinds[i], {64 + 16 * i, in});
+    y[i] = make_f32({n, 64 + 16 * i}, randn(n * (64 + 16 * i)));
+    tmp[i] = output(DType::kF32, {n, 64 + 16 * i});
+  }
+  for (Backend* be : {cpu_.get(), gpu_.get()}) {
+    const bool gp = be == gpu_.get();
+    MatmulOut outs[4];
+    for (int i = 0; i < 4; ++i) {
+      outs[i].w = gp ? &w[i].g : &w[i].c;
+      outs[i].y = gp ? &y[i].g : &y[i].c;
+      outs[i].accumulate = acc[i];
+      outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
+    }
+    be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_LT(nerr(y[i]), tolerance(kinds[i], n)) << "product " << i;
+}
+
+TEST_F(CudaMatmulsTest, MisalignedInputRowsCompose) {
+  // A row view at row 1 of a 37-wide input is not 16-byte aligned: the composition runs.
+  const int64_t in = 37, rows = 45;
+  Dual x = make_f32({3, in}, randn(3 * in));
+  Dual g = make_f32({in}, randn(in));
+  Dual h = output(DType::kF32, {2, in});
+  Dual w = make_weight(DType::kF16, {rows, in});
+  Dual y = output(DType::kF32, {2, rows});
+  for (Backend* be : {cpu_.get(), gpu_.get()}) {
+    const bool gp = be == gpu_.get();
+    const MatmulOut o{gp ? &w.g : &w.c, gp ? &y.g : &y.c};
+    Tensor xv = (gp ? x.g : x.c).rows_view(1, 2);
+    be->matmuls(xv, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
+  }
+  EXPECT_LT(nerr(y), 2e-5);
+}
+
 TEST_F(CudaMatmulsTest, OddWidthsAndLargeBatchesCompose) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) check_fused(t, 101, 2, true, true);  // element-wise kernel
   for (DType t : {DType::kF16, DType::kQ4_0}) check_fused(t, 256, 12, true, true);             // cuBLAS path

@@ -270,7 +270,17 @@ void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Ten
 
 void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
   const int64_t n = x.rows(), in = x.cols();
-  bool fusable = n >= 1 && n <= cuda::kGemvMaxTokens;
+  SHOAL_CHECK(!norm.w || norm.h != nullptr, "matmuls: a norm needs its output tensor h");
+  SHOAL_CHECK(!norm.w || norm.h->data != x.data, "matmuls: h must not alias x");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    SHOAL_CHECK(outs[i].w && outs[i].y, "matmuls: an output without weight or y");
+    SHOAL_CHECK(outs[i].y->data != x.data, "matmuls: y must not alias x");
+    for (size_t j = 0; j < i; ++j) SHOAL_CHECK(outs[j].y->data != outs[i].y->data, "matmuls: two outputs share y");
+  }
+  // One launch needs n <= 8, 16-byte aligned x and norm weight (a row view of x at an odd row of
+  // a width that is not a multiple of 4 is not), and GLU pairs of one weight kind.
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool fusable = n >= 1 && n <= cuda::kGemvMaxTokens && aligned(x.data) && (!norm.w || aligned(norm.w->data));
   for (const MatmulOut& o : outs)
     fusable = fusable && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
   if (!fusable) {
@@ -280,7 +290,6 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   SHOAL_CHECK(!norm.w || norm.w->n_elements() == in, "matmuls: norm {} for x {}", norm.w->shape_string(),
               x.shape_string());
   const float* xs = f32(x);
-  SHOAL_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0, "matmul input not 16-byte aligned");
   cuda::GemvOut g[cuda::kGemvMaxOuts];
   cuda::WeightRef ups[cuda::kGemvMaxOuts];
   cuda::GemvOpts opts;

@@ -498,7 +498,12 @@ int vals_per_vector(WKind k) {
 
 template <int S>
 cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
-  if (count < 1 || count > kGemvMaxOuts || n < 1 || n > kGemvMaxTokens) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (count < 1 || count > kGemvMaxOuts || n < 0 || n > kGemvMaxTokens) return cudaErrorInvalidValue;
+  // Quantized kernels read x and the norm weight as float4.
+  if (o.norm_w && reinterpret_cast<uintptr_t>(o.norm_w) % 16 != 0 && outs[0].w.kind != WKind::kF32 &&
+      outs[0].w.kind != WKind::kF16 && outs[0].w.kind != WKind::kBF16)
+    return cudaErrorInvalidValue;
   const WKind kind = outs[0].w.kind;
   const int64_t cols = outs[0].w.cols;
   GemvArgs a{};

@@ -135,6 +135,10 @@ struct QkvArgs {
   CacheKind cache = CacheKind::kF16;
   int64_t n_ctx = 0;
 };
+/// Runs the prologue above: q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] normed and
+/// rotated in place, k and v stored at cache rows pos[i] (skipped outside [0, n_ctx)).
+/// Errors: cudaErrorInvalidValue for head_dim > 256, odd rot_dims or rot_dims > head_dim, a Q8_0
+/// cache with head_dim % 32 != 0 (the backend composes the plain ops instead).
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const float* inv_freq,
                           const QkvArgs& a, void* k_cache, void* v_cache, cudaStream_t stream);
 /// Stores k and v rows (f32 [n, width]) at cache rows pos[i] (caches [n_ctx, width] of `kind`;

@@ -37,16 +37,20 @@ struct CacheF32 {
   }
 };
 
+// 8 halves (a 16-byte load) as floats.
+__device__ __forceinline__ void half8_to_float(uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
 struct CacheF16 {
   __device__ static void load8(const void* cache, int64_t width, int64_t row, int64_t c, float* out) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(cache) + row * width + c));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
+    half8_to_float(__ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(cache) + row * width + c)), out);
   }
 };
 
@@ -287,16 +291,6 @@ __global__ void __launch_bounds__(kThreads)
 // partial result for attention_combine_kernel. (The tiled kernel needed 248 registers, one block
 // barrier per phase and ~6.4 us per split at context 512 on the H200, mostly idle SMs.)
 constexpr int kDecodeKeys = kThreads;  // keys per pass
-
-__device__ __forceinline__ void half8_to_float(uint4 v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
 
 template <int GB, int D>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const Params P) {

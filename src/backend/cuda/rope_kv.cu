@@ -12,8 +12,22 @@
 namespace shoal::cuda {
 namespace {
 
-// One thread per (token, head, rotated pair). The angle and its cos/sin are computed in double
-// like the reference (an f32 angle is off by ~1e-2 rad at position 1e5).
+// Rotates pair p of the head at v (layout of RopeArgs) by pos * inv_freq, as the reference: the
+// angle and its cos/sin in double (an f32 angle is off by ~1e-2 rad at position 1e5).
+__device__ __forceinline__ void rotate_pair(float* v, int p, int half, int32_t pos, float inv_freq,
+                                            bool interleaved, float attn_factor) {
+  double s, c;
+  sincos(double(pos) * double(inv_freq), &s, &c);
+  c *= attn_factor;
+  s *= attn_factor;
+  const int ia = interleaved ? 2 * p : p;
+  const int ib = interleaved ? 2 * p + 1 : p + half;
+  const double x0 = v[ia], x1 = v[ib];
+  v[ia] = float(x0 * c - x1 * s);
+  v[ib] = float(x0 * s + x1 * c);
+}
+
+// One thread per (token, head, rotated pair).
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
                             const RopeArgs a) {
   pdl_prologue();
@@ -24,15 +38,7 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const flo
   const int64_t th = i / half;  // token * n_heads + head
   float* v = x + th * a.head_dim;
   const int64_t t = th / a.n_heads;
-  double s, c;
-  sincos(double(pos[t]) * double(inv_freq[p]), &s, &c);
-  c *= a.attn_factor;
-  s *= a.attn_factor;
-  const int ia = a.interleaved ? 2 * p : p;
-  const int ib = a.interleaved ? 2 * p + 1 : p + half;
-  const double x0 = v[ia], x1 = v[ib];
-  v[ia] = float(x0 * c - x1 * s);
-  v[ib] = float(x0 * s + x1 * c);
+  rotate_pair(v, p, half, pos[t], inv_freq[p], a.interleaved, a.attn_factor);
 }
 
 template <typename T>
@@ -122,17 +128,8 @@ __global__ void __launch_bounds__(kQkvThreads)
   __syncthreads();
   const int half = r.rot_dims / 2;
   const int32_t p = pos[t];
-  for (int i = threadIdx.x; i < half; i += kQkvThreads) {  // as rope_kernel
-    double s, c;
-    sincos(double(p) * double(inv_freq[i]), &s, &c);
-    c *= r.attn_factor;
-    s *= r.attn_factor;
-    const int ia = r.interleaved ? 2 * i : i;
-    const int ib = r.interleaved ? 2 * i + 1 : i + half;
-    const double x0 = hv[ia], x1 = hv[ib];
-    hv[ia] = float(x0 * c - x1 * s);
-    hv[ib] = float(x0 * s + x1 * c);
-  }
+  for (int i = threadIdx.x; i < half; i += kQkvThreads)
+    rotate_pair(hv, i, half, p, inv_freq[i], r.interleaved, r.attn_factor);
   __syncthreads();
   for (int i = threadIdx.x; i < hd; i += kQkvThreads) x[i] = hv[i];
   if (is_q || p < 0 || p >= a.n_ctx) return;

@@ -78,7 +78,7 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
       Tensor x = act(b, DType::kF32, {8, cols}, 99), y = must(b.alloc(DType::kF32, {8, rows}));
       const double bytes = wb + 4.0 * double(cols + rows);
       const bool quant = t == DType::kQ8_0 || t == DType::kQ4_0;
-      for (int r : quant ? std::vector<int>{0, 4, 8} : std::vector<int>{0, 1, 4}) {
+      for (int r : quant ? std::vector<int>{0, 16, 32} : std::vector<int>{0, 1, 4}) {
         probe::set_gemv_rows(r);
         Tensor x1 = x.rows_view(0, 1), y1 = y.rows_view(0, 1);
         const double ms = must(probe::time_graph_ms(

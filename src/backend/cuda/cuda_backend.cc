@@ -183,8 +183,9 @@ Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int6
       t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
   if (is_repacked(dtype)) {
     t.aux = static_cast<uint8_t*>(t.data) + scales_at;
-    // The padding rows of the last group of 4 are computed (never stored): keep them finite.
-    if (t.rows() % 4 != 0) SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, bytes, stream_));
+    // Padding rows and columns enter the products as zeros, and the Q4_0 repack ORs the nibbles
+    // of two rows into shared words.
+    SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, bytes, stream_));
   }
   return t;
 }

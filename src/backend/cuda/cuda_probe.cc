@@ -150,10 +150,13 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
     case DType::kQ8_0:
     case DType::kQ4_0:
       if (!t.aux) break;  // only repacked weights: plain Q8_0 blocks need valid scales inline
-      SHOAL_RETURN_IF_ERROR(
-          fill(t.data, int64_t(cuda::row_quant_bytes(t.dtype == DType::kQ4_0, t.cols())) * cuda::padded_rows(t.rows()),
-               cuda::FillKind::kBytes, seed, scale, s));
-      return fill(t.aux, cuda::padded_rows(t.rows()) * (t.cols() / 32), cuda::FillKind::kScales, seed + 1, scale, s);
+    {
+      const bool q4 = t.dtype == DType::kQ4_0;
+      const int64_t quant_bytes = int64_t(cuda::scale_offset(q4, t.rows(), t.cols()));
+      SHOAL_RETURN_IF_ERROR(fill(t.data, quant_bytes, cuda::FillKind::kBytes, seed, scale, s));
+      return fill(t.aux, cuda::padded_rows(t.rows()) * cuda::quant_row_scales(q4, t.cols()), cuda::FillKind::kScales,
+                  seed + 1, scale, s);
+    }
     default:
       break;
   }

@@ -41,7 +41,7 @@ Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, in
 Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale = 1.0f);
 
 /// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
-/// quantized weights 4 or 8 (one or two interleaved groups).
+/// quantized weights 16 or 32 (one or two tensor-core tiles).
 void set_gemv_rows(int rows_per_block);
 
 /// Programmatic dependent launch on or off for kernels recorded from now on (sm_90+ only).

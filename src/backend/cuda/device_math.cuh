@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels.h"
 
 namespace shoal::cuda {
@@ -77,13 +78,12 @@ __device__ __forceinline__ float weight_value(const WeightRef& w, int64_t i) {
       return __uint_as_float(uint32_t(static_cast<const uint16_t*>(w.data)[i]) << 16);
     case WKind::kQ8_0:
     case WKind::kQ4_0: {
-      // Interleaved groups of 4 rows (cuda_util.h).
-      const int64_t r = i / w.cols, k = i % w.cols, g = r / 4, rr = r % 4;
-      const float d = f16_bits_to_float(w.scales[(g * (w.cols / 32) + k / 32) * 4 + rr]);
-      const uint8_t* q = static_cast<const uint8_t*>(w.data);
-      if (w.kind == WKind::kQ8_0) return d * float(int8_t(q[(g * (w.cols / 4) + k / 4) * 16 + rr * 4 + k % 4]));
-      const uint8_t byte = q[(g * (w.cols / 8) + k / 8) * 16 + rr * 4 + (k % 8) / 2];
-      return d * float(int((k % 2) ? (byte >> 4) : (byte & 0x0f)) - 8);
+      // Tensor-core tile layout (cuda_util.h).
+      const bool q4 = w.kind == WKind::kQ4_0;
+      const QuantPos p = quant_pos(q4, w.cols, i / w.cols, i % w.cols);
+      const float d = f16_bits_to_float(w.scales[p.scale]);
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[p.byte];
+      return d * float(q4 ? int((byte >> p.shift) & 0x0f) - 8 : int(byte) - 128);
     }
   }
   return 0.0f;

@@ -59,43 +59,26 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// One thread per 16-byte vector of the interleaved layout (4 rows x 4 or 8 values), rows
-// [r0, r0 + nr) with r0 a multiple of 4: values d * q, split into f16 hi and lo.
-template <bool kQ4>
+// One thread per 8 consecutive values of a row in [r0, r0 + nr) (tile layout, cuda_util.h):
+// values d * q, split into f16 hi and lo.
 __global__ void dequant_split_kernel(const WeightRef w, int64_t r0, int64_t nr, uint16_t* __restrict__ hi,
                                      uint16_t* __restrict__ lo) {
-  constexpr int kVals = kQ4 ? 8 : 4;
-  const int64_t chunks = w.cols / kVals, nb = w.cols / 32;
+  const int64_t per_row = w.cols / 8;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= (nr + 3) / 4 * chunks) return;
-  const int64_t g = r0 / 4 + i / chunks, c = i % chunks;
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(w.data) + g * chunks + c);
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  const int64_t blk = c * kVals / 32;
+  if (i >= nr * per_row) return;
+  const int64_t row = i / per_row, c = (i % per_row) * 8;
+  uint32_t h[4], l[4];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t row = g * 4 + r - r0;
-    if (row >= nr) break;
-    const float d = f16_bits_to_float(w.scales[(g * nb + blk) * 4 + r]);
-    uint32_t h[kVals / 2], l[kVals / 2];
-#pragma unroll
-    for (int j = 0; j < kVals; ++j) {  // value j: nibble j (Q4_0) or byte j (Q8_0) of the word
-      const int q = kQ4 ? int((words[r] >> (4 * j)) & 0xf) - 8 : int(int8_t(words[r] >> (8 * j)));
-      float rv, unused;
-      const uint32_t hb = round16(d * float(q), false, rv);
-      const uint32_t lb = round16(d * float(q) - rv, false, unused);
-      h[j / 2] = (j % 2) ? (h[j / 2] | (hb << 16)) : hb;
-      l[j / 2] = (j % 2) ? (l[j / 2] | (lb << 16)) : lb;
-    }
-    const int64_t at = row * w.cols + c * kVals;
-    if constexpr (kQ4) {
-      *reinterpret_cast<uint4*>(hi + at) = make_uint4(h[0], h[1], h[2], h[3]);
-      *reinterpret_cast<uint4*>(lo + at) = make_uint4(l[0], l[1], l[2], l[3]);
-    } else {
-      *reinterpret_cast<uint2*>(hi + at) = make_uint2(h[0], h[1]);
-      *reinterpret_cast<uint2*>(lo + at) = make_uint2(l[0], l[1]);
-    }
+  for (int j = 0; j < 8; ++j) {
+    float rv, unused;
+    const float v = weight_value(w, (r0 + row) * w.cols + c + j);
+    const uint32_t hb = round16(v, false, rv);
+    const uint32_t lb = round16(v - rv, false, unused);
+    h[j / 2] = (j % 2) ? (h[j / 2] | (hb << 16)) : hb;
+    l[j / 2] = (j % 2) ? (l[j / 2] | (lb << 16)) : lb;
   }
+  *reinterpret_cast<uint4*>(hi + row * w.cols + c) = make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4*>(lo + row * w.cols + c) = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
 __global__ void combine_kernel(const float* __restrict__ yp, int blocks, int64_t n, int64_t rows,
@@ -120,14 +103,9 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
 
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
   if (nr == 0) return cudaSuccess;
-  if (r0 % 4 != 0 || (w.kind != WKind::kQ8_0 && w.kind != WKind::kQ4_0)) return cudaErrorInvalidValue;
-  const bool q4 = w.kind == WKind::kQ4_0;
-  const int64_t vectors = div_up(nr, 4) * (w.cols / (q4 ? 8 : 4));
-  const unsigned grid = unsigned(div_up(vectors, kBlock));
-  if (q4)
-    dequant_split_kernel<true><<<grid, kBlock, 0, stream>>>(w, r0, nr, hi, lo);
-  else
-    dequant_split_kernel<false><<<grid, kBlock, 0, stream>>>(w, r0, nr, hi, lo);
+  if (w.kind != WKind::kQ8_0 && w.kind != WKind::kQ4_0) return cudaErrorInvalidValue;
+  const unsigned grid = unsigned(div_up(nr * (w.cols / 8), kBlock));
+  dequant_split_kernel<<<grid, kBlock, 0, stream>>>(w, r0, nr, hi, lo);
   return cudaGetLastError();
 }
 

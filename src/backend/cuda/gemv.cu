@@ -1,17 +1,11 @@
-// GEMV (and small-batch GEMM, n <= 8 tokens) for F32, F16, BF16, Q8_0 and Q4_0 weights, with
-// the gate+up+activation fusion (gemv_glu). Memory-bound: the weights are read once, as 16-byte
+// GEMV (and small-batch GEMM, n <= 8 tokens) for F32, F16 and BF16 weights, with the gate+up+
+// activation fusion, an input RMSNorm and a residual add (gemv_multi). Q8_0 and Q4_0 weights go
+// to the tensor-core kernel of gemv_quant.cu. Memory-bound: the weights are read once, as 16-byte
 // loads that skip L1, several per lane in flight; the f32 activations come from L1.
 //
-// Plain weights: a block of 4 warps computes R rows; its 128 lanes take each row's 16-byte
-// vectors round-robin. Quantized weights (4-row-interleaved layout, cuda_util.h): a block takes
-// RG groups of 4 rows; a vector holds 4 rows x 4 (Q8_0) or 8 (Q4_0) values, so the lanes of a
-// warp read consecutive activations (a block per 32-value run of one row made every lane touch
-// its own cache line of x, which capped the kernel at a third of the bandwidth). Partial sums are
-// reduced in a fixed order (warp butterfly, then warps 0..3): results are deterministic.
-//
-// Quantized values become floats without I2F (a quarter-rate instruction on sm_80..sm_90): a
-// byte is placed in a float's mantissa with one prmt (Q8_0: 2^23 + q + 128, minus the offset;
-// Q4_0: 1 + q / 16, see Q4G), exactly.
+// A block of 4 warps computes R rows; its 128 lanes take each row's 16-byte vectors round-robin.
+// Partial sums are reduced in a fixed order (warp butterfly, then warps 0..3): results are
+// deterministic.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,6 +14,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
@@ -31,8 +26,7 @@ constexpr int kThreads = kWarps * 32;
 
 // One product of a launch (see GemvOut): its weight(s), output and the blocks it owns.
 struct GemvSeg {
-  const uint4* w[2];     // gate (or the only weight), up
-  const uint16_t* s[2];  // block scales (quantized kinds)
+  const uint4* w[2];  // gate (or the only weight), up
   int64_t rows;
   const float* bias;   // [rows] or null
   float* y;            // [n, rows]
@@ -42,7 +36,7 @@ struct GemvSeg {
 struct GemvArgs {
   GemvSeg seg[kGemvMaxOuts];
   int n_segs;
-  int64_t nvec;  // 16-byte vectors per row (plain) or per group of 4 rows (quantized)
+  int64_t nvec;  // 16-byte vectors per row
   int64_t cols;
   const float* x;  // [n, cols]
   int n;
@@ -51,25 +45,6 @@ struct GemvArgs {
   bool accumulate;  // y += result
   Act act;
 };
-
-// The segment of this block, and the block's index inside it.
-__device__ __forceinline__ GemvSeg block_seg(const GemvArgs& a, int64_t& local) {
-  GemvSeg s = a.seg[0];
-  unsigned base = 0;
-#pragma unroll
-  for (int i = 1; i < kGemvMaxOuts; ++i)
-    if (i < a.n_segs && blockIdx.x >= a.seg[i - 1].block_end) {
-      base = a.seg[i - 1].block_end;
-      s = a.seg[i];
-    }
-  local = int64_t(blockIdx.x - base);
-  return s;
-}
-
-// Float value of byte i of u (0..255) plus 2^23.
-__device__ __forceinline__ float byte_plus_2p23(uint32_t u, int i) {
-  return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | unsigned(i)));
-}
 
 // Per-dtype decoding of one 16-byte vector. kVals: values per vector; dot() adds w . x to acc.
 struct F32W {
@@ -106,46 +81,6 @@ struct BF16W {
       acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), x[2 * i + 1], acc);
     }
     return acc;
-  }
-};
-
-// Quantized, 4-row-interleaved: one 32-bit word is 4 (Q8_0) or 8 (Q4_0) values of one row.
-struct Q8G {
-  static constexpr int kVals = 4;  // values of each row per vector
-  /// The row's dot with x (4 values).
-  __device__ static float dot_word(uint32_t w, const float* x, float) {
-    const uint32_t u = w ^ 0x80808080u;  // int8 q -> q + 128 in 0..255
-    float s0 = (byte_plus_2p23(u, 0) - 8388736.0f) * x[0];
-    float s1 = (byte_plus_2p23(u, 1) - 8388736.0f) * x[1];
-    s0 = fmaf(byte_plus_2p23(u, 2) - 8388736.0f, x[2], s0);
-    s1 = fmaf(byte_plus_2p23(u, 3) - 8388736.0f, x[3], s1);
-    return s0 + s1;
-  }
-  __device__ static float x_term(const float*) { return 0.0f; }
-};
-
-// Q4_0: each nibble q becomes f = 1 + q / 16 with one prmt (the byte (q << 3) | 0x80 under the
-// exponent byte 0x3f is the float 0x3f800000 | q << 19), so sum (q - 8) x = 16 sum f x - 24 sum x;
-// sum x (x_term) is shared by all rows of a vector. Two instructions a value instead of three.
-struct Q4G {
-  static constexpr int kVals = 8;
-  __device__ static float one_plus_q16(uint32_t bytes, int b) {
-    return __uint_as_float(__byte_perm(bytes, 0x3f000000u, 0x7044u | (unsigned(b) << 8)));
-  }
-  /// The row's dot with x (8 values); neg24x = -24 * sum x.
-  __device__ static float dot_word(uint32_t w, const float* x, float neg24x) {
-    const uint32_t lo = ((w << 3) & 0x78787878u) | 0x80808080u;  // values 2b
-    const uint32_t hi = ((w >> 1) & 0x78787878u) | 0x80808080u;  // values 2b + 1
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      s0 = fmaf(one_plus_q16(lo, b), x[2 * b], s0);
-      s1 = fmaf(one_plus_q16(hi, b), x[2 * b + 1], s1);
-    }
-    return fmaf(16.0f, s0 + s1, neg24x);
-  }
-  __device__ static float x_term(const float* x) {
-    return -24.0f * (((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7])));
   }
 };
 
@@ -287,81 +222,6 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
   reduce_and_store<S, R, NT>(acc, ss, a, sg, row0);
 }
 
-// The quantized kernel: RG groups of 4 rows per block; U vectors per group loaded per lane
-// before use.
-template <class T, int RG, int NT, int S, int U>
-__global__ void __launch_bounds__(kThreads) gemv_grouped_kernel(const GemvArgs a) {
-  int64_t local;
-  const GemvSeg seg = block_seg(a, local);
-  const int64_t n_groups = (seg.rows + 3) / 4, nb = a.cols / 32;
-  const int64_t g0 = local * RG;
-  constexpr int kPerBlock = 32 / T::kVals;  // vectors per 32-value block
-  const uint4* wg[S][RG];
-  const uint2* sg[S][RG];
-#pragma unroll
-  for (int s = 0; s < S; ++s)
-#pragma unroll
-    for (int q = 0; q < RG; ++q) {
-      const int64_t g = min(g0 + q, n_groups - 1);  // spare groups redo the last; not stored
-      wg[s][q] = seg.w[s] + g * a.nvec;
-      sg[s][q] = reinterpret_cast<const uint2*>(seg.s[s]) + g * nb;
-    }
-  pdl_prologue();
-  float acc[S][RG * 4][NT], ss[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < S; ++s)
-#pragma unroll
-    for (int r = 0; r < RG * 4; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
-
-  for (int64_t v0 = threadIdx.x; v0 < a.nvec; v0 += int64_t(kThreads) * U) {
-    uint4 wv[S][RG][U];
-    uint2 sv[S][RG][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t vi = v0 + int64_t(u) * kThreads;
-      const bool ok = vi < a.nvec;
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int q = 0; q < RG; ++q) {
-          wv[s][q][u] = ok ? load_stream(wg[s][q] + vi) : make_uint4(0, 0, 0, 0);
-          sv[s][q][u] = ok ? __ldg(sg[s][q] + vi / kPerBlock) : make_uint2(0, 0);
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t vi = v0 + int64_t(u) * kThreads;
-      if (vi >= a.nvec) break;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int tt = min(t, a.n - 1);  // spare token slots redo the last; not stored
-        float xv[T::kVals];
-        load_x(a, tt, vi * T::kVals, xv, ss[t]);
-        const float xt = T::x_term(xv);
-#pragma unroll
-        for (int s = 0; s < S; ++s)
-#pragma unroll
-          for (int q = 0; q < RG; ++q) {
-            const uint4 w = wv[s][q][u];
-            const uint2 sc = sv[s][q][u];
-            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-            const uint32_t halves[2] = {sc.x, sc.y};
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const float d = f16_bits_to_float(uint16_t(halves[r / 2] >> (16 * (r % 2))));
-              acc[s][q * 4 + r][t] = fmaf(d, T::dot_word(words[r], xv, xt), acc[s][q * 4 + r][t]);
-            }
-          }
-      }
-    }
-  }
-  reduce_and_store<S, RG * 4, NT>(acc, ss, a, seg, g0 * 4);
-}
-
 // Element loaders for the scalar path (plain weights whose rows are not whole 16-byte vectors).
 __device__ __forceinline__ float load_elem(WKind kind, const void* w, int64_t i) {
   switch (kind) {
@@ -415,14 +275,8 @@ constexpr int plain_rows() {
   return (NT >= 4 && S == 2) ? 1 : 2;
 }
 
-// Gives each segment div_up(rows, rows_per_block) blocks; returns the grid size.
 unsigned assign_blocks(GemvArgs& a, int64_t rows_per_block) {
-  unsigned end = 0;
-  for (int i = 0; i < a.n_segs; ++i) {
-    end += unsigned(div_up(a.seg[i].rows, rows_per_block));
-    a.seg[i].block_end = end;
-  }
-  return end;
+  return assign_seg_blocks(a.seg, a.n_segs, rows_per_block, [](const GemvSeg& s) { return s.rows; });
 }
 
 template <class T, int R, int NT, int S>
@@ -432,35 +286,14 @@ cudaError_t launch_plain(GemvArgs a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class T, int RG, int NT, int S>
-cudaError_t launch_grouped(GemvArgs a, cudaStream_t stream) {
-  constexpr int U = (NT >= 4 && S == 2) ? 2 : 4;  // fewer loads in flight where registers run short
-  const unsigned grid = assign_blocks(a, 4 * RG);
-  SHOAL_TRY_LAUNCH(launch(gemv_grouped_kernel<T, RG, NT, S, U>, grid, kThreads, 0, stream, a));
-  return cudaGetLastError();
-}
-
 template <class T, int S, int NT>
 cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
-  constexpr bool kGrouped = std::is_same_v<T, Q8G> || std::is_same_v<T, Q4G>;
-  if constexpr (kGrouped) {
-    // Q4_0 rows shorter than 8192 values: two groups (8 rows) per block, twice the bytes in
-    // flight (measured on the H200: 8 rows win on 4096-wide rows, 4 rows on 14336-wide ones).
-    if constexpr (S == 1 && NT == 1 && T::kVals == 8) {
-      if (g_rows_override == 8 || (g_rows_override != 4 && a.cols < 8192)) return launch_grouped<T, 2, 1, 1>(a, stream);
-    }
-    if constexpr (S == 1 && NT == 1 && T::kVals == 4) {
-      if (g_rows_override == 8) return launch_grouped<T, 2, 1, 1>(a, stream);
-    }
-    return launch_grouped<T, 1, NT, S>(a, stream);
-  } else {
-    constexpr int kDefault = plain_rows<S, NT>();
-    if constexpr (S == 1 && NT == 1) {  // benchmarks try other row counts for the plain GEMV
-      if (g_rows_override == 1 && kDefault != 1) return launch_plain<T, 1, 1, 1>(a, stream);
-      if (g_rows_override == 4 && kDefault != 4) return launch_plain<T, 4, 1, 1>(a, stream);
-    }
-    return launch_plain<T, kDefault, NT, S>(a, stream);
+  constexpr int kDefault = plain_rows<S, NT>();
+  if constexpr (S == 1 && NT == 1) {  // benchmarks try other row counts for the plain GEMV
+    if (g_rows_override == 1 && kDefault != 1) return launch_plain<T, 1, 1, 1>(a, stream);
+    if (g_rows_override == 4 && kDefault != 4) return launch_plain<T, 4, 1, 1>(a, stream);
   }
+  return launch_plain<T, kDefault, NT, S>(a, stream);
 }
 
 template <class T, int S>
@@ -488,22 +321,15 @@ int vals_per_vector(WKind k) {
     case WKind::kF16:
     case WKind::kBF16:
       return 8;
-    case WKind::kQ8_0:
-      return 4;  // per row of the 4-row vector
-    case WKind::kQ4_0:
-      return 8;
+    default:
+      return 1;
   }
-  return 1;
 }
 
 template <int S>
 cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (count < 1 || count > kGemvMaxOuts || n < 0 || n > kGemvMaxTokens) return cudaErrorInvalidValue;
-  // Quantized kernels read x and the norm weight as float4.
-  if (o.norm_w && reinterpret_cast<uintptr_t>(o.norm_w) % 16 != 0 && outs[0].w.kind != WKind::kF32 &&
-      outs[0].w.kind != WKind::kF16 && outs[0].w.kind != WKind::kBF16)
-    return cudaErrorInvalidValue;
   const WKind kind = outs[0].w.kind;
   const int64_t cols = outs[0].w.cols;
   GemvArgs a{};
@@ -514,14 +340,13 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
     if (g.w.rows == 0) continue;
     GemvSeg& sg = a.seg[a.n_segs++];
     sg.w[0] = static_cast<const uint4*>(g.w.data);
-    sg.s[0] = g.w.scales;
     sg.w[1] = g.up ? static_cast<const uint4*>(g.up->data) : nullptr;
-    sg.s[1] = g.up ? g.up->scales : nullptr;
     sg.rows = g.w.rows;
     sg.bias = g.bias;
     sg.y = g.y;
   }
   if (a.n_segs == 0) return cudaSuccess;
+  if (kind == WKind::kQ8_0 || kind == WKind::kQ4_0) return gemv_quant(outs, count, x, n, o, stream);
   const int vals = vals_per_vector(kind);
   a.cols = cols;
   a.nvec = cols / vals;
@@ -534,16 +359,14 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
   const bool vec_ok = cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       (!o.norm_w || reinterpret_cast<uintptr_t>(o.norm_w) % 16 == 0);
   switch (kind) {
-    case WKind::kQ8_0:
-      return dispatch_tokens<Q8G, S>(a, stream);
-    case WKind::kQ4_0:
-      return dispatch_tokens<Q4G, S>(a, stream);
     case WKind::kF32:
       return vec_ok ? dispatch_tokens<F32W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
     case WKind::kF16:
       return vec_ok ? dispatch_tokens<F16W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
     case WKind::kBF16:
       return vec_ok ? dispatch_tokens<BF16W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
+    default:
+      break;
   }
   return cudaErrorInvalidValue;
 }
@@ -551,6 +374,7 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
 }  // namespace
 
 void set_gemv_rows_override(int rows_per_block) { g_rows_override = rows_per_block; }
+int gemv_rows_override() { return g_rows_override; }
 
 cudaError_t gemv_multi(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
                        cudaStream_t stream) {

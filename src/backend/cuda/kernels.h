@@ -34,8 +34,8 @@ enum class CacheKind : int { kF32, kF16, kQ8_0 };
 
 // ---- weights.cu -----------------------------------------------------------------------------
 /// Repacks GGUF blocks [first, first + n_blocks) of a [rows, cols] Q8_0 (34-byte blocks) or Q4_0
-/// (18-byte blocks) weight, read from `raw` (the chunk's bytes), into the interleaved quants and
-/// scales of cuda_util.h (the whole tensor's arrays).
+/// (18-byte blocks) weight, read from `raw` (the chunk's bytes), into the tensor-core tile quants
+/// and scales of cuda_util.h (the whole tensor's arrays, zeroed before the first chunk).
 cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t first, int64_t n_blocks, int64_t cols, uint8_t* quants,
                           uint16_t* scales, cudaStream_t stream);
 
@@ -69,9 +69,16 @@ constexpr int kGemvMaxOuts = 3;
 /// Errors: cudaErrorInvalidValue for mixed kinds or widths, count or n out of range.
 cudaError_t gemv_multi(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
                        cudaStream_t stream);
-/// Rows per block of the GEMV (0: per dtype; plain weights 1, 2, 4; quantized 4 or 8). For
+/// The Q8_0 / Q4_0 path of gemv_multi() (gemv_quant.cu): f16 tensor-core MMAs on the tile
+/// layout of cuda_util.h, exact to ~2^-22 relative. The products are already validated by
+/// gemv_multi(). Errors: cudaErrorInvalidValue when cols is not a multiple of 32 or x / norm_w
+/// are not 16-byte aligned.
+cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
+                       cudaStream_t stream);
+/// Rows per block of the GEMV (0: per dtype; plain weights 1, 2, 4; quantized 16 or 32). For
 /// benchmarks.
 void set_gemv_rows_override(int rows_per_block);
+int gemv_rows_override();
 
 // ---- gemm_prep.cu: helpers of the cuBLAS path (n > kGemvMaxTokens) --------------------------
 // cuBLAS multiplies 16-bit operands with f32 accumulation. To stay within ~1e-6 of the f32

@@ -1,5 +1,6 @@
-// Repacking of GGUF Q8_0 / Q4_0 blocks on upload into the 4-row-interleaved quant and scale arrays
-// of cuda_util.h, so the GEMV kernels read 16-byte stripes of 4 rows and coalesced activations.
+// Repacking of GGUF Q8_0 / Q4_0 blocks on upload into the tensor-core tile layout of
+// cuda_util.h (the A fragments of mma.m16n8k16), so a GEMV lane loads its fragment of a 16-row
+// tile with one 16-byte load.
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels.h"
 
@@ -8,35 +9,37 @@ namespace {
 
 // One thread per GGUF block; block B (row-major) is row B / nb, block B % nb of that row.
 // Q8_0 block: f16 d, 32 int8. Q4_0 block: f16 d, 16 bytes (byte j: value j low, j + 16 high).
+// The destination was zeroed (alloc_weight): a Q4_0 word holds nibbles of rows g and g + 8,
+// which are different blocks, so their threads OR them in.
 template <bool kQ4>
 __global__ void repack_kernel(const uint8_t* __restrict__ raw, int64_t first, int64_t n_blocks, int64_t cols,
                               uint8_t* __restrict__ quants, uint16_t* __restrict__ scales) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_blocks) return;
   const int64_t nb = cols / 32, B = first + i;
-  const int64_t r = B / nb, b = B % nb, g = r / 4, rr = r % 4;
+  const int64_t r = B / nb, k0 = (B % nb) * 32;
   const uint8_t* src = raw + i * (kQ4 ? 18 : 34);
-  scales[(g * nb + b) * 4 + rr] = uint16_t(src[0] | (src[1] << 8));
+  scales[quant_pos(kQ4, cols, r, k0).scale] = uint16_t(src[0] | (src[1] << 8));
   const uint8_t* qs = src + 2;
-  constexpr int kVals = kQ4 ? 8 : 4;   // values of a row per 16-byte vector
-  constexpr int kChunks = 32 / kVals;  // vectors per block
-  const int64_t chunks_per_row = cols / kVals;
+  if constexpr (kQ4) {
+    // The block's 32 nibbles fill 8 words (4 lanes x 2 k-steps), 4 nibbles each.
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    uint32_t word = 0;
+    for (int w = 0; w < 8; ++w) {
+      uint32_t word = 0;
+      int64_t at = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t byte;
-      if constexpr (kQ4) {
-        auto nib = [&](int v) { return v < 16 ? (qs[v] & 0x0fu) : (qs[v - 16] >> 4); };
-        byte = nib(c * 8 + 2 * j) | (nib(c * 8 + 2 * j + 1) << 4);
-      } else {
-        byte = qs[c * 4 + j];
+      for (int j = 0; j < 4; ++j) {
+        const int kk = (w / 4) * 16 + (w % 4) * 2 + (j % 2) + (j / 2) * 8;  // lane t = w % 4, k-step w / 4
+        const uint32_t nib = kk < 16 ? (qs[kk] & 0x0fu) : (qs[kk - 16] >> 4);
+        const QuantPos p = quant_pos(true, cols, r, k0 + kk);
+        word |= nib << (8 * (p.byte % 4) + p.shift);
+        at = p.byte - p.byte % 4;
       }
-      word |= byte << (8 * j);
+      atomicOr(reinterpret_cast<unsigned*>(quants + at), word);
     }
-    const int64_t vec = g * chunks_per_row + b * kChunks + c;
-    *reinterpret_cast<uint32_t*>(quants + vec * 16 + rr * 4) = word;
+  } else {
+#pragma unroll 4
+    for (int kk = 0; kk < 32; ++kk) quants[quant_pos(false, cols, r, k0 + kk).byte] = uint8_t(qs[kk] ^ 0x80u);
   }
 }
 

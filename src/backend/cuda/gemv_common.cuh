@@ -1,0 +1,40 @@
+// What the GEMV kernels of gemv.cu (CUDA cores) and gemv_quant.cu (tensor cores) share: a
+// launch covers up to kGemvMaxOuts products (segments), each owning a run of blocks. Only
+// included by .cu files of src/backend/cuda/.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace shoal::cuda {
+
+/// The segment of this block and the block's index inside it. Args has `seg[kGemvMaxOuts]`
+/// (each with `block_end`: the blocks of this segment and of those before it) and `n_segs`.
+template <class Args>
+__device__ __forceinline__ auto block_seg(const Args& a, int64_t& local) {
+  auto s = a.seg[0];
+  unsigned base = 0;
+#pragma unroll
+  for (int i = 1; i < kGemvMaxOuts; ++i)
+    if (i < a.n_segs && blockIdx.x >= a.seg[i - 1].block_end) {
+      base = a.seg[i - 1].block_end;
+      s = a.seg[i];
+    }
+  local = int64_t(blockIdx.x - base);
+  return s;
+}
+
+/// Gives each of the n segments div_up(units, units_per_block) blocks, where units() is its
+/// row (or tile) count; returns the grid size.
+template <class Seg, class Units>
+unsigned assign_seg_blocks(Seg* segs, int n, int64_t units_per_block, Units units) {
+  unsigned end = 0;
+  for (int i = 0; i < n; ++i) {
+    end += unsigned((units(segs[i]) + units_per_block - 1) / units_per_block);
+    segs[i].block_end = end;
+  }
+  return end;
+}
+
+}  // namespace shoal::cuda

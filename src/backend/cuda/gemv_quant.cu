@@ -1,0 +1,519 @@
+// GEMV (n <= 8 tokens) for Q8_0 and Q4_0 weights on the f16 tensor cores (mma.m16n8k16 with
+// f32 accumulation), with the fusions of gemv.cu (input RMSNorm, several products, gate+up+act,
+// bias, residual add).
+//
+// Why tensor cores at batch 1: converting each quantized value to f32 and multiplying on the
+// CUDA cores took about 3.5 instructions per weight, which capped Q4_0 at half the memory
+// bandwidth. Here a Q4_0 value costs ~1.1 instructions to become an exact f16 (a nibble placed
+// under the exponent of 1024 with one lop3 per two values, then one f16x2 subtract or fma), and
+// the MMA does the products: 16 rows x 16 columns per instruction.
+//
+// Exactness: the weight values q - 8 (Q4_0) and q (Q8_0) are small integers, exact in f16. The
+// activations are split into x = hi + lo, two f16 parts carrying 22 significant bits, placed
+// as two columns of the MMA's B operand (columns 2j and 2j + 1 for token j; 4 tokens per MMA,
+// a second MMA for tokens 4..7). The f16 products are exact and accumulate in f32; each 32-value
+// block's f32 sum is multiplied by the block scale. Before the split, each block of 32
+// activations (per token) is scaled by a power of two that puts its max |x| in [2^14, 2^15): no
+// f16 overflow, and lo stays clear of the f16 subnormals; the scale is undone with the block
+// scale. So the result is the f32 dot product to within ~2^-22 relative (the tests compare with
+// the CPU reference at 2e-5).
+//
+// Work split: a unit is RT tiles of 16 rows over all columns, computed by the 8 warps of a
+// block: warp w takes the chunks w, w + 8, ... (cuda_util.h: one 16-byte load per lane per tile
+// and chunk), U of them in flight per lane. The block writes the activation fragments (each
+// lane's two B registers of two k-steps as one 16-byte word) into shared memory first; when
+// they fit (one stage) it does so once and then loops over units, up to two blocks per SM;
+// otherwise it handles one unit in stages of columns. The RMSNorm's sum of squares is taken
+// while writing the fragments. The first weight loads of a unit are issued before the wait on
+// the previous kernel (PDL) or before the previous unit's reduction: weights never depend on
+// them. Partial sums are reduced in a fixed order: results are deterministic.
+// Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+
+namespace shoal::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+// Activation fragments per stage (dynamic shared memory): a row of 25600 Q4_0 values for one
+// token, still two blocks per SM.
+constexpr int64_t kStageBytes = 100 * 1024;
+
+struct QSeg {
+  const uint4* w[2];  // quants of gate (or the only weight) and up
+  const void* s[2];   // their scales
+  int64_t rows, tiles;
+  const float* bias;  // [rows] or null
+  float* y;           // [n, rows]
+  unsigned block_end;
+};
+
+struct QArgs {
+  QSeg seg[kGemvMaxOuts];
+  int n_segs;
+  int64_t cols;
+  int64_t units;         // RT tiles each, over all segments (seg.block_end counts units)
+  int64_t chunks;        // per row (cuda_util.h)
+  int64_t stage_chunks;  // chunks whose activation fragments fit in one stage
+  const float* x;        // [n, cols]
+  int n;
+  const float* norm_w;  // [cols] or null
+  float eps;
+  bool accumulate;
+  Act act;
+};
+
+// (a & mask) | bits in one instruction.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+  return d;
+}
+__device__ __forceinline__ uint32_t hsub2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// f16x2 constants.
+constexpr uint32_t k1024 = 0x64006400u;         // 1024, 1024
+constexpr uint32_t k1032 = 0x64086408u;         // 1024 + 8
+constexpr uint32_t kSixteenth = 0x2c002c00u;    // 1 / 16
+constexpr uint32_t kMinus72 = 0xd480d480u;      // -(1024 / 16 + 8)
+constexpr uint32_t k1152 = 0x64806480u;         // 1024 + 128
+
+// The A fragment of one k-step from a Q4_0 word (cuda_util.h): nibble q at bits 0-3 (or 16-19)
+// under the exponent of 1024 is the f16 1024 + q; at bits 4-7 it is 1024 + 16 q.
+__device__ __forceinline__ void q4_fragment(uint32_t w, uint32_t (&a)[4]) {
+  const uint32_t w8 = w >> 8;
+  a[0] = hsub2(and_or(w, 0x000f000fu, k1024), k1032);
+  a[1] = hfma2(and_or(w, 0x00f000f0u, k1024), kSixteenth, kMinus72);
+  a[2] = hsub2(and_or(w8, 0x000f000fu, k1024), k1032);
+  a[3] = hfma2(and_or(w8, 0x00f000f0u, k1024), kSixteenth, kMinus72);
+}
+
+// The A fragment of one k-step from two Q8_0 words (bytes q + 128): each byte goes under the
+// exponent of 1024 with one prmt.
+__device__ __forceinline__ void q8_fragment(uint32_t w0, uint32_t w1, uint32_t (&a)[4]) {
+  a[0] = hsub2(__byte_perm(w0, k1024, 0x5150), k1152);
+  a[1] = hsub2(__byte_perm(w0, k1024, 0x5352), k1152);
+  a[2] = hsub2(__byte_perm(w1, k1024, 0x5150), k1152);
+  a[3] = hsub2(__byte_perm(w1, k1024, 0x5352), k1152);
+}
+
+// c += A (16x16 f16, row) * B (16x8 f16, col), f32 accumulators.
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t half2_bits(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ float2 bits_half2(uint32_t u) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
+
+template <bool kQ4, int S, int RT, int NT>
+struct Shape {
+  static constexpr int kSets = (NT + 3) / 4;            // MMAs per k-step (4 tokens each)
+  static constexpr int kLanes = 8 * (NT < 4 ? NT : 4);  // lanes of a set whose B registers are stored
+  static constexpr int kWords = kQ4 ? 2 : 1;            // 16-byte fragment words per chunk (2 k-steps each)
+  static constexpr int kU = (4 / (S * RT)) > 0 ? 4 / (S * RT) : 1;  // chunks per batch (two in flight)
+  static constexpr int64_t kChunkBytes = int64_t(kWords) * kSets * kLanes * 16;
+  using Scale = std::conditional_t<kQ4, uint2, uint32_t>;  // a lane's scales of one chunk
+};
+
+template <bool kQ4, int S, int RT, int NT>
+__global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
+  using Sh = Shape<kQ4, S, RT, NT>;
+  using Scale = typename Sh::Scale;
+  constexpr int kSets = Sh::kSets, kLanes = Sh::kLanes, kWords = Sh::kWords, U = Sh::kU;
+  extern __shared__ uint4 frag[];  // [stage chunk][word][set][kLanes], then inv_scale
+  float* inv_scale = reinterpret_cast<float*>(frag + a.stage_chunks * kWords * kSets * kLanes);  // [word][NT]
+  __shared__ float red[kWarps][S][RT * 16][NT];
+  __shared__ float sq[kWarps][NT];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+
+  // The unit (RT tiles of one segment) of this block's i-th iteration.
+  auto unit_of = [&](int64_t u, QSeg& sg, int64_t& tile0) {
+    int64_t base = 0;
+    sg = a.seg[0];
+#pragma unroll
+    for (int i = 1; i < kGemvMaxOuts; ++i)
+      if (i < a.n_segs && u >= a.seg[i - 1].block_end) {
+        base = a.seg[i - 1].block_end;
+        sg = a.seg[i];
+      }
+    tile0 = (u - base) * RT;
+  };
+  const uint4* wq[S][RT];
+  const Scale* wsc[S][RT];
+  auto point = [&](const QSeg& sg, int64_t tile0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int r = 0; r < RT; ++r) {
+        const int64_t tile = min(tile0 + r, sg.tiles - 1);  // spare tiles redo the last; not stored
+        wq[s][r] = sg.w[s] + tile * a.chunks * 32 + lane;
+        wsc[s][r] = static_cast<const Scale*>(sg.s[s]) + tile * a.chunks * 8 + g;
+      }
+  };
+  // Two register buffers of U chunks: one batch is in flight while the other is computed.
+  uint4 wa[U][S][RT], wb[U][S][RT];
+  Scale sa[U][S][RT], sb[U][S][RT];
+  auto load = [&](uint4 (&wv)[U][S][RT], Scale (&sv)[U][S][RT], int64_t base, int64_t end) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + int64_t(u) * kWarps;
+      const bool ok = c < end;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          wv[u][s][r] = ok ? load_stream(wq[s][r] + c * 32) : make_uint4(0, 0, 0, 0);
+          sv[u][s][r] = ok ? __ldg(wsc[s][r] + c * 8) : Scale{};
+        }
+    }
+  };
+
+  int64_t unit = blockIdx.x;
+  QSeg sg;
+  int64_t tile0;
+  unit_of(unit, sg, tile0);
+  point(sg, tile0);
+  load(wa, sa, warp, min(a.stage_chunks, a.chunks));  // before the wait: weights never depend on it
+  pdl_prologue();
+
+  float ss[NT];  // this thread's share of each token's sum of squares (RMSNorm)
+#pragma unroll
+  for (int j = 0; j < NT; ++j) ss[j] = 0.0f;
+  bool valid[kSets];  // whether this lane's B registers hold a token (else zero)
+#pragma unroll
+  for (int q = 0; q < kSets; ++q) valid[q] = lane < 8 * min(4, a.n - 4 * q);
+  const bool single_stage = a.stage_chunks >= a.chunks;
+  bool built = false;     // the fragments of the only stage are in shared memory
+  bool preloaded = true;  // the unit's first batch of weights is in registers
+  for (;;) {
+    float acc[S][RT][kSets][4];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int q = 0; q < kSets; ++q)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[s][r][q][i] = 0.0f;
+
+    for (int64_t c0 = 0; c0 < a.chunks; c0 += a.stage_chunks) {
+      const int64_t c1 = min(c0 + a.stage_chunks, a.chunks);
+      if (!built || !single_stage) {
+        __syncwarp();  // the previous stage's fragments are read
+        // The activation fragments of this warp's chunks of [c0, c1) (c0 is a multiple of
+        // kWarps, so they are c0 + warp + kWarps m, and no other warp reads them). An item is
+        // one token, one lane column t and one 32-column word (a quant block): it writes the hi
+        // and the lo lanes. The 4 items of a word are adjacent lanes; they share the word's
+        // power-of-two scale, which puts max |x| of the 32 values in [2^14, 2^15): no f16
+        // overflow, lo clear of the subnormals.
+        const int64_t items = (c1 - c0 - warp + kWarps - 1) / kWarps * kWords * NT * 4;
+        constexpr int kG = 4;  // items per lane whose activations are loaded together
+        for (int64_t it0 = lane; it0 < items; it0 += 32 * kG) {
+          float2 v[kG][4];
+          float sumsq[kG];
+#pragma unroll
+          for (int gi = 0; gi < kG; ++gi) {
+            const int64_t it = it0 + 32 * gi;
+            const int tt = int(it & 3), j = int((it >> 2) % NT);
+            const int64_t wm = it / (4 * NT);  // the warp's word index
+            const int64_t word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;  // stage-local
+            const int64_t k = (c0 * kWords + word) * 32 + 2 * tt;
+            const bool live = it < items && j < a.n && k < a.cols;
+#pragma unroll
+            for (int p = 0; p < 4; ++p)  // pairs at k + 0, + 8, + 16, + 24
+              v[gi][p] = live ? *reinterpret_cast<const float2*>(a.x + int64_t(j) * a.cols + k + 8 * p)
+                              : make_float2(0.0f, 0.0f);
+            sumsq[gi] = 0.0f;
+            if (a.norm_w && live) {
+#pragma unroll
+              for (int p = 0; p < 4; ++p) {
+                sumsq[gi] = fmaf(v[gi][p].x, v[gi][p].x, fmaf(v[gi][p].y, v[gi][p].y, sumsq[gi]));
+                const float2 nw = *reinterpret_cast<const float2*>(a.norm_w + k + 8 * p);
+                v[gi][p].x *= nw.x;
+                v[gi][p].y *= nw.y;
+              }
+            }
+          }
+#pragma unroll
+          for (int gi = 0; gi < kG; ++gi) {
+            const int64_t it = it0 + 32 * gi;
+            const int tt = int(it & 3), j = int((it >> 2) % NT);
+            if (it >= items || j >= a.n) continue;  // whole quads
+            const int64_t wm = it / (4 * NT);
+            const int64_t word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;
+#pragma unroll
+            for (int jj = 0; jj < NT; ++jj)  // (ss[j] would put ss in local memory)
+              if (jj == j) ss[jj] += sumsq[gi];
+            float mx = 0.0f;
+#pragma unroll
+            for (int p = 0; p < 4; ++p) mx = fmaxf(mx, fmaxf(fabsf(v[gi][p].x), fabsf(v[gi][p].y)));
+            const unsigned quad = 0xfu << (lane & ~3);
+            mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 2));
+            int e = 0;
+            if (mx > 0.0f && isfinite(mx)) frexpf(mx, &e);  // mx = f * 2^e, f in [0.5, 1)
+            const int sh = max(-100, min(100, 15 - e));
+            const float scale = ldexpf(1.0f, sh);
+            if (tt == 0) inv_scale[word * NT + j] = ldexpf(1.0f, -sh);
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              const float x0 = v[gi][p].x * scale, x1 = v[gi][p].y * scale;
+              hi[p] = half2_bits(x0, x1);
+              const float2 h = bits_half2(hi[p]);
+              lo[p] = half2_bits(x0 - h.x, x1 - h.y);
+            }
+            uint4* f = frag + (word * kSets + j / 4) * kLanes + 8 * (j % 4) + tt;
+            f[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            f[4] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+          }
+        }
+        __syncwarp();
+      }
+
+      auto compute = [&](const uint4 (&wv)[U][S][RT], const Scale (&sv)[U][S][RT], int64_t base) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t c = base + int64_t(u) * kWarps;
+          if (c >= c1) break;
+          uint4 b[kWords][kSets];
+          float inv[kWords][kSets];  // 1 / scale of token 4q + t's word
+#pragma unroll
+          for (int wd = 0; wd < kWords; ++wd)
+#pragma unroll
+            for (int q = 0; q < kSets; ++q) {
+              const int64_t word = (c - c0) * kWords + wd;
+              b[wd][q] = valid[q] ? frag[(word * kSets + q) * kLanes + lane] : make_uint4(0, 0, 0, 0);
+              inv[wd][q] = 4 * q + t < a.n ? inv_scale[word * NT + 4 * q + t] : 0.0f;
+            }
+#pragma unroll
+          for (int s = 0; s < S; ++s)
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+              const uint4 w = wv[u][s][r];
+#pragma unroll
+              for (int blk = 0; blk < kWords; ++blk) {  // the chunk's 32-value blocks
+                uint32_t a0[4], a1[4];
+                if constexpr (kQ4) {
+                  q4_fragment(blk ? w.z : w.x, a0);
+                  q4_fragment(blk ? w.w : w.y, a1);
+                } else {
+                  q8_fragment(w.x, w.y, a0);
+                  q8_fragment(w.z, w.w, a1);
+                }
+                uint32_t dbits;
+                if constexpr (kQ4)
+                  dbits = blk ? sv[u][s][r].y : sv[u][s][r].x;
+                else
+                  dbits = sv[u][s][r];
+                const float2 d = bits_half2(dbits);  // rows g, g + 8
+#pragma unroll
+                for (int q = 0; q < kSets; ++q) {
+                  float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                  mma(c4, a0, b[blk][q].x, b[blk][q].y);
+                  mma(c4, a1, b[blk][q].z, b[blk][q].w);
+                  const float d0 = d.x * inv[blk][q], d1 = d.y * inv[blk][q];
+                  acc[s][r][q][0] = fmaf(d0, c4[0], acc[s][r][q][0]);
+                  acc[s][r][q][1] = fmaf(d0, c4[1], acc[s][r][q][1]);
+                  acc[s][r][q][2] = fmaf(d1, c4[2], acc[s][r][q][2]);
+                  acc[s][r][q][3] = fmaf(d1, c4[3], acc[s][r][q][3]);
+                }
+              }
+            }
+        }
+      };
+      int64_t base = c0 + warp;
+      if (!preloaded) load(wa, sa, base, c1);
+      for (; base < c1; base += 2 * int64_t(kWarps) * U) {
+        load(wb, sb, base + int64_t(kWarps) * U, c1);
+        compute(wa, sa, base);
+        load(wa, sa, base + 2 * int64_t(kWarps) * U, c1);
+        compute(wb, sb, base + int64_t(kWarps) * U);
+      }
+      preloaded = false;
+    }
+    built = true;
+
+    // The next unit's first weights go in flight before the reduction.
+    const int64_t next = unit + gridDim.x;
+    QSeg nsg = sg;
+    int64_t ntile0 = tile0;
+    if (next < a.units) {
+      unit_of(next, nsg, ntile0);
+      point(nsg, ntile0);
+      load(wa, sa, warp, min(a.stage_chunks, a.chunks));
+      preloaded = true;
+    }
+
+    // Lane (g, t) of set q holds token 4q + t: hi and lo columns of rows g and g + 8.
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int q = 0; q < kSets; ++q) {
+          const int j = 4 * q + t;
+          if (j < NT) {
+            red[warp][s][r * 16 + g][j] = acc[s][r][q][0] + acc[s][r][q][1];
+            red[warp][s][r * 16 + g + 8][j] = acc[s][r][q][2] + acc[s][r][q][3];
+          }
+        }
+    if (a.norm_w && unit == blockIdx.x) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float v = warp_sum(ss[j]);
+        if (lane == 0) sq[warp][j] = v;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < RT * 16 * NT; i += kThreads) {
+      const int rl = i / NT, j = i % NT;
+      const int64_t row = tile0 * 16 + rl;
+      if (row >= sg.rows || j >= a.n) continue;
+      float inv = 1.0f;
+      if (a.norm_w) {
+        float q = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) q += sq[w][j];
+        inv = 1.0f / sqrtf(q / float(a.cols) + a.eps);
+      }
+      float v[S];
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum += red[w][s][rl][j];
+        v[s] = sum * inv;
+      }
+      float out;
+      if constexpr (S == 2)
+        out = apply_act(v[0], a.act) * v[1];
+      else
+        out = sg.bias ? v[0] + sg.bias[row] : v[0];
+      float* y = sg.y + int64_t(j) * sg.rows + row;
+      *y = a.accumulate ? *y + out : out;
+    }
+    if (next >= a.units) break;
+    __syncthreads();  // red is read
+    unit = next;
+    sg = nsg;
+    tile0 = ntile0;
+    if (!single_stage) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) ss[j] = 0.0f;
+    }
+  }
+}
+
+template <bool kQ4, int S, int RT, int NT>
+cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
+  using Sh = Shape<kQ4, S, RT, NT>;
+  a.units = assign_seg_blocks(a.seg, a.n_segs, RT, [](const QSeg& s) { return s.tiles; });
+  const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
+  a.stage_chunks = std::min(div_up(a.chunks, kWarps), kStageBytes / per_chunk / kWarps) * kWarps;
+  const int64_t stages = div_up(a.chunks, a.stage_chunks);
+  const size_t smem = size_t(a.stage_chunks * per_chunk);
+  if (smem > 48 * 1024)
+    SHOAL_TRY_LAUNCH(cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // One stage: each block builds the activation fragments once and loops over units (at most
+  // two blocks per SM are resident). Several stages: one unit per block.
+  int64_t grid = a.units;
+  if (stages == 1) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+      grid = std::min<int64_t>(grid, 2 * int64_t(sms));
+  }
+  SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT>, unsigned(grid), kThreads, smem, stream, a));
+  return cudaGetLastError();
+}
+
+template <bool kQ4, int S>
+cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
+  switch (a.n) {
+    case 1: {
+      // Two tiles per unit (sharing the fragment loads) once there are units enough to fill the
+      // SMs twice over; not for gate+up, whose two weights already double the loads.
+      const int ov = gemv_rows_override();
+      if constexpr (S == 1)
+        if (ov == 32 || (ov != 16 && tiles >= 512)) return launch_quant<kQ4, S, 2, 1>(a, stream);
+      return launch_quant<kQ4, S, 1, 1>(a, stream);
+    }
+    case 2:
+      return launch_quant<kQ4, S, 1, 2>(a, stream);
+    case 3:
+    case 4:
+      return launch_quant<kQ4, S, 1, 4>(a, stream);
+    default:
+      return launch_quant<kQ4, S, 1, 8>(a, stream);
+  }
+}
+
+}  // namespace
+
+cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
+  const WKind kind = outs[0].w.kind;
+  const int64_t cols = outs[0].w.cols;
+  if (cols % 32 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      (o.norm_w && reinterpret_cast<uintptr_t>(o.norm_w) % 16 != 0))
+    return cudaErrorInvalidValue;
+  const bool q4 = kind == WKind::kQ4_0;
+  QArgs a{};
+  int64_t tiles = 0;
+  for (int i = 0; i < count; ++i) {
+    const GemvOut& g = outs[i];
+    if (g.w.rows == 0) continue;
+    QSeg& sg = a.seg[a.n_segs++];
+    sg.w[0] = static_cast<const uint4*>(g.w.data);
+    sg.s[0] = g.w.scales;
+    sg.w[1] = g.up ? static_cast<const uint4*>(g.up->data) : nullptr;
+    sg.s[1] = g.up ? g.up->scales : nullptr;
+    sg.rows = g.w.rows;
+    sg.tiles = div_up(g.w.rows, 16);
+    sg.bias = g.bias;
+    sg.y = g.y;
+    tiles += sg.tiles;
+  }
+  if (a.n_segs == 0) return cudaSuccess;
+  a.cols = cols;
+  a.chunks = quant_chunks(q4, cols);
+  a.x = x;
+  a.n = n;
+  a.norm_w = o.norm_w;
+  a.eps = o.eps;
+  a.accumulate = o.accumulate;
+  a.act = o.act;
+  const bool glu = outs[0].up != nullptr;
+  if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
+  return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);
+}
+
+}  // namespace shoal::cuda

@@ -288,8 +288,10 @@ __global__ void __launch_bounds__(kThreads)
 // warp's 32 V rows, all in one memory round trip; scores for the GB heads use q from shared
 // memory (broadcast reads); each warp keeps its own online softmax and output across passes, so
 // the loop has no block barrier; the four warps are merged once at the end into the split's
-// partial result for attention_combine_kernel. (The tiled kernel needed 248 registers, one block
-// barrier per phase and ~6.4 us per split at context 512 on the H200, mostly idle SMs.)
+// partial result for attention_combine_kernel. The keys [first, last] are divided evenly over
+// the splits at run time (the grid is fixed when a graph is captured). (The tiled kernel needed
+// 248 registers, one block barrier per phase and ~6.4 us per split at context 512 on the H200,
+// mostly idle SMs.)
 constexpr int kDecodeKeys = kThreads;  // keys per pass
 
 template <int GB, int D>
@@ -305,8 +307,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const Params
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t last = min(int64_t(max(P.pos[t], 0)), a.n_ctx - 1);
   const int64_t first = a.sliding_window > 0 ? max(int64_t(0), last - a.sliding_window + 1) : 0;
-  const int64_t k0 = max(first, int64_t(split) * P.chunk);
-  const int64_t k1 = min(last, int64_t(split) * P.chunk + P.chunk - 1);
+  // The splits share the keys actually attended (not the cache capacity that sized the grid),
+  // in multiples of a warp's 32 keys: a short context still spreads over many blocks.
+  const int64_t per_split = (last - first + P.n_splits) / P.n_splits;  // ceil(keys / n_splits)
+  const int64_t span = (per_split + 31) / 32 * 32;
+  const int64_t k0 = first + int64_t(split) * span;
+  const int64_t k1 = min(last, k0 + span - 1);
   const int64_t out_base = (t * a.n_heads + h0) * P.n_splits + split;  // + g * n_splits
   const int64_t width = int64_t(a.n_kv_heads) * D;
   __shared__ float4 q_s[GB][D / 4];
@@ -426,8 +432,9 @@ bool use_decode_kernel(const AttnArgs& a) {
 }
 
 // Keys per split, at most kMaxSplits splits: decode spreads a short context over many small
-// blocks (multiples of the tile, or of a pass for attention_decode_kernel); prefill batches (one
-// block per token already) use 8.
+// blocks (multiples of the tile, or of a pass for attention_decode_kernel, which divides the
+// keys attended at run time over this many splits); prefill batches (one block per token
+// already) use 8. (Passes of 32 keys, more splits, measured no faster at context 576.)
 int64_t chunk_for(const AttnArgs& a) {
   const int64_t parts = a.n_tokens > kGemvMaxTokens ? 8 : kMaxSplits;
   const int64_t unit = use_decode_kernel(a) ? kDecodeKeys : kTile;

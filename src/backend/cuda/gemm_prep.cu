@@ -59,26 +59,58 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// One thread per 8 consecutive values of a row in [r0, r0 + nr) (tile layout, cuda_util.h):
-// values d * q, split into f16 hi and lo.
-__global__ void dequant_split_kernel(const WeightRef w, int64_t r0, int64_t nr, uint16_t* __restrict__ hi,
-                                     uint16_t* __restrict__ lo) {
-  const int64_t per_row = w.cols / 8;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= nr * per_row) return;
-  const int64_t row = i / per_row, c = (i % per_row) * 8;
-  uint32_t h[4], l[4];
+// Dequantization of the tile layout (cuda_util.h) into f16 hi and lo parts, hi + lo = d * q.
+// A block takes one 16-row tile and kDqChunks chunks: each lane reads its 16 bytes of a chunk
+// (coalesced), writes its values into shared memory, and the block then writes the 16 rows out
+// as contiguous 16-byte stores.
+constexpr int kDqChunks = 8;  // chunks per block (= warps)
+
+template <bool kQ4>
+__global__ void __launch_bounds__(kDqChunks * 32)
+    dequant_split_kernel(const WeightRef w, int64_t r0, int64_t nr, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  constexpr int kCols = kQ4 ? 64 : 32, kSpan = kDqChunks * kCols;  // columns of this block
+  __shared__ __align__(16) uint16_t sh[2][16][kSpan + 8];  // (+8: rows start 4 banks apart)
+  const int64_t chunks = quant_chunks(kQ4, w.cols);
+  const int64_t T = r0 / 16 + blockIdx.y, c0 = int64_t(blockIdx.x) * kDqChunks;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t c = c0 + warp;
+  if (c < chunks) {
+    const uint4 v = __ldg(static_cast<const uint4*>(w.data) + (T * chunks + c) * 32 + lane);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    const uint16_t* sc = w.scales + ((T * chunks + c) * 8 + g) * (kQ4 ? 4 : 2);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    float rv, unused;
-    const float v = weight_value(w, (r0 + row) * w.cols + c + j);
-    const uint32_t hb = round16(v, false, rv);
-    const uint32_t lb = round16(v - rv, false, unused);
-    h[j / 2] = (j % 2) ? (h[j / 2] | (hb << 16)) : hb;
-    l[j / 2] = (j % 2) ? (l[j / 2] | (lb << 16)) : lb;
+    for (int st = 0; st < kCols / 16; ++st)
+#pragma unroll
+      for (int up = 0; up < 2; ++up) {
+        const float d = f16_bits_to_float(sc[kQ4 ? 2 * (st / 2) + up : up]);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {  // values (row g + 8 up, k = 16 st + 2t + 8 hh + ii)
+          uint32_t hp = 0, lp = 0;
+#pragma unroll
+          for (int ii = 0; ii < 2; ++ii) {
+            const int qv = kQ4 ? int((words[st] >> (16 * ii + 8 * hh + 4 * up)) & 0x0fu) - 8
+                               : int((words[2 * st + hh] >> (16 * up + 8 * ii)) & 0xffu) - 128;
+            float rv, unused;
+            const float val = d * float(qv);
+            hp |= uint32_t(round16(val, false, rv)) << (16 * ii);
+            lp |= uint32_t(round16(val - rv, false, unused)) << (16 * ii);
+          }
+          const int col = warp * kCols + 16 * st + 2 * t + 8 * hh;
+          *reinterpret_cast<uint32_t*>(&sh[0][g + 8 * up][col]) = hp;
+          *reinterpret_cast<uint32_t*>(&sh[1][g + 8 * up][col]) = lp;
+        }
+      }
   }
-  *reinterpret_cast<uint4*>(hi + row * w.cols + c) = make_uint4(h[0], h[1], h[2], h[3]);
-  *reinterpret_cast<uint4*>(lo + row * w.cols + c) = make_uint4(l[0], l[1], l[2], l[3]);
+  __syncthreads();
+  const int64_t cols = min(int64_t(kSpan), w.cols - c0 * kCols);  // a multiple of 16
+  constexpr int kVecs = kSpan / 8;  // 16-byte vectors per row
+  for (int i = threadIdx.x; i < 2 * 16 * kVecs; i += kDqChunks * 32) {
+    const int part = i / (16 * kVecs), rr = (i / kVecs) % 16, vv = i % kVecs;
+    const int64_t row = T * 16 + rr - r0;
+    if (row >= nr || vv * 8 >= cols) continue;
+    uint16_t* out = (part ? lo : hi) + row * w.cols + c0 * kCols + vv * 8;
+    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(&sh[part][rr][vv * 8]);
+  }
 }
 
 __global__ void combine_kernel(const float* __restrict__ yp, int blocks, int64_t n, int64_t rows,
@@ -103,9 +135,13 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
 
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
   if (nr == 0) return cudaSuccess;
-  if (w.kind != WKind::kQ8_0 && w.kind != WKind::kQ4_0) return cudaErrorInvalidValue;
-  const unsigned grid = unsigned(div_up(nr * (w.cols / 8), kBlock));
-  dequant_split_kernel<<<grid, kBlock, 0, stream>>>(w, r0, nr, hi, lo);
+  if (r0 % 16 != 0 || (w.kind != WKind::kQ8_0 && w.kind != WKind::kQ4_0)) return cudaErrorInvalidValue;
+  const bool q4 = w.kind == WKind::kQ4_0;
+  const dim3 grid(unsigned(div_up(quant_chunks(q4, w.cols), kDqChunks)), unsigned(div_up(nr, 16)));
+  if (q4)
+    dequant_split_kernel<true><<<grid, kDqChunks * 32, 0, stream>>>(w, r0, nr, hi, lo);
+  else
+    dequant_split_kernel<false><<<grid, kDqChunks * 32, 0, stream>>>(w, r0, nr, hi, lo);
   return cudaGetLastError();
 }
 

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   constexpr int kSets = Sh::kSets, kLanes = Sh::kLanes, kWords = Sh::kWords, U = Sh::kU;
   extern __shared__ uint4 frag[];  // [stage chunk][word][set][kLanes], then inv_scale
   float* inv_scale = reinterpret_cast<float*>(frag + a.stage_chunks * kWords * kSets * kLanes);  // [word][NT]
-  __shared__ float red[kWarps][S][RT * 16][NT];
+  __shared__ float red[2][kWarps][S][RT * 16][NT];  // by unit parity: one barrier per unit
   __shared__ float sq[kWarps][NT];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -212,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   const bool single_stage = a.stage_chunks >= a.chunks;
   bool built = false;     // the fragments of the only stage are in shared memory
   bool preloaded = true;  // the unit's first batch of weights is in registers
+  int parity = 0;
   for (;;) {
     float acc[S][RT][kSets][4];
 #pragma unroll
@@ -277,11 +278,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
             const unsigned quad = 0xfu << (lane & ~3);
             mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 2));
-            int e = 0;
-            if (mx > 0.0f && isfinite(mx)) frexpf(mx, &e);  // mx = f * 2^e, f in [0.5, 1)
+            // mx = f * 2^e with f in [0.5, 1) (e from the exponent bits; 0 for zero, inf, NaN);
+            // the scale 2^(15 - e) and its inverse are built from exponent bits too.
+            const int eb = int(__float_as_uint(mx) >> 23) & 0xff;
+            const int e = (eb == 0 || eb == 0xff) ? 0 : eb - 126;
             const int sh = max(-100, min(100, 15 - e));
-            const float scale = ldexpf(1.0f, sh);
-            if (tt == 0) inv_scale[word * NT + j] = ldexpf(1.0f, -sh);
+            const float scale = __uint_as_float(uint32_t(127 + sh) << 23);
+            if (tt == 0) inv_scale[word * NT + j] = __uint_as_float(uint32_t(127 - sh) << 23);
             uint32_t hi[4], lo[4];
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
@@ -381,8 +384,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         for (int q = 0; q < kSets; ++q) {
           const int j = 4 * q + t;
           if (j < NT) {
-            red[warp][s][r * 16 + g][j] = acc[s][r][q][0] + acc[s][r][q][1];
-            red[warp][s][r * 16 + g + 8][j] = acc[s][r][q][2] + acc[s][r][q][3];
+            red[parity][warp][s][r * 16 + g][j] = acc[s][r][q][0] + acc[s][r][q][1];
+            red[parity][warp][s][r * 16 + g + 8][j] = acc[s][r][q][2] + acc[s][r][q][3];
           }
         }
     if (a.norm_w && unit == blockIdx.x) {
@@ -409,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       for (int s = 0; s < S; ++s) {
         float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) sum += red[w][s][rl][j];
+        for (int w = 0; w < kWarps; ++w) sum += red[parity][w][s][rl][j];
         v[s] = sum * inv;
       }
       float out;
@@ -421,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       *y = a.accumulate ? *y + out : out;
     }
     if (next >= a.units) break;
-    __syncthreads();  // red is read
+    parity ^= 1;  // (red[parity] of two units ago was read before this unit's barrier)
     unit = next;
     sg = nsg;
     tile0 = ntile0;
@@ -440,7 +443,7 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   a.stage_chunks = std::min(div_up(a.chunks, kWarps), kStageBytes / per_chunk / kWarps) * kWarps;
   const int64_t stages = div_up(a.chunks, a.stage_chunks);
   const size_t smem = size_t(a.stage_chunks * per_chunk);
-  if (smem > 48 * 1024)
+  if (smem > 16 * 1024)  // with the static arrays (up to 17 KiB) past the default 48 KiB
     SHOAL_TRY_LAUNCH(cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // One stage: each block builds the activation fragments once and loops over units (at most

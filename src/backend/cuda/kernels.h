@@ -90,7 +90,8 @@ int gemv_rows_override();
 cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* out,
                               float* inv_scale, cudaStream_t stream);
 /// Dequantizes rows [r0, r0 + nr) of w into hi and lo f16 parts, [nr, cols] each, hi + lo = w
-/// (exact for Q8_0 and Q4_0 values).
+/// (exact for Q8_0 and Q4_0 values). Errors: cudaErrorInvalidValue unless w is Q8_0 or Q4_0 and
+/// r0 a multiple of 16 (a tile).
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
 /// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]), yp: [blocks, n, rows]; inv_scale and
 /// bias may be null; y may alias yp when blocks == 1.

@@ -1,5 +1,7 @@
 // CUDA matmul (GEMV for n <= 8 tokens, cuBLAS GEMM above), the fused gate/up GLU, and weight
 // upload through the staging buffer, against the CPU reference backend on fresh random inputs.
+#include <array>
+
 #include "cuda/cuda_test_util.h"
 
 namespace shoal::test {
@@ -47,9 +49,10 @@ TEST_F(CudaMatmulTest, SmallBatchesReadWeightsOnce) {
 // residual add fused in, against the reference's composition (rms_norm, matmul, add, glu).
 class CudaMatmulsTest : public CudaMatmulTest {
  protected:
-  void check_fused(DType t, int64_t in, int64_t n, bool norm, bool accumulate) {
-    SCOPED_TRACE(fmt::format("{} in={} n={} norm={} accumulate={}", dtype_name(t), in, n, norm, accumulate));
-    const int64_t rows[3] = {96, 33, 160};
+  void check_fused(DType t, int64_t in, int64_t n, bool norm, bool accumulate,
+                   std::array<int64_t, 3> rows = {96, 33, 160}) {
+    SCOPED_TRACE(fmt::format("{} in={} n={} norm={} accumulate={} rows={}/{}/{}", dtype_name(t), in, n, norm,
+                             accumulate, rows[0], rows[1], rows[2]));
     Dual x = make_f32({n, in}, randn(n * in, 4.0f));
     Dual g = make_f32({in}, randn(in));
     Dual h = output(DType::kF32, {n, in});
@@ -102,6 +105,19 @@ TEST_F(CudaMatmulsTest, NormAndResidualFusedIntoOneLaunch) {
       check_fused(t, 512, n, true, true);
       check_fused(t, 256, n, false, true);
     }
+}
+
+TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
+  // The tensor-core Q8_0 / Q4_0 GEMV (gemv_quant.cu): 9448 rows are enough 16-row tiles for
+  // units of two tiles and for blocks that loop over several units (fragments built once,
+  // next unit prefetched, reduction buffers alternating); 25632 columns (Q4_0: a half-padded
+  // last chunk) and 8 tokens at 4096 columns do not fit one stage of activation fragments.
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    check_fused(t, 1024, 1, true, true, {9000, 48, 400});
+    check_fused(t, 1024, 2, false, false, {3000, 5000, 17});
+    check_fused(t, 25632, 1, true, false, {40, 17, 64});
+    check_fused(t, 4096, 8, true, true, {40, 17, 64});
+  }
 }
 
 TEST_F(CudaMatmulsTest, MixedKindsAndModesSplitIntoLaunches) {

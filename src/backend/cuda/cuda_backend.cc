@@ -238,6 +238,9 @@ Status CudaBackend::upload_weight(Tensor& t, const void* bytes, uint64_t nbytes)
   if (!use_device()) return error_;
   if (is_repacked(t.dtype) && !t.aux)
     return make_error(Code::kInvalidArgument, "{} weight was not allocated by alloc_weight", dtype_name(t.dtype));
+  // The Q4_0 repack ORs nibbles into zeroed words: clear what an earlier upload left.
+  if (t.dtype == DType::kQ4_0)
+    SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, cuda::repacked_bytes(true, t.rows(), t.cols()), stream_));
   return stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
                       is_repacked(t.dtype) ? &t : nullptr);
 }

@@ -25,7 +25,7 @@ constexpr uint64_t align_up(uint64_t n, uint64_t align) { return (n + align - 1)
 /// g = r % 8 of half up = r % 16 / 8. A k-step is 16 columns; lane l = 4 g + t holds the values
 /// of rows g and g + 8 at k = 2t, 2t + 1, 2t + 8, 2t + 9 of each k-step. A chunk is what one
 /// lane loads at once (16 bytes, a lane's share of 512 bytes per tile):
-///   Q4_0: 64 columns (4 k-steps, 2 GGUF blocks; rows padded to whole chunks). Word j of the
+///   Q4_0: 64 columns (4 k-steps, 2 GGUF blocks; columns padded to whole chunks). Word j of the
 ///     lane is k-step j: value (row g + 8 up, k = 2t + i + 8 h) is the nibble at bit
 ///     16 i + 8 h + 4 up, unsigned 0..15 (the value is d * (q - 8)); so word & 0x000f000f are
 ///     the lane's (k 2t, 2t + 1) of row g once placed under an f16 exponent.

@@ -7,12 +7,8 @@
 // Partial sums are reduced in a fixed order (warp butterfly, then warps 0..3): results are
 // deterministic.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
-#include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/kernels.h"

@@ -1,6 +1,7 @@
 // What the GEMV kernels of gemv.cu (CUDA cores) and gemv_quant.cu (tensor cores) share: a
-// launch covers up to kGemvMaxOuts products (segments), each owning a run of blocks. Only
-// included by .cu files of src/backend/cuda/.
+// launch covers up to kGemvMaxOuts products (segments), each owning a run of blocks (gemv.cu)
+// or of units of row tiles (gemv_quant.cu, which maps units to segments itself as its blocks
+// loop over them). Only included by .cu files of src/backend/cuda/.
 #pragma once
 
 #include <cstdint>

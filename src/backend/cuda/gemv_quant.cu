@@ -16,13 +16,15 @@
 // activations (per token) is scaled by a power of two that puts its max |x| in [2^14, 2^15): no
 // f16 overflow, and lo stays clear of the f16 subnormals; the scale is undone with the block
 // scale. So the result is the f32 dot product to within ~2^-22 relative (the tests compare with
-// the CPU reference at 2e-5).
+// the CPU reference at 2e-5). Limits (the power of two is clamped to 2^+-100): a block whose max
+// |x| is above 2^115 overflows to inf, one below ~2^-86 loses precision progressively, an inf
+// input gives NaN (the reference gives inf or NaN).
 //
 // Work split: a unit is RT tiles of 16 rows over all columns, computed by the 8 warps of a
 // block: warp w takes the chunks w, w + 8, ... (cuda_util.h: one 16-byte load per lane per tile
 // and chunk), U of them in flight per lane. The block writes the activation fragments (each
 // lane's two B registers of two k-steps as one 16-byte word) into shared memory first; when
-// they fit (one stage) it does so once and then loops over units, up to two blocks per SM;
+// they fit (one stage) it does so once and then loops over units (as many blocks as fit at once);
 // otherwise it handles one unit in stages of columns. The RMSNorm's sum of squares is taken
 // while writing the fragments. The first weight loads of a unit are issued before the wait on
 // the previous kernel (PDL) or before the previous unit's reduction: weights never depend on
@@ -31,6 +33,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "backend/cuda/cuda_util.h"
@@ -44,8 +48,8 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// Activation fragments per stage (dynamic shared memory): a row of 25600 Q4_0 values for one
-// token, still two blocks per SM.
+// Activation fragments per stage (dynamic shared memory), at most: one token's fragments of a
+// 24576-value row; lowered to what the device allows (sm_86 / sm_89: 99 KiB per block in all).
 constexpr int64_t kStageBytes = 100 * 1024;
 
 struct QSeg {
@@ -435,25 +439,75 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   }
 }
 
+// The current device's SM count and opt-in shared memory per block, read once per device.
+struct DeviceLimits {
+  int device = 0, sms = 0, smem_optin = 0;
+};
+cudaError_t device_limits(DeviceLimits& out) {
+  static std::mutex mu;
+  static std::map<int, DeviceLimits> known;
+  int dev = 0;
+  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(dev);
+  if (it == known.end()) {
+    DeviceLimits d;
+    d.device = dev;
+    if (cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        e != cudaSuccess)
+      return e;
+    it = known.emplace(dev, d).first;
+  }
+  out = it->second;
+  return cudaSuccess;
+}
+
+// Dynamic shared memory the kernel may use on this device (the opt-in limit less its static
+// arrays, at most kStageBytes); raises the kernel's limit to that once per device, so launches of
+// different shapes never lower it for each other.
+template <bool kQ4, int S, int RT, int NT>
+cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
+  static std::mutex mu;
+  static std::map<int, int64_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(d.device); it != known.end()) {
+    budget = it->second;
+    return cudaSuccess;
+  }
+  cudaFuncAttributes attr{};
+  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT>); e != cudaSuccess) return e;
+  const int64_t b = std::min<int64_t>(kStageBytes, int64_t(d.smem_optin) - int64_t(attr.sharedSizeBytes));
+  if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(b));
+      e != cudaSuccess)
+    return e;
+  known.emplace(d.device, b);
+  budget = b;
+  return cudaSuccess;
+}
+
 template <bool kQ4, int S, int RT, int NT>
 cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   using Sh = Shape<kQ4, S, RT, NT>;
+  DeviceLimits d;
+  int64_t budget = 0;
+  SHOAL_TRY_LAUNCH(device_limits(d));
+  SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT>(d, budget)));
   a.units = assign_seg_blocks(a.seg, a.n_segs, RT, [](const QSeg& s) { return s.tiles; });
   const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
-  a.stage_chunks = std::min(div_up(a.chunks, kWarps), kStageBytes / per_chunk / kWarps) * kWarps;
+  a.stage_chunks = std::min(div_up(a.chunks, kWarps), budget / per_chunk / kWarps) * kWarps;
+  if (a.stage_chunks < kWarps) return cudaErrorInvalidConfiguration;  // (a device with < 24 KiB)
   const int64_t stages = div_up(a.chunks, a.stage_chunks);
   const size_t smem = size_t(a.stage_chunks * per_chunk);
-  if (smem > 16 * 1024)  // with the static arrays (up to 17 KiB) past the default 48 KiB
-    SHOAL_TRY_LAUNCH(cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  // One stage: each block builds the activation fragments once and loops over units (at most
-  // two blocks per SM are resident). Several stages: one unit per block.
+  // One stage: each block builds the activation fragments once and loops over units, as many
+  // blocks as are resident at once. Several stages: one unit per block.
   int64_t grid = a.units;
   if (stages == 1) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-      grid = std::min<int64_t>(grid, 2 * int64_t(sms));
+    int per_sm = 0;
+    SHOAL_TRY_LAUNCH(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads, smem));
+    grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * d.sms);
   }
   SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT>, unsigned(grid), kThreads, smem, stream, a));
   return cudaGetLastError();

@@ -49,6 +49,16 @@ TEST_F(CudaMatmulTest, SmallBatchesReadWeightsOnce) {
 // residual add fused in, against the reference's composition (rms_norm, matmul, add, glu).
 class CudaMatmulsTest : public CudaMatmulTest {
  protected:
+  // One product of matmuls() on the GPU (gp) or reference copies of w, y and tmp.
+  static MatmulOut out_for(bool gp, Dual& w, Dual& y, Dual& tmp, bool accumulate) {
+    MatmulOut o;
+    o.w = gp ? &w.g : &w.c;
+    o.y = gp ? &y.g : &y.c;
+    o.accumulate = accumulate;
+    o.tmp = gp ? &tmp.g : &tmp.c;
+    return o;
+  }
+
   void check_fused(DType t, int64_t in, int64_t n, bool norm, bool accumulate,
                    std::array<int64_t, 3> rows = {96, 33, 160}) {
     SCOPED_TRACE(fmt::format("{} in={} n={} norm={} accumulate={} rows={}/{}/{}", dtype_name(t), in, n, norm,
@@ -66,12 +76,7 @@ class CudaMatmulsTest : public CudaMatmulTest {
     for (Backend* be : {cpu_.get(), gpu_.get()}) {
       const bool gp = be == gpu_.get();
       MatmulOut outs[3];
-      for (int i = 0; i < 3; ++i) {
-        outs[i].w = gp ? &w[i].g : &w[i].c;
-        outs[i].y = gp ? &y[i].g : &y[i].c;
-        outs[i].accumulate = accumulate;
-        outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
-      }
+      for (int i = 0; i < 3; ++i) outs[i] = out_for(gp, w[i], y[i], tmp[i], accumulate);
       outs[1].bias = gp ? &b.g : &b.c;
       InputNorm nrm;
       if (norm) nrm = InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c};
@@ -137,12 +142,7 @@ TEST_F(CudaMatmulsTest, MixedKindsAndModesSplitIntoLaunches) {
   for (Backend* be : {cpu_.get(), gpu_.get()}) {
     const bool gp = be == gpu_.get();
     MatmulOut outs[4];
-    for (int i = 0; i < 4; ++i) {
-      outs[i].w = gp ? &w[i].g : &w[i].c;
-      outs[i].y = gp ? &y[i].g : &y[i].c;
-      outs[i].accumulate = acc[i];
-      outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
-    }
+    for (int i = 0; i < 4; ++i) outs[i] = out_for(gp, w[i], y[i], tmp[i], acc[i]);
     be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
   }
   for (int i = 0; i < 4; ++i) EXPECT_LT(nerr(y[i]), tolerance(kinds[i], n)) << "product " << i;

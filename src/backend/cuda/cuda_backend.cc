@@ -182,10 +182,7 @@ Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int6
   SHOAL_ASSIGN_OR_RETURN(
       t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
   if (is_repacked(dtype)) {
-    t.aux = static_cast<uint8_t*>(t.data) + scales_at;
-    // Padding rows and columns enter the products as zeros, and the Q4_0 repack ORs the nibbles
-    // of two rows into shared words.
-    SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, bytes, stream_));
+    t.aux = static_cast<uint8_t*>(t.data) + scales_at;  // (zeroed by upload_weight)
   }
   return t;
 }
@@ -238,9 +235,11 @@ Status CudaBackend::upload_weight(Tensor& t, const void* bytes, uint64_t nbytes)
   if (!use_device()) return error_;
   if (is_repacked(t.dtype) && !t.aux)
     return make_error(Code::kInvalidArgument, "{} weight was not allocated by alloc_weight", dtype_name(t.dtype));
-  // The Q4_0 repack ORs nibbles into zeroed words: clear what an earlier upload left.
-  if (t.dtype == DType::kQ4_0)
-    SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, cuda::repacked_bytes(true, t.rows(), t.cols()), stream_));
+  // Padding rows and columns of the tile layout enter the products as zeros, and the Q4_0
+  // repack ORs nibbles into zeroed words: clear the whole tensor (and what an earlier upload left).
+  if (is_repacked(t.dtype))
+    SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, cuda::repacked_bytes(t.dtype == DType::kQ4_0, t.rows(), t.cols()),
+                                   stream_));
   return stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
                       is_repacked(t.dtype) ? &t : nullptr);
 }

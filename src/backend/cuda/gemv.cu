@@ -142,23 +142,17 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
       float q = 0.0f;
 #pragma unroll
       for (int wi = 0; wi < kWarps; ++wi) q += red[wi][kSq + t];
-      inv = 1.0f / sqrtf(q / float(a.cols) + a.eps);
+      inv = inv_rms(q, a.cols, a.eps);
     }
-    float g = 0.0f;
+    float v[S];
 #pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) g += red[wi][i];
-    g *= inv;
-    float out;
-    if constexpr (S == 2) {
-      float u = 0.0f;
+    for (int s = 0; s < S; ++s) {
+      float sum = 0.0f;
 #pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) u += red[wi][R * NT + i];
-      out = apply_act(g, a.act) * (u * inv);
-    } else {
-      out = sg.bias ? g + sg.bias[row] : g;
+      for (int wi = 0; wi < kWarps; ++wi) sum += red[wi][s * R * NT + i];
+      v[s] = sum * inv;
     }
-    float* y = sg.y + int64_t(t) * sg.rows + row;
-    *y = a.accumulate ? *y + out : out;
+    store_output(v, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row);
   }
 }
 

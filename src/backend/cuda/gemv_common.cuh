@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace shoal::cuda {
@@ -24,6 +25,25 @@ __device__ __forceinline__ auto block_seg(const Args& a, int64_t& local) {
     }
   local = int64_t(blockIdx.x - base);
   return s;
+}
+
+/// 1 / rms of a row of `cols` values whose squares sum to `sumsq` (RMSNorm, Zhang & Sennrich 2019).
+__device__ __forceinline__ float inv_rms(float sumsq, int64_t cols, float eps) {
+  return 1.0f / sqrtf(sumsq / float(cols) + eps);
+}
+
+/// The epilogue of one output element: v holds the finished dot product(s), already times
+/// 1 / rms; with S == 2 (gate, up) act(gate) * up, else v[0] + bias[row] (bias may be null);
+/// written to *y, or added to it when accumulating.
+template <int S>
+__device__ __forceinline__ void store_output(const float (&v)[S], Act act, const float* bias, int64_t row,
+                                             bool accumulate, float* y) {
+  float out;
+  if constexpr (S == 2)
+    out = apply_act(v[0], act) * v[1];
+  else
+    out = bias ? v[0] + bias[row] : v[0];
+  *y = accumulate ? *y + out : out;
 }
 
 /// Gives each of the n segments div_up(units, units_per_block) blocks, where units() is its

@@ -241,16 +241,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         const int64_t items = (c1 - c0 - warp + kWarps - 1) / kWarps * kWords * NT * 4;
         constexpr int kG = 4;  // items per lane whose activations are loaded together
         for (int64_t it0 = lane; it0 < items; it0 += 32 * kG) {
+          // Item it0 + 32 gi: lane column t (= it & 3), token js[gi], stage-local word words[gi].
           float2 v[kG][4];
           float sumsq[kG];
+          int js[kG];
+          int64_t words[kG];
+          bool used[kG];  // a real item of a real token (whole quads)
 #pragma unroll
           for (int gi = 0; gi < kG; ++gi) {
             const int64_t it = it0 + 32 * gi;
-            const int tt = int(it & 3), j = int((it >> 2) % NT);
+            const int j = int((it >> 2) % NT);
             const int64_t wm = it / (4 * NT);  // the warp's word index
-            const int64_t word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;  // stage-local
-            const int64_t k = (c0 * kWords + word) * 32 + 2 * tt;
-            const bool live = it < items && j < a.n && k < a.cols;
+            const int64_t word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;
+            const int64_t k = (c0 * kWords + word) * 32 + 2 * t;
+            js[gi] = j;
+            words[gi] = word;
+            used[gi] = it < items && j < a.n;
+            const bool live = used[gi] && k < a.cols;
 #pragma unroll
             for (int p = 0; p < 4; ++p)  // pairs at k + 0, + 8, + 16, + 24
               v[gi][p] = live ? *reinterpret_cast<const float2*>(a.x + int64_t(j) * a.cols + k + 8 * p)
@@ -268,11 +275,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
           }
 #pragma unroll
           for (int gi = 0; gi < kG; ++gi) {
-            const int64_t it = it0 + 32 * gi;
-            const int tt = int(it & 3), j = int((it >> 2) % NT);
-            if (it >= items || j >= a.n) continue;  // whole quads
-            const int64_t wm = it / (4 * NT);
-            const int64_t word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;
+            if (!used[gi]) continue;
+            const int j = js[gi];
+            const int64_t word = words[gi];
 #pragma unroll
             for (int jj = 0; jj < NT; ++jj)  // (ss[j] would put ss in local memory)
               if (jj == j) ss[jj] += sumsq[gi];
@@ -288,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
             const int e = (eb == 0 || eb == 0xff) ? 0 : eb - 126;
             const int sh = max(-100, min(100, 15 - e));
             const float scale = __uint_as_float(uint32_t(127 + sh) << 23);
-            if (tt == 0) inv_scale[word * NT + j] = __uint_as_float(uint32_t(127 - sh) << 23);
+            if (t == 0) inv_scale[word * NT + j] = __uint_as_float(uint32_t(127 - sh) << 23);
             uint32_t hi[4], lo[4];
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
               const float2 h = bits_half2(hi[p]);
               lo[p] = half2_bits(x0 - h.x, x1 - h.y);
             }
-            uint4* f = frag + (word * kSets + j / 4) * kLanes + 8 * (j % 4) + tt;
+            uint4* f = frag + (word * kSets + j / 4) * kLanes + 8 * (j % 4) + t;
             f[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             f[4] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
           }
@@ -409,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         float q = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) q += sq[w][j];
-        inv = 1.0f / sqrtf(q / float(a.cols) + a.eps);
+        inv = inv_rms(q, a.cols, a.eps);
       }
       float v[S];
 #pragma unroll
@@ -419,13 +424,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         for (int w = 0; w < kWarps; ++w) sum += red[parity][w][s][rl][j];
         v[s] = sum * inv;
       }
-      float out;
-      if constexpr (S == 2)
-        out = apply_act(v[0], a.act) * v[1];
-      else
-        out = sg.bias ? v[0] + sg.bias[row] : v[0];
-      float* y = sg.y + int64_t(j) * sg.rows + row;
-      *y = a.accumulate ? *y + out : out;
+      store_output(v, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
     }
     if (next >= a.units) break;
     parity ^= 1;  // (red[parity] of two units ago was read before this unit's barrier)

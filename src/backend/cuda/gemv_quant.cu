@@ -22,13 +22,16 @@
 //
 // Work split: a unit is RT tiles of 16 rows over all columns, computed by the 8 warps of a
 // block: warp w takes the chunks w, w + 8, ... (cuda_util.h: one 16-byte load per lane per tile
-// and chunk), U of them in flight per lane. The block writes the activation fragments (each
-// lane's two B registers of two k-steps as one 16-byte word) into shared memory first; when
-// they fit (one stage) it does so once and then loops over units (as many blocks as fit at once);
-// otherwise it handles one unit in stages of columns. The RMSNorm's sum of squares is taken
-// while writing the fragments. The first weight loads of a unit are issued before the wait on
-// the previous kernel (PDL) or before the previous unit's reduction: weights never depend on
-// them. Partial sums are reduced in a fixed order: results are deterministic.
+// and chunk). The block writes the activation fragments (each lane's two B registers of two
+// k-steps as one 16-byte word) into shared memory first; when they fit (one stage) it does so
+// once and then loops over units (as many blocks as fit at once); otherwise it handles one unit
+// in stages of columns. The RMSNorm's sum of squares is taken while writing the fragments.
+// Weights stream through a ring of shared memory per warp with cp.async, 8 loads per lane
+// ahead of the products, on across stages and units: the loads stay in flight while fragments
+// are built and partial sums reduced, and cost no registers (holding them in registers capped
+// the loads in flight, and so the bandwidth, at ~50% of the read rate). The first are issued
+// before the wait on the previous kernel (PDL): weights never depend on it. Partial sums are
+// reduced in a fixed order: results are deterministic.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_fp16.h>
 
@@ -48,9 +51,10 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// Activation fragments per stage (dynamic shared memory), at most: one token's fragments of a
-// 24576-value row; lowered to what the device allows (sm_86 / sm_89: 99 KiB per block in all).
-constexpr int64_t kStageBytes = 100 * 1024;
+// Dynamic shared memory per block, at most: the weight rings and a stage of activation fragments
+// (one token's fragments of a 14336-value row fit beside the rings); lowered to what the device
+// allows (sm_86 / sm_89: 99 KiB per block in all). Two blocks fit on an SM of sm_80 / sm_90.
+constexpr int64_t kSmemBytes = 110 * 1024;
 
 struct QSeg {
   const uint4* w[2];  // quants of gate (or the only weight) and up
@@ -135,29 +139,58 @@ __device__ __forceinline__ float2 bits_half2(uint32_t u) {
   return __half22float2(*reinterpret_cast<const __half2*>(&u));
 }
 
+// Asynchronous 16-, 8- and 4-byte copies global -> shared (cp.async, sm_80+): the weight stream
+// waits in shared memory, not in registers. Each lane reads back only what it copied itself, so
+// cp.async.wait_group alone makes the data visible (no barrier).
+__device__ __forceinline__ void cp_async(void* dst, const void* src, std::integral_constant<int, 16>) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(unsigned(__cvta_generic_to_shared(dst))), "l"(src)
+               : "memory");
+}
+template <int B>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, std::integral_constant<int, B>) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(unsigned(__cvta_generic_to_shared(dst))), "l"(src),
+               "n"(B)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 template <bool kQ4, int S, int RT, int NT>
 struct Shape {
   static constexpr int kSets = (NT + 3) / 4;            // MMAs per k-step (4 tokens each)
   static constexpr int kLanes = 8 * (NT < 4 ? NT : 4);  // lanes of a set whose B registers are stored
   static constexpr int kWords = kQ4 ? 2 : 1;            // 16-byte fragment words per chunk (2 k-steps each)
-  static constexpr int kU = (4 / (S * RT)) > 0 ? 4 / (S * RT) : 1;  // chunks per batch (two in flight)
+  static constexpr int kLoads = S * RT;                 // 16-byte weight loads per lane and chunk
+  // Slots of a warp's ring, a pair of chunks each (the chunks c and c + 8 of a warp): 8 loads
+  // per lane (4 from 4 tokens on, whose larger fragments need the shared memory). A power of two.
+  static constexpr int kSlots = NT >= 4 || kLoads > 1 ? 2 : 4;
   static constexpr int64_t kChunkBytes = int64_t(kWords) * kSets * kLanes * 16;
   using Scale = std::conditional_t<kQ4, uint2, uint32_t>;  // a lane's scales of one chunk
+  // The rings of all warps: [warp][slot][chunk of the pair][load][lane] quants (uint4), then
+  // the same of scales.
+  static constexpr int64_t kRingQuants = int64_t(kWarps) * kSlots * 2 * kLoads * 32;
+  static constexpr int64_t kRingBytes = kRingQuants * int64_t(16 + sizeof(Scale));
 };
 
 template <bool kQ4, int S, int RT, int NT>
 __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
   using Sh = Shape<kQ4, S, RT, NT>;
   using Scale = typename Sh::Scale;
-  constexpr int kSets = Sh::kSets, kLanes = Sh::kLanes, kWords = Sh::kWords, U = Sh::kU;
-  extern __shared__ uint4 frag[];  // [stage chunk][word][set][kLanes], then inv_scale
+  constexpr int kSets = Sh::kSets, kLanes = Sh::kLanes, kWords = Sh::kWords, kLoads = Sh::kLoads;
+  constexpr int kSlots = Sh::kSlots;
+  extern __shared__ uint4 smem[];  // weight ring, scale ring, fragments, inv_scale
+  Scale* ring_s_all = reinterpret_cast<Scale*>(smem + Sh::kRingQuants);
+  uint4* frag = reinterpret_cast<uint4*>(smem + Sh::kRingBytes / 16);  // [stage chunk][word][set][kLanes]
   float* inv_scale = reinterpret_cast<float*>(frag + a.stage_chunks * kWords * kSets * kLanes);  // [word][NT]
   __shared__ float red[2][kWarps][S][RT * 16][NT];  // by unit parity: one barrier per unit
   __shared__ float sq[kWarps][NT];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 
-  // The unit (RT tiles of one segment) of this block's i-th iteration.
+  // The unit (RT tiles of one segment) u.
   auto unit_of = [&](int64_t u, QSeg& sg, int64_t& tile0) {
     int64_t base = 0;
     sg = a.seg[0];
@@ -169,55 +202,79 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
     tile0 = (u - base) * RT;
   };
-  const uint4* wq[S][RT];
-  const Scale* wsc[S][RT];
-  auto point = [&](const QSeg& sg, int64_t tile0) {
+
+  // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
+  // block's units in turn, by pairs (c, c + 8), copied kSlots - 1 pairs ahead of the
+  // computation into this lane's ring slots. It runs on across stages and units, so the loads
+  // stay in flight while fragments are built and partial sums reduced.
+  const int m_chunks = warp < a.chunks ? int((a.chunks - warp + kWarps - 1) / kWarps) : 0;
+  constexpr int kPairLoads = 2 * kLoads;
+  uint4* ring_w = smem + warp * kSlots * kPairLoads * 32 + lane;  // + ((slot * 2 + h) * kLoads + load) * 32
+  Scale* ring_s = ring_s_all + warp * kSlots * kPairLoads * 32 + lane;
+  const uint4* pw[kLoads];  // the next pair's quants and scales (this lane's)
+  const Scale* psc[kLoads];
+  int64_t p_unit = blockIdx.x;
+  int p_left = 0, p_slot = 0;  // chunks of p_unit still to copy; ring slot of the next pair
+  auto point = [&](int64_t u) {
+    QSeg sg;
+    int64_t tile0;
+    unit_of(u, sg, tile0);
 #pragma unroll
     for (int s = 0; s < S; ++s)
 #pragma unroll
       for (int r = 0; r < RT; ++r) {
         const int64_t tile = min(tile0 + r, sg.tiles - 1);  // spare tiles redo the last; not stored
-        wq[s][r] = sg.w[s] + tile * a.chunks * 32 + lane;
-        wsc[s][r] = static_cast<const Scale*>(sg.s[s]) + tile * a.chunks * 8 + g;
+        pw[s * RT + r] = sg.w[s] + (tile * a.chunks + warp) * 32 + lane;
+        psc[s * RT + r] = static_cast<const Scale*>(sg.s[s]) + (tile * a.chunks + warp) * 8 + g;
       }
+    p_left = m_chunks;
   };
-  // Two register buffers of U chunks: one batch is in flight while the other is computed.
-  uint4 wa[U][S][RT], wb[U][S][RT];
-  Scale sa[U][S][RT], sb[U][S][RT];
-  auto load = [&](uint4 (&wv)[U][S][RT], Scale (&sv)[U][S][RT], int64_t base, int64_t end) {
+  auto issue = [&]() {  // one commit group per call (empty past the end), so wait_group counts pairs
+    if (p_left > 0) {
+      const bool second = p_left > 1;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = base + int64_t(u) * kWarps;
-      const bool ok = c < end;
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int r = 0; r < RT; ++r) {
-          wv[u][s][r] = ok ? load_stream(wq[s][r] + c * 32) : make_uint4(0, 0, 0, 0);
-          sv[u][s][r] = ok ? __ldg(wsc[s][r] + c * 8) : Scale{};
+      for (int l = 0; l < kLoads; ++l) {
+        cp_async(ring_w + (p_slot * kPairLoads + l) * 32, pw[l], std::integral_constant<int, 16>{});
+        cp_async(ring_s + (p_slot * kPairLoads + l) * 32, psc[l], std::integral_constant<int, int(sizeof(Scale))>{});
+        if (second) {
+          cp_async(ring_w + (p_slot * kPairLoads + kLoads + l) * 32, pw[l] + kWarps * 32,
+                   std::integral_constant<int, 16>{});
+          cp_async(ring_s + (p_slot * kPairLoads + kLoads + l) * 32, psc[l] + kWarps * 8,
+                   std::integral_constant<int, int(sizeof(Scale))>{});
         }
+        pw[l] += 2 * kWarps * 32;
+        psc[l] += 2 * kWarps * 8;
+      }
+      p_left -= second ? 2 : 1;
+      if (p_left == 0) {
+        p_unit += gridDim.x;
+        if (p_unit < a.units) point(p_unit);
+      }
     }
+    cp_async_commit();
+    p_slot = (p_slot + 1) & (kSlots - 1);
   };
-
-  int64_t unit = blockIdx.x;
-  QSeg sg;
-  int64_t tile0;
-  unit_of(unit, sg, tile0);
-  point(sg, tile0);
-  load(wa, sa, warp, min(a.stage_chunks, a.chunks));  // before the wait: weights never depend on it
+  if (p_unit < a.units) point(p_unit);
+#pragma unroll 1
+  for (int i = 0; i < kSlots - 1; ++i) issue();  // before the wait: weights never depend on it
   pdl_prologue();
 
   float ss[NT];  // this thread's share of each token's sum of squares (RMSNorm)
 #pragma unroll
   for (int j = 0; j < NT; ++j) ss[j] = 0.0f;
-  bool valid[kSets];  // whether this lane's B registers hold a token (else zero)
+  // Lanes past the stored ones (B columns of no token) read a stored lane's fragments, and
+  // lanes of tokens past n read what is there: their columns of the products are never used.
+  // Likewise each lane's token for the 1 / scale of its columns is clamped to a stored one.
+  int inv_j[kSets];
 #pragma unroll
-  for (int q = 0; q < kSets; ++q) valid[q] = lane < 8 * min(4, a.n - 4 * q);
+  for (int q = 0; q < kSets; ++q) inv_j[q] = min(4 * q + t, NT - 1);
   const bool single_stage = a.stage_chunks >= a.chunks;
-  bool built = false;     // the fragments of the only stage are in shared memory
-  bool preloaded = true;  // the unit's first batch of weights is in registers
-  int parity = 0;
-  for (;;) {
+  bool built = false;  // the fragments of the only stage are in shared memory
+  int parity = 0, c_slot = 0;
+  for (int64_t unit = blockIdx.x; unit < a.units; unit += gridDim.x) {
+    QSeg sg;
+    int64_t tile0;
+    unit_of(unit, sg, tile0);
     float acc[S][RT][kSets][4];
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -310,26 +367,37 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         __syncwarp();
       }
 
-      auto compute = [&](const uint4 (&wv)[U][S][RT], const Scale (&sv)[U][S][RT], int64_t base) {
+      const uint4* fw = frag + int64_t(warp) * kWords * kSets * kLanes + lane % kLanes;  // chunk c's fragments
+      const float* iw = inv_scale + int64_t(warp) * kWords * NT;
+      constexpr int kFragStep = kWarps * kWords * kSets * kLanes, kInvStep = kWarps * kWords * NT;
+#pragma unroll 1
+      for (int c = int(c0) + warp; c < int(c1); c += 2 * kWarps) {
+        issue();                      // into the slot computed last time
+        cp_async_wait<kSlots - 1>();  // the pair (c, c + 8) has landed
+        // Without a second chunk (an odd count at the end of a unit) the pair computes the first
+        // one's fragments against whatever the slot holds (finite: every code is a finite f16)
+        // with scale 0.
+        const bool second = c + kWarps < int(c1);
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t c = base + int64_t(u) * kWarps;
-          if (c >= c1) break;
+        for (int h = 0; h < 2; ++h) {
+          const uint4* fh = fw + (h && second ? kFragStep : 0);
+          const float* ih = iw + (h && second ? kInvStep : 0);
           uint4 b[kWords][kSets];
           float inv[kWords][kSets];  // 1 / scale of token 4q + t's word
 #pragma unroll
           for (int wd = 0; wd < kWords; ++wd)
 #pragma unroll
             for (int q = 0; q < kSets; ++q) {
-              const int64_t word = (c - c0) * kWords + wd;
-              b[wd][q] = valid[q] ? frag[(word * kSets + q) * kLanes + lane] : make_uint4(0, 0, 0, 0);
-              inv[wd][q] = 4 * q + t < a.n ? inv_scale[word * NT + 4 * q + t] : 0.0f;
+              b[wd][q] = fh[(wd * kSets + q) * kLanes];
+              inv[wd][q] = ih[wd * NT + inv_j[q]];
             }
 #pragma unroll
           for (int s = 0; s < S; ++s)
 #pragma unroll
             for (int r = 0; r < RT; ++r) {
-              const uint4 w = wv[u][s][r];
+              const int at = (c_slot * kPairLoads + h * kLoads + s * RT + r) * 32;
+              const uint4 w = ring_w[at];
+              const Scale sc = h && !second ? Scale{} : ring_s[at];
 #pragma unroll
               for (int blk = 0; blk < kWords; ++blk) {  // the chunk's 32-value blocks
                 uint32_t a0[4], a1[4];
@@ -342,9 +410,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
                 }
                 uint32_t dbits;
                 if constexpr (kQ4)
-                  dbits = blk ? sv[u][s][r].y : sv[u][s][r].x;
+                  dbits = blk ? sc.y : sc.x;
                 else
-                  dbits = sv[u][s][r];
+                  dbits = sc;
                 const float2 d = bits_half2(dbits);  // rows g, g + 8
 #pragma unroll
                 for (int q = 0; q < kSets; ++q) {
@@ -360,29 +428,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
               }
             }
         }
-      };
-      int64_t base = c0 + warp;
-      if (!preloaded) load(wa, sa, base, c1);
-      for (; base < c1; base += 2 * int64_t(kWarps) * U) {
-        load(wb, sb, base + int64_t(kWarps) * U, c1);
-        compute(wa, sa, base);
-        load(wa, sa, base + 2 * int64_t(kWarps) * U, c1);
-        compute(wb, sb, base + int64_t(kWarps) * U);
+        fw += 2 * kFragStep;
+        iw += 2 * kInvStep;
+        c_slot = (c_slot + 1) & (kSlots - 1);
       }
-      preloaded = false;
     }
     built = true;
-
-    // The next unit's first weights go in flight before the reduction.
-    const int64_t next = unit + gridDim.x;
-    QSeg nsg = sg;
-    int64_t ntile0 = tile0;
-    if (next < a.units) {
-      unit_of(next, nsg, ntile0);
-      point(nsg, ntile0);
-      load(wa, sa, warp, min(a.stage_chunks, a.chunks));
-      preloaded = true;
-    }
 
     // Lane (g, t) of set q holds token 4q + t: hi and lo columns of rows g and g + 8.
 #pragma unroll
@@ -426,16 +477,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
       store_output(v, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
     }
-    if (next >= a.units) break;
     parity ^= 1;  // (red[parity] of two units ago was read before this unit's barrier)
-    unit = next;
-    sg = nsg;
-    tile0 = ntile0;
     if (!single_stage) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) ss[j] = 0.0f;
     }
   }
+  cp_async_wait<0>();  // (only empty groups are left)
 }
 
 // The current device's SM count and opt-in shared memory per block, read once per device.
@@ -463,7 +511,7 @@ cudaError_t device_limits(DeviceLimits& out) {
 }
 
 // Dynamic shared memory the kernel may use on this device (the opt-in limit less its static
-// arrays, at most kStageBytes); raises the kernel's limit to that once per device, so launches of
+// arrays, at most kSmemBytes); raises the kernel's limit to that once per device, so launches of
 // different shapes never lower it for each other.
 template <bool kQ4, int S, int RT, int NT>
 cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
@@ -476,7 +524,7 @@ cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
   }
   cudaFuncAttributes attr{};
   if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT>); e != cudaSuccess) return e;
-  const int64_t b = std::min<int64_t>(kStageBytes, int64_t(d.smem_optin) - int64_t(attr.sharedSizeBytes));
+  const int64_t b = std::min<int64_t>(kSmemBytes, int64_t(d.smem_optin) - int64_t(attr.sharedSizeBytes));
   if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(b));
       e != cudaSuccess)
@@ -495,10 +543,11 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT>(d, budget)));
   a.units = assign_seg_blocks(a.seg, a.n_segs, RT, [](const QSeg& s) { return s.tiles; });
   const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
-  a.stage_chunks = std::min(div_up(a.chunks, kWarps), budget / per_chunk / kWarps) * kWarps;
-  if (a.stage_chunks < kWarps) return cudaErrorInvalidConfiguration;  // (a device with < 24 KiB)
+  // Stages of a multiple of 16 chunks: a warp's pairs (c, c + 8) never straddle two.
+  a.stage_chunks = std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::kRingBytes) / per_chunk / (2 * kWarps)) * 2 * kWarps;
+  if (a.stage_chunks < 2 * kWarps) return cudaErrorInvalidConfiguration;  // (a device with < 40 KiB)
   const int64_t stages = div_up(a.chunks, a.stage_chunks);
-  const size_t smem = size_t(a.stage_chunks * per_chunk);
+  const size_t smem = size_t(Sh::kRingBytes + a.stage_chunks * per_chunk);
   // One stage: each block builds the activation fragments once and loops over units, as many
   // blocks as are resident at once. Several stages: one unit per block.
   int64_t grid = a.units;

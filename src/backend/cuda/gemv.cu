@@ -171,6 +171,19 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
       const int64_t row = min(row0 + r, sg.rows - 1);  // spare rows redo the last; not stored
       wrow[s][r] = sg.w[s] + row * a.nvec;
     }
+  uint4 wv[S][R][U];
+  auto load = [&](int64_t v0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t vi = v0 + int64_t(u) * kThreads;
+      const bool ok = vi < a.nvec;
+#pragma unroll
+      for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[s][r][u] = ok ? load_stream(wrow[s][r] + vi) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load(threadIdx.x);  // before the wait: weights never depend on the previous kernel
   pdl_prologue();
   float acc[S][R][NT], ss[NT];
 #pragma unroll
@@ -183,16 +196,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
       for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
 
   for (int64_t v0 = threadIdx.x; v0 < a.nvec; v0 += int64_t(kThreads) * U) {
-    uint4 wv[S][R][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t vi = v0 + int64_t(u) * kThreads;
-      const bool ok = vi < a.nvec;
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int r = 0; r < R; ++r) wv[s][r][u] = ok ? load_stream(wrow[s][r] + vi) : make_uint4(0, 0, 0, 0);
-    }
+    if (v0 != threadIdx.x) load(v0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t vi = v0 + int64_t(u) * kThreads;

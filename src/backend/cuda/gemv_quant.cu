@@ -26,12 +26,14 @@
 // k-steps as one 16-byte word) into shared memory first; when they fit (one stage) it does so
 // once and then loops over units (as many blocks as fit at once); otherwise it handles one unit
 // in stages of columns. The RMSNorm's sum of squares is taken while writing the fragments.
-// Weights stream through a ring of shared memory per warp with cp.async, 8 loads per lane
-// ahead of the products, on across stages and units: the loads stay in flight while fragments
-// are built and partial sums reduced, and cost no registers (holding them in registers capped
-// the loads in flight, and so the bandwidth, at ~50% of the read rate). The first are issued
-// before the wait on the previous kernel (PDL): weights never depend on it. Partial sums are
-// reduced in a fixed order: results are deterministic.
+// Weights stream through a ring of shared memory per warp with cp.async, by pairs of chunks,
+// up to 8 loads per lane ahead of the products, on across stages and units: the loads stay in
+// flight while fragments are built and partial sums reduced, hold no registers, and cost a
+// pointer step and a counter per pair (register double buffers cost ~40 warp instructions per
+// chunk in index arithmetic and checks, and the kernel is bound by instructions per byte as
+// much as by bytes). The first are issued before the wait on the previous kernel (PDL):
+// weights never depend on it. Partial sums are reduced in a fixed order: results are
+// deterministic.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_fp16.h>
 
@@ -165,7 +167,8 @@ struct Shape {
   static constexpr int kWords = kQ4 ? 2 : 1;            // 16-byte fragment words per chunk (2 k-steps each)
   static constexpr int kLoads = S * RT;                 // 16-byte weight loads per lane and chunk
   // Slots of a warp's ring, a pair of chunks each (the chunks c and c + 8 of a warp): 8 loads
-  // per lane (4 from 4 tokens on, whose larger fragments need the shared memory). A power of two.
+  // per lane (4 for one weight from 4 tokens on, whose larger fragments need the shared
+  // memory). A power of two.
   static constexpr int kSlots = NT >= 4 || kLoads > 1 ? 2 : 4;
   static constexpr int64_t kChunkBytes = int64_t(kWords) * kSets * kLanes * 16;
   using Scale = std::conditional_t<kQ4, uint2, uint32_t>;  // a lane's scales of one chunk

@@ -27,13 +27,13 @@
 // once and then loops over units (as many blocks as fit at once); otherwise it handles one unit
 // in stages of columns. The RMSNorm's sum of squares is taken while writing the fragments.
 // Weights stream through a ring of shared memory per warp with cp.async, by pairs of chunks,
-// up to 8 loads per lane ahead of the products, on across stages and units: the loads stay in
-// flight while fragments are built and partial sums reduced, hold no registers, and cost a
-// pointer step and a counter per pair (register double buffers cost ~40 warp instructions per
-// chunk in index arithmetic and checks, and the kernel is bound by instructions per byte as
-// much as by bytes). The first are issued before the wait on the previous kernel (PDL):
-// weights never depend on it. Partial sums are reduced in a fixed order: results are
-// deterministic.
+// up to 6 loads per lane in flight while a pair is computed, on across stages and units: the
+// loads stay in flight while fragments are built and partial sums reduced, hold no registers,
+// and cost a pointer step and a counter per pair (register double buffers cost ~40 warp
+// instructions per chunk in index arithmetic and checks, and the kernel is bound by
+// instructions per byte as much as by bytes). The first are issued before the wait on the
+// previous kernel (PDL): weights never depend on it. Partial sums are reduced in a fixed order:
+// results are deterministic.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_fp16.h>
 
@@ -75,6 +75,7 @@ struct QArgs {
   int64_t units;         // RT tiles each, over all segments (seg.block_end counts units)
   int64_t chunks;        // per row (cuda_util.h)
   int64_t stage_chunks;  // chunks whose activation fragments fit in one stage
+  int slots;             // pair slots of each warp's weight ring: Shape::kMaxSlots or 2
   const float* x;        // [n, cols]
   int n;
   const float* norm_w;  // [cols] or null
@@ -167,16 +168,17 @@ struct Shape {
   static constexpr int kLanes = 8 * (NT < 4 ? NT : 4);  // lanes of a set whose B registers are stored
   static constexpr int kWords = kQ4 ? 2 : 1;            // 16-byte fragment words per chunk (2 k-steps each)
   static constexpr int kLoads = S * RT;                 // 16-byte weight loads per lane and chunk
-  // Slots of a warp's ring, a pair of chunks each (the chunks c and c + 8 of a warp): 8 loads
-  // per lane (4 for one weight from 4 tokens on, whose larger fragments need the shared
-  // memory). A power of two.
-  static constexpr int kSlots = NT >= 4 || kLoads > 1 ? 2 : 4;
+  // Slots of a warp's ring, a pair of chunks each (the chunks c and c + 8 of a warp): at most
+  // 4 for one weight (8 loads per lane), else 2; 2 also when the fragments of a whole row fit
+  // beside 2 slots but not beside 4 (one stage, looping over units, beats a deeper ring). While
+  // a pair is computed, the other slots' (slots - 1) * 2 * kLoads loads are in flight.
+  static constexpr int kMaxSlots = NT >= 4 || kLoads > 1 ? 2 : 4;
   static constexpr int64_t kChunkBytes = int64_t(kWords) * kSets * kLanes * 16;
   using Scale = std::conditional_t<kQ4, uint2, uint32_t>;  // a lane's scales of one chunk
   // The rings of all warps: [warp][slot][chunk of the pair][load][lane] quants (uint4), then
   // the same of scales.
-  static constexpr int64_t kRingQuants = int64_t(kWarps) * kSlots * 2 * kLoads * 32;
-  static constexpr int64_t kRingBytes = kRingQuants * int64_t(16 + sizeof(Scale));
+  static constexpr int64_t ring_quants(int slots) { return int64_t(kWarps) * slots * 2 * kLoads * 32; }
+  static constexpr int64_t ring_bytes(int slots) { return ring_quants(slots) * int64_t(16 + sizeof(Scale)); }
 };
 
 template <bool kQ4, int S, int RT, int NT>
@@ -184,10 +186,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   using Sh = Shape<kQ4, S, RT, NT>;
   using Scale = typename Sh::Scale;
   constexpr int kSets = Sh::kSets, kLanes = Sh::kLanes, kWords = Sh::kWords, kLoads = Sh::kLoads;
-  constexpr int kSlots = Sh::kSlots;
+  const int slots = a.slots;
   extern __shared__ uint4 smem[];  // weight ring, scale ring, fragments, inv_scale
-  Scale* ring_s_all = reinterpret_cast<Scale*>(smem + Sh::kRingQuants);
-  uint4* frag = reinterpret_cast<uint4*>(smem + Sh::kRingBytes / 16);  // [stage chunk][word][set][kLanes]
+  Scale* ring_s_all = reinterpret_cast<Scale*>(smem + Sh::ring_quants(slots));
+  uint4* frag = reinterpret_cast<uint4*>(smem + Sh::ring_bytes(slots) / 16);  // [stage chunk][word][set][kLanes]
   float* inv_scale = reinterpret_cast<float*>(frag + a.stage_chunks * kWords * kSets * kLanes);  // [word][NT]
   __shared__ float red[2][kWarps][S][RT * 16][NT];  // by unit parity: one barrier per unit
   __shared__ float sq[kWarps][NT];
@@ -208,13 +210,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   };
 
   // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
-  // block's units in turn, by pairs (c, c + 8), copied kSlots - 1 pairs ahead of the
+  // block's units in turn, by pairs (c, c + 8), copied slots - 1 pairs ahead of the
   // computation into this lane's ring slots. It runs on across stages and units, so the loads
   // stay in flight while fragments are built and partial sums reduced.
   const int m_chunks = warp < a.chunks ? int((a.chunks - warp + kWarps - 1) / kWarps) : 0;
   constexpr int kPairLoads = 2 * kLoads;
-  uint4* ring_w = smem + warp * kSlots * kPairLoads * 32 + lane;  // + ((slot * 2 + h) * kLoads + load) * 32
-  Scale* ring_s = ring_s_all + warp * kSlots * kPairLoads * 32 + lane;
+  uint4* ring_w = smem + warp * slots * kPairLoads * 32 + lane;  // + ((slot * 2 + h) * kLoads + load) * 32
+  Scale* ring_s = ring_s_all + warp * slots * kPairLoads * 32 + lane;
   const uint4* pw[kLoads];  // the next pair's quants and scales (this lane's)
   const Scale* psc[kLoads];
   int64_t p_unit = blockIdx.x;
@@ -256,11 +258,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
     }
     cp_async_commit();
-    p_slot = (p_slot + 1) & (kSlots - 1);
+    p_slot = (p_slot + 1) & (slots - 1);
   };
   if (p_unit < a.units) point(p_unit);
 #pragma unroll 1
-  for (int i = 0; i < kSlots - 1; ++i) issue();  // before the wait: weights never depend on it
+  for (int i = 0; i < slots - 1; ++i) issue();  // before the wait: weights never depend on it
   pdl_prologue();
 
   float ss[NT];  // this thread's share of each token's sum of squares (RMSNorm)
@@ -377,8 +379,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 #pragma unroll 1
       for (int c = int(c0) + warp; c < int(c1); c += 2 * kWarps) {
         issue();                      // into the slot computed last time
-        cp_async_wait<kSlots - 1>();  // the pair (c, c + 8) has landed
-        // Without a second chunk (an odd count at the end of a unit) the pair computes the first
+        if (Sh::kMaxSlots > 2 && slots == Sh::kMaxSlots)  // the pair (c, c + 8) has landed
+          cp_async_wait<Sh::kMaxSlots - 1>();
+        else
+          cp_async_wait<1>();
+        // Without a second chunk (an odd count in a unit's last stage) the pair computes the first
         // one's fragments against whatever the slot holds (finite: every code is a finite f16)
         // with scale 0.
         const bool second = c + kWarps < int(c1);
@@ -434,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         }
         fw += 2 * kFragStep;
         iw += 2 * kInvStep;
-        c_slot = (c_slot + 1) & (kSlots - 1);
+        c_slot = (c_slot + 1) & (slots - 1);
       }
     }
     built = true;
@@ -547,11 +552,23 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT>(d, budget)));
   a.units = assign_seg_blocks(a.seg, a.n_segs, RT, [](const QSeg& s) { return s.tiles; });
   const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
-  // Stages of a multiple of 16 chunks: a warp's pairs (c, c + 8) never straddle two.
-  a.stage_chunks = std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::kRingBytes) / per_chunk / (2 * kWarps)) * 2 * kWarps;
-  if (a.stage_chunks < 2 * kWarps) return cudaErrorInvalidConfiguration;  // (a device with < 40 KiB)
+  // Stages of a multiple of 16 chunks: a warp's pairs (c, c + 8) never straddle two. The
+  // deepest ring that leaves one stage for the whole row; else 2 slots and the largest stage.
+  auto stage_for = [&](int slots) {
+    return std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::ring_bytes(slots)) / per_chunk / (2 * kWarps)) * 2 *
+           kWarps;
+  };
+  a.slots = Sh::kMaxSlots;
+  a.stage_chunks = stage_for(a.slots);
+  if (a.stage_chunks < a.chunks) {
+    a.slots = 2;
+    a.stage_chunks = stage_for(a.slots);
+  }
+  // (At least 16 chunks: ring and fragments of the largest shape, Q4_0 gate+up at 8 tokens,
+  // take ~81 KiB, within the 99 KiB per block of every supported device.)
+  if (a.stage_chunks < 2 * kWarps) return cudaErrorInvalidConfiguration;
   const int64_t stages = div_up(a.chunks, a.stage_chunks);
-  const size_t smem = size_t(Sh::kRingBytes + a.stage_chunks * per_chunk);
+  const size_t smem = size_t(Sh::ring_bytes(a.slots) + a.stage_chunks * per_chunk);
   // One stage: each block builds the activation fragments once and loops over units, as many
   // blocks as are resident at once. Several stages: one unit per block.
   int64_t grid = a.units;

@@ -2,8 +2,9 @@
 // while the previous one in the stream finishes, and waits (griddepcontrol.wait) for it before
 // touching memory. In a decode step of hundreds of small kernels this hides most of the launch
 // gap between them. Every kernel launched through launch() must call pdl_prologue() before it
-// touches memory that an earlier kernel may write. (The GEMVs load their first weights before it:
-// weights are written only by uploads, which are plain launches and copies, never PDL kernels.)
+// touches memory that an earlier kernel may write. (The vector and tensor-core GEMVs load their
+// first weights before it: weights are written only by uploads, i.e. copies and repack kernels
+// that are never directly followed by a GEMV.)
 // Only included by .cu files of src/backend/cuda/.
 #pragma once
 

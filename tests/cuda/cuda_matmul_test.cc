@@ -115,11 +115,13 @@ TEST_F(CudaMatmulsTest, NormAndResidualFusedIntoOneLaunch) {
 TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
   // The tensor-core Q8_0 / Q4_0 GEMV (gemv_quant.cu): 9448 rows are enough 16-row tiles for
   // units of two tiles and for blocks that loop over several units (fragments built once,
-  // next unit prefetched, reduction buffers alternating); 25632 columns (Q4_0: a half-padded
+  // next unit prefetched, reduction buffers alternating); 16384 columns fit one stage beside a
+  // weight ring of 2 slots but not of 4 (the launch takes 2); 25632 columns (Q4_0: a half-padded
   // last chunk) and 8 tokens at 4096 columns do not fit one stage of activation fragments.
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     check_fused(t, 1024, 1, true, true, {9000, 48, 400});
     check_fused(t, 1024, 2, false, false, {3000, 5000, 17});
+    check_fused(t, 16384, 1, true, false, {9000, 17, 64});
     check_fused(t, 25632, 1, true, false, {40, 17, 64});
     check_fused(t, 4096, 8, true, true, {40, 17, 64});
   }

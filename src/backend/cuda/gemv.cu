@@ -137,22 +137,8 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
     const int r = i / NT, t = i % NT;
     const int64_t row = row0 + r;
     if (row >= sg.rows || t >= a.n) continue;
-    float inv = 1.0f;
-    if (a.norm_w) {
-      float q = 0.0f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) q += red[wi][kSq + t];
-      inv = inv_rms(q, a.cols, a.eps);
-    }
-    float v[S];
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) sum += red[wi][s * R * NT + i];
-      v[s] = sum * inv;
-    }
-    store_output(v, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row);
+    reduce_store<S, kWarps>(&red[0][i], kSq + NT, R * NT, a.norm_w ? &red[0][kSq + t] : nullptr, kSq + NT, a.cols,
+                            a.eps, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row);
   }
 }
 

@@ -46,6 +46,33 @@ __device__ __forceinline__ void store_output(const float (&v)[S], Act act, const
   *y = accumulate ? *y + out : out;
 }
 
+/// The reduction and epilogue of output element (row, token) of a block whose W warps left
+/// partial results in shared memory: dot product s of warp w at dots[w * warp_stride +
+/// s * s_stride]; with a fused RMSNorm (sq not null) the warp's share of the token's sum of
+/// squares at sq[w * sq_stride] (cols values, eps). Sums in warp order (deterministic), times
+/// 1 / rms, then store_output() into *y.
+template <int S, int W>
+__device__ __forceinline__ void reduce_store(const float* dots, int warp_stride, int s_stride, const float* sq,
+                                             int sq_stride, int64_t cols, float eps, Act act, const float* bias,
+                                             int64_t row, bool accumulate, float* y) {
+  float inv = 1.0f;
+  if (sq) {
+    float q = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) q += sq[w * sq_stride];
+    inv = inv_rms(q, cols, eps);
+  }
+  float v[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) sum += dots[w * warp_stride + s * s_stride];
+    v[s] = sum * inv;
+  }
+  store_output(v, act, bias, row, accumulate, y);
+}
+
 /// Gives each of the n segments div_up(units, units_per_block) blocks, where units() is its
 /// row (or tile) count; returns the grid size.
 template <class Seg, class Units>

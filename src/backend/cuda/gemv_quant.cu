@@ -469,22 +469,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       const int rl = i / NT, j = i % NT;
       const int64_t row = tile0 * 16 + rl;
       if (row >= sg.rows || j >= a.n) continue;
-      float inv = 1.0f;
-      if (a.norm_w) {
-        float q = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) q += sq[w][j];
-        inv = inv_rms(q, a.cols, a.eps);
-      }
-      float v[S];
-#pragma unroll
-      for (int s = 0; s < S; ++s) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) sum += red[parity][w][s][rl][j];
-        v[s] = sum * inv;
-      }
-      store_output(v, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
+      reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
+                              a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act, sg.bias, row, a.accumulate,
+                              sg.y + int64_t(j) * sg.rows + row);
     }
     parity ^= 1;  // (red[parity] of two units ago was read before this unit's barrier)
     if (!single_stage) {

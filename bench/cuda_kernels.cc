@@ -5,7 +5,7 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
-//   cuda_kernels [--device 0] [--reps 20] [--quick]
+//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0]
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -192,6 +192,85 @@ struct Layer {
   Tensor attn_norm, ffn_norm, q_norm, k_norm, wq, wk, wv, wo, wg, wu, wd, kc, vc;
 };
 
+// ---- prefill, op by op -----------------------------------------------------------------------
+// One layer of the prefill graph (model/forward.cc at n = 512 tokens, the ops' default
+// compositions where the backend fuses only GEMVs) timed op group by op group, times the layers:
+// where pp512 spends its time.
+void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
+  const int64_t n = 512, ctx = 641, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
+  uint64_t seed = 5000;
+  auto W = [&](int64_t r, int64_t cols) { return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols))); };
+  auto norm = [&](int64_t k) { return act(b, DType::kF32, {k}, seed++, 0.1f); };
+  Layer L;
+  L.attn_norm = norm(m.d), L.ffn_norm = norm(m.d);
+  if (m.qk_norm) L.q_norm = norm(m.head_dim), L.k_norm = norm(m.head_dim);
+  L.wq = W(qw, m.d), L.wk = W(kvw, m.d), L.wv = W(kvw, m.d), L.wo = W(m.d, qw);
+  L.wg = W(m.ff, m.d), L.wu = W(m.ff, m.d), L.wd = W(m.d, m.ff);
+  L.kc = act(b, DType::kF16, {ctx, kvw}, seed++), L.vc = act(b, DType::kF16, {ctx, kvw}, seed++);
+  std::vector<float> f(size_t(m.head_dim / 2));
+  for (int i = 0; i < m.head_dim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / m.head_dim));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
+  Tensor freq = must(b.alloc(DType::kF32, {m.head_dim / 2})), pos = must(b.alloc(DType::kI32, {n}));
+  if (Status s = b.to_device(freq, f.data(), f.size() * 4, 0); !s.ok()) die(s);
+  if (Status s = b.to_device(pos, p.data(), p.size() * 4, 0); !s.ok()) die(s);
+  auto A = [&](int64_t k) { return act(b, DType::kF32, {n, k}, seed++, 0.5f); };
+  Tensor x = A(m.d), h = A(m.d), delta = A(m.d), q = A(qw), k = A(kvw), v = A(kvw), att = A(qw);
+  Tensor ff = A(m.ff), ff2 = A(m.ff);
+  const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
+  const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f};
+  const std::pair<const char*, std::function<void()>> ops[] = {
+      {"norm + q/k/v",
+       [&] {
+         const MatmulOut qkv[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
+         b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, qkv);
+       }},
+      {"rope + KV write",
+       [&] {
+         b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
+                         rq, m.kv_heads, L.kc, L.vc);
+       }},
+      {"attention", [&] { b.attention(q, L.kc, L.vc, pos, spec, att); }},
+      {"wo + residual",
+       [&] {
+         MatmulOut o{&L.wo, &x};
+         o.accumulate = true;
+         o.tmp = &delta;
+         b.matmuls(att, InputNorm{}, {&o, 1});
+       }},
+      {"norm + gate/up + SiLU",
+       [&] {
+         MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
+         glu.tmp = &ff2;
+         b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
+       }},
+      {"down + residual",
+       [&] {
+         MatmulOut down{&L.wd, &x};
+         down.accumulate = true;
+         down.tmp = &delta;
+         b.matmuls(ff, InputNorm{}, {&down, 1});
+       }},
+  };
+  std::printf("\n## Prefill of %s %s, %lld tokens, one layer op by op (x %d layers)\n", m.name,
+              std::string(dtype_name(t)).c_str(), (long long)n, m.n_layers);
+  std::printf("| ops | us / layer | ms / prompt |\n|---|---|---|\n");
+  double total = 0;
+  for (const auto& [name, fn] : ops) {
+    const double ms = must(probe::time_graph_ms(b, fn, reps));
+    total += ms;
+    std::printf("| %s | %.1f | %.2f |\n", name, ms * 1e3, ms * m.n_layers);
+    b.reset_graphs();
+  }
+  std::printf("| all layers | %.1f | %.2f (%.0f tokens/s without embedding and LM head) |\n", total * 1e3,
+              total * m.n_layers, double(n) / (total * m.n_layers * 1e-3));
+  std::fflush(stdout);
+  for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd,
+                     &L.kc, &L.vc, &freq, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2})
+    if (tp->data) b.free(*tp);
+  b.reset_graphs();
+}
+
 // fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
 // launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
 // CUDA version, for comparison.
@@ -299,7 +378,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
-int run(int device, int reps, bool quick, const std::string& only) {
+int run(int device, int reps, bool quick, bool prefill, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -319,6 +398,11 @@ int run(int device, int reps, bool quick, const std::string& only) {
   Backend& b = *backend;
   const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
+  if (prefill || !quick) {
+    for (DType t : {DType::kF16, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
+    bench_prefill(b, qwen, DType::kF16, reps);
+    if (prefill) return 0;
+  }
   if (!only.empty()) {  // one decode step, e.g. for a profiler
     const ModelShape& m = only.starts_with("qwen") ? qwen : llama;
     const DType t = only.ends_with("q4_0") ? DType::kQ4_0 : only.ends_with("q8_0") ? DType::kQ8_0 : DType::kF16;
@@ -358,10 +442,12 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
+  bool prefill = false;
+  app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, only);
+  return shoal::run(device, reps, quick, prefill, only);
 }
 
 #else  // no CUDA backend in this build

@@ -179,6 +179,30 @@ TEST_F(CudaAttentionCases, PrefillCausalBatch) {
   run({16, 8, 128, 2048, p2}, DType::kF32);
 }
 
+// More than 8 tokens with an f16 cache and head_dim 64 / 128: the tensor-core prefill kernel
+// (attention_prefill.cu), its head grouping (query heads per KV head 1..16, blocks of 1, 2 or 4
+// heads), partial token tiles, and key splits with the combine when a batch has few blocks.
+std::vector<int32_t> positions(int32_t first, int n) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+TEST_F(CudaAttentionCases, PrefillTensorCoreShapes) {
+  run({32, 8, 128, 641, positions(0, 512)}, DType::kF16);   // Llama-3-8B pp512: one split
+  run({16, 8, 128, 600, positions(0, 100)}, DType::kF16);   // Qwen3-0.6B: 2 heads per block, splits
+  run({12, 4, 128, 700, positions(300, 41)}, DType::kF16);  // groups of 3: one head per block
+  run({16, 2, 64, 300, positions(0, 150)}, DType::kF16);    // groups of 8: two blocks of 4 heads
+  run({16, 1, 64, 200, positions(60, 9)}, DType::kF16);     // multi-query, 9 tokens
+  run({8, 8, 128, 90, positions(0, 90)}, DType::kF16);      // no GQA, full cache
+}
+
+TEST_F(CudaAttentionCases, PrefillTensorCoreLongContextWindowSoftcap) {
+  run({8, 2, 128, 9000, positions(8000, 16)}, DType::kF16);  // few blocks: 29 splits of 320 keys
+  run({8, 4, 128, 1000, positions(200, 100), 37, 30.0f}, DType::kF16);
+  run({8, 4, 64, 1000, positions(0, 70), 16, 0.0f}, DType::kF16);
+}
+
 TEST_F(CudaAttentionCases, AlternatingShapesReuseScratch) {
   // Prefill and decode calls of different shapes back to back share the scratch: stale partial
   // results of earlier calls (empty splits write none) must not leak into later ones.

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
@@ -433,9 +434,11 @@ bool use_decode_kernel(const AttnArgs& a) {
 
 // Keys per split, at most kMaxSplits splits: decode spreads a short context over many small
 // blocks (multiples of the tile, or of a pass for attention_decode_kernel, which divides the
-// keys attended at run time over this many splits); prefill batches (one block per token
-// already) use 8. (Passes of 32 keys, more splits, measured no faster at context 576.)
+// keys attended at run time over this many splits); prefill batches of the tiled kernel (one
+// block per token already) use 8; the tensor-core prefill kernel plans its own splits
+// (attention_prefill.h). (Passes of 32 keys, more splits, measured no faster at context 576.)
 int64_t chunk_for(const AttnArgs& a) {
+  if (use_prefill_mma(a)) return prefill_plan(a).chunk;
   const int64_t parts = a.n_tokens > kGemvMaxTokens ? 8 : kMaxSplits;
   const int64_t unit = use_decode_kernel(a) ? kDecodeKeys : kTile;
   const int64_t c = int64_t(align_up(uint64_t(div_up(a.n_ctx, parts)), uint64_t(unit)));
@@ -515,7 +518,12 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   P.part_ml = P.part_o + a.n_tokens * a.n_heads * P.n_splits * a.head_dim;
   const dim3 grid(unsigned(P.n_splits), unsigned(a.n_kv_heads * P.groups), unsigned(a.n_tokens));
   cudaError_t e = cudaSuccess;
-  if (use_decode_kernel(a)) {
+  if (use_prefill_mma(a)) {
+    const PrefillPlan plan = prefill_plan(a);
+    e = attention_prefill(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), pos, a, plan,
+                          P.part_o, P.part_ml, out, stream);
+    if (e != cudaSuccess || plan.n_splits == 1) return e;
+  } else if (use_decode_kernel(a)) {
     e = a.head_dim == 64 ? launch_decode<64>(P, gb, grid, stream) : launch_decode<128>(P, gb, grid, stream);
   } else {
     switch (a.cache) {

@@ -47,6 +47,7 @@
 #include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -127,40 +128,8 @@ __device__ __forceinline__ void q8_fragment(uint32_t w0, uint32_t w1, uint32_t (
   a[3] = hsub2(__byte_perm(w1, k1024, 0x5352), k1152);
 }
 
-// c += A (16x16 f16, row) * B (16x8 f16, col), f32 accumulators.
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t half2_bits(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ __forceinline__ float2 bits_half2(uint32_t u) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&u));
-}
-
-// Asynchronous 16-, 8- and 4-byte copies global -> shared (cp.async, sm_80+): the weight stream
-// waits in shared memory, not in registers. Each lane reads back only what it copied itself, so
-// cp.async.wait_group alone makes the data visible (no barrier).
-__device__ __forceinline__ void cp_async(void* dst, const void* src, std::integral_constant<int, 16>) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(unsigned(__cvta_generic_to_shared(dst))), "l"(src)
-               : "memory");
-}
-template <int B>
-__device__ __forceinline__ void cp_async(void* dst, const void* src, std::integral_constant<int, B>) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(unsigned(__cvta_generic_to_shared(dst))), "l"(src),
-               "n"(B)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+// (mma(), half2_bits(), cp_async(): mma.cuh. Each lane reads back only the ring words it copied
+// itself, so cp.async.wait_group alone makes the data visible: no barrier.)
 
 template <bool kQ4, int S, int RT, int NT>
 struct Shape {

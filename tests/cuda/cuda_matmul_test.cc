@@ -1,6 +1,7 @@
 // CUDA matmul (GEMV for n <= 8 tokens, cuBLAS GEMM above), the fused gate/up GLU, and weight
 // upload through the staging buffer, against the CPU reference backend on fresh random inputs.
 #include <array>
+#include <vector>
 
 #include "cuda/cuda_test_util.h"
 
@@ -85,9 +86,8 @@ class CudaMatmulsTest : public CudaMatmulTest {
     for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tolerance(t, n)) << "product " << i;
   }
 
-  void check_glu(DType t, int64_t in, int64_t n) {
-    SCOPED_TRACE(fmt::format("GLU {} in={} n={}", dtype_name(t), in, n));
-    const int64_t ff = 200;
+  void check_glu(DType t, int64_t in, int64_t n, int64_t ff = 200) {
+    SCOPED_TRACE(fmt::format("GLU {} in={} n={} ff={}", dtype_name(t), in, n, ff));
     Dual x = make_f32({n, in}, randn(n * in, 2.0f));
     Dual g = make_f32({in}, randn(in));
     Dual h = output(DType::kF32, {n, in});
@@ -100,6 +100,30 @@ class CudaMatmulsTest : public CudaMatmulTest {
       be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-6f, gp ? &h.g : &h.c}, {&o, 1});
     }
     EXPECT_LT(nerr(y), tolerance(t, n));
+  }
+
+  // Outputs of different weight kinds, and accumulate next to plain outputs, in one call.
+  void check_mixed(const std::vector<DType>& kinds, int64_t n) {
+    SCOPED_TRACE(fmt::format("mixed kinds n={}", n));
+    const int64_t in = 256;
+    const size_t count = kinds.size();
+    Dual x = make_f32({n, in}, randn(n * in));
+    Dual g = make_f32({in}, randn(in));
+    Dual h = output(DType::kF32, {n, in});
+    std::vector<Dual> w(count), y(count), tmp(count);
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t rows = 64 + 16 * int64_t(i);
+      w[i] = make_weight(kinds[i], {rows, in});
+      y[i] = make_f32({n, rows}, randn(n * rows));
+      tmp[i] = output(DType::kF32, {n, rows});
+    }
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      std::vector<MatmulOut> outs(count);
+      for (size_t i = 0; i < count; ++i) outs[i] = out_for(gp, w[i], y[i], tmp[i], i % 3 != 0);
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+    }
+    for (size_t i = 0; i < count; ++i) EXPECT_LT(nerr(y[i]), tolerance(kinds[i], n)) << "product " << i;
   }
 };
 
@@ -128,26 +152,7 @@ TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
 }
 
 TEST_F(CudaMatmulsTest, MixedKindsAndModesSplitIntoLaunches) {
-  // Outputs of different weight kinds, and accumulate next to plain outputs, in one call.
-  const int64_t in = 256, n = 2;
-  Dual x = make_f32({n, in}, randn(n * in));
-  Dual g = make_f32({in}, randn(in));
-  Dual h = output(DType::kF32, {n, in});
-  const DType kinds[4] = {DType::kQ4_0, DType::kQ4_0, DType::kF16, DType::kQ8_0};
-  const bool acc[4] = {false, true, true, false};
-  Dual w[4], y[4], tmp[4];
-  for (int i = 0; i < 4; ++i) {
-    w[i] = make_weight(kinds[i], {64 + 16 * i, in});
-    y[i] = make_f32({n, 64 + 16 * i}, randn(n * (64 + 16 * i)));
-    tmp[i] = output(DType::kF32, {n, 64 + 16 * i});
-  }
-  for (Backend* be : {cpu_.get(), gpu_.get()}) {
-    const bool gp = be == gpu_.get();
-    MatmulOut outs[4];
-    for (int i = 0; i < 4; ++i) outs[i] = out_for(gp, w[i], y[i], tmp[i], acc[i]);
-    be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
-  }
-  for (int i = 0; i < 4; ++i) EXPECT_LT(nerr(y[i]), tolerance(kinds[i], n)) << "product " << i;
+  check_mixed({DType::kQ4_0, DType::kQ4_0, DType::kF16, DType::kQ8_0}, 2);
 }
 
 TEST_F(CudaMatmulsTest, MisalignedInputRowsCompose) {
@@ -170,6 +175,21 @@ TEST_F(CudaMatmulsTest, MisalignedInputRowsCompose) {
 TEST_F(CudaMatmulsTest, OddWidthsAndLargeBatchesCompose) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) check_fused(t, 101, 2, true, true);  // element-wise kernel
   for (DType t : {DType::kF16, DType::kQ4_0}) check_fused(t, 256, 12, true, true);             // cuBLAS path
+}
+
+TEST_F(CudaMatmulsTest, PrefillSplitsOnceWithFusedEpilogues) {
+  // More than 8 tokens: matmuls() splits the (normed) input once for all its cuBLAS products and
+  // sums each product's parts with its epilogue (bias, residual add, act(gate) * up) in one
+  // kernel (cuda_gemm.cc); F32 weights, BF16 beside other kinds and GLUs of rows % 4 != 0 compose.
+  for (DType t : kWeightTypes) {
+    check_fused(t, 512, 12, true, false);
+    check_fused(t, 256, 40, true, true);
+    check_fused(t, 256, 9, false, true);
+    check_glu(t, 384, 12);
+    check_glu(t, 384, 33, 203);
+  }
+  check_mixed({DType::kQ4_0, DType::kF16, DType::kQ8_0, DType::kQ4_0}, 12);
+  check_mixed({DType::kBF16, DType::kF16, DType::kF32}, 20);
 }
 
 TEST_F(CudaMatmulsTest, GluBehindTheNorm) {

@@ -82,7 +82,17 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend() = default;
-  enum Scratch { kAttnScratch, kSampleScratch, kGemmWeight, kGemmInput, kGemmOut, kScratchCount };
+  enum Scratch { kAttnScratch, kSampleScratch, kGemmWeight, kGemmInput, kGemmOut, kGemmUp, kScratchCount };
+
+  /// The activations of a prefill product as 16-bit parts (gemm_prep.cu split_activations):
+  /// x16 [parts][n][k] in scratch kGemmInput, inv_scale [n].
+  struct GemmInput {
+    const uint16_t* x16 = nullptr;
+    const float* inv_scale = nullptr;
+    int64_t n = 0, k = 0;
+    bool bf16 = false;
+    int parts = 2;
+  };
 
   Status init(int device);
   /// Keeps the first error of an op (sticky) and logs it; returns false on error.
@@ -99,8 +109,20 @@ class CudaBackend final : public Backend {
   /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
   cuda::WeightRef weight_ref(const Tensor& w) const;
-  /// cuBLAS path of matmul for n > kGemvMaxTokens tokens.
+  /// cuBLAS path of matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias);
+  /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2
+  /// f16 parts). False on error (sticky).
+  bool gemm_input(const float* x, int64_t n, int64_t k, bool bf16, const float* norm_w, float eps, GemmInput& in);
+  /// Partial products of w [m, k] (F16, BF16, Q8_0 or Q4_0) with the parts into yp [blocks][n][m]
+  /// (a scratch of gemm_out_bytes); returns blocks, 0 on error (sticky).
+  int gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp);
+  static uint64_t gemm_out_bytes(const GemmInput& in, int64_t m) { return uint64_t(in.parts) * uint64_t(in.n * m) * 4; }
+  /// matmuls for n > kGemvMaxTokens: x split once (with the norm fused) for every product, each
+  /// product's parts summed by one kernel with its epilogue (bias, residual add, or act(gate) *
+  /// up). False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a
+  /// GLU of rows % 4 != 0): the caller composes the plain ops then.
+  bool gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
 
   int device_ = 0;
   std::string name_;

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/tensor_args.h"
 
 namespace shoal {
 
@@ -11,21 +12,9 @@ namespace {
 
 using cuda::Act;
 using cuda::WKind;
-
-float* f32(Tensor& t) {
-  SHOAL_CHECK(t.dtype == DType::kF32, "expected F32, got {}", dtype_name(t.dtype));
-  return static_cast<float*>(t.data);
-}
-const float* f32(const Tensor& t) {
-  SHOAL_CHECK(t.dtype == DType::kF32, "expected F32, got {}", dtype_name(t.dtype));
-  return static_cast<const float*>(t.data);
-}
-const int32_t* i32(const Tensor& t) {
-  SHOAL_CHECK(t.dtype == DType::kI32, "expected I32, got {}", dtype_name(t.dtype));
-  return static_cast<const int32_t*>(t.data);
-}
-
-Act act_of(Activation a) { return static_cast<Act>(static_cast<int>(a)); }
+using cuda::act_of;
+using cuda::f32;
+using cuda::i32;
 
 cuda::CacheKind cache_kind(DType t) {
   switch (t) {
@@ -98,62 +87,6 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tens
     note(cuda::gemv(wr, xs, int(n), b, f32(y), stream_), "gemv");
   else
     gemm(wr, xs, n, f32(y), b);
-}
-
-void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias) {
-  const float one = 1.0f, zero = 0.0f;
-  const int m = int(w.rows), k = int(w.cols), nn = int(n);
-  if (w.kind == WKind::kF32) {  // plain f32 SGEMM (no TF32)
-    if (note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &one, w.data, CUDA_R_32F, k, x,
-                                 CUDA_R_32F, k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                    "cublasGemmEx (f32)") &&
-        bias)
-      note(cuda::combine_parts(y, 1, n, m, nullptr, bias, y, stream_), "add bias");
-    return;
-  }
-  // Tensor cores on 16-bit operands with f32 accumulation, kept within ~1e-6 of the f32 result by
-  // splitting (gemm_prep.cu): F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights
-  // times x = hi + mid + lo in bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times
-  // x = hi + lo: w_hi * [x_hi x_lo] + w_lo * x_hi. The parts go side by side as extra columns of
-  // one product, and combine_parts sums them.
-  const bool bf16 = w.kind == WKind::kBF16, quant = w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0;
-  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const int parts = bf16 ? 3 : 2;        // activation parts
-  const int blocks = quant ? 3 : parts;  // partial products summed by combine_parts
-  const uint64_t xs_bytes = cuda::align_up(uint64_t(parts) * uint64_t(n) * uint64_t(k) * 2, 256);
-  auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
-  auto* yp = static_cast<float*>(scratch(kGemmOut, uint64_t(blocks) * uint64_t(n) * uint64_t(m) * 4));
-  if (!xs || !yp) return;
-  auto* x16 = reinterpret_cast<uint16_t*>(xs);
-  auto* inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
-  if (!note(cuda::split_activations(x, n, k, bf16, parts, x16, inv_scale, stream_), "split_activations")) return;
-  if (!quant) {
-    if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, parts * nn, k, &one, w.data, type, k, x16, type,
-                                  k, &zero, yp, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmEx (16-bit parts)"))
-      return;
-  } else {
-    // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
-    constexpr uint64_t kTileBytes = 64ull << 20;
-    const int64_t tile = std::max<int64_t>(128, int64_t(kTileBytes / (uint64_t(k) * 2)) / 128 * 128);
-    const uint64_t part_bytes = uint64_t(std::min<int64_t>(tile, m)) * uint64_t(k) * 2;
-    auto* w16 = static_cast<uint16_t*>(scratch(kGemmWeight, 2 * part_bytes));
-    if (!w16) return;
-    uint16_t* w_hi = w16;
-    uint16_t* w_lo = w16 + part_bytes / 2;
-    for (int64_t r0 = 0; r0 < m; r0 += tile) {
-      const int nr = int(std::min<int64_t>(tile, m - r0));
-      if (!note(cuda::dequant_split(w, r0, nr, w_hi, w_lo, stream_), "dequant_split")) return;
-      if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, 2 * nn, k, &one, w_hi, type, k, x16, type, k,
-                                    &zero, yp + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                       "cublasGemmEx (w_hi x [x_hi x_lo])") ||
-          !note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, nn, k, &one, w_lo, type, k, x16, type, k,
-                                    &zero, yp + 2 * n * m + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                       "cublasGemmEx (w_lo x x_hi)"))
-        return;
-    }
-  }
-  note(cuda::combine_parts(yp, blocks, n, m, inv_scale, bias, y, stream_), "combine_parts");
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
@@ -284,7 +217,7 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   for (const MatmulOut& o : outs)
     fusable = fusable && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
   if (!fusable) {
-    Backend::matmuls(x, norm, outs);
+    if (n <= cuda::kGemvMaxTokens || !gemm_matmuls(x, norm, outs)) Backend::matmuls(x, norm, outs);
     return;
   }
   SHOAL_CHECK(!norm.w || norm.w->n_elements() == in, "matmuls: norm {} for x {}", norm.w->shape_string(),

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -25,23 +26,34 @@ __device__ __forceinline__ uint16_t round16(float v, bool bf16, float& r) {
 
 constexpr int kRowThreads = 256;
 
-// One block per row: f16 rows are scaled by a power of two putting max|x| in [2^14, 2^15), far
-// from overflow (65504) and keeping the low parts above the f16 subnormals.
+// One block per row. With a norm weight the row is RMSNorm'ed first (x * inv_rms * w, as
+// norm.cu), so the normed input is never written. f16 rows are scaled by a power of two putting
+// max|x| in [2^14, 2^15), far from overflow (65504) and keeping the low parts above the f16
+// subnormals.
 __global__ void __launch_bounds__(kRowThreads)
-    split_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* __restrict__ out,
+    split_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts,
+                 const float* __restrict__ norm_w, float eps, uint16_t* __restrict__ out,
                  float* __restrict__ inv_scale) {
+  pdl_prologue();
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
   const float* xr = x + t * k;
+  float mx = 0.0f, ss = 0.0f;  // max |x * w|, sum of x^2
+  for (int64_t i = threadIdx.x; i < k; i += kRowThreads) {
+    const float v = xr[i];
+    mx = fmaxf(mx, fabsf(norm_w ? v * norm_w[i] : v));
+    ss = fmaf(v, v, ss);
+  }
+  const float inv = norm_w ? 1.0f / sqrtf(block_sum<kRowThreads>(ss, smem) / float(k) + eps) : 1.0f;
   float scale = 1.0f;
   if (!bf16) {
-    float mx = 0.0f;
-    for (int64_t i = threadIdx.x; i < k; i += kRowThreads) mx = fmaxf(mx, fabsf(xr[i]));
     mx = warp_max(mx);
+    __syncthreads();  // smem was read by block_sum
     if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = mx;
     __syncthreads();
 #pragma unroll
     for (int w = 0; w < kRowThreads / 32; ++w) mx = fmaxf(mx, smem[w]);
+    mx *= inv;
     if (mx > 0.0f && isfinite(mx)) {
       int e;
       frexpf(mx, &e);  // mx = m * 2^e, m in [0.5, 1)
@@ -50,7 +62,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   if (threadIdx.x == 0) inv_scale[t] = 1.0f / scale;
   for (int64_t i = threadIdx.x; i < k; i += kRowThreads) {
-    float v = xr[i] * scale;
+    float v = (norm_w ? xr[i] * inv * norm_w[i] : xr[i]) * scale;
     for (int p = 0; p < parts; ++p) {
       float r;
       out[(p * n + t) * k + i] = round16(v, bf16, r);
@@ -113,24 +125,72 @@ __global__ void __launch_bounds__(kDqChunks * 32)
   }
 }
 
-__global__ void combine_kernel(const float* __restrict__ yp, int blocks, int64_t n, int64_t rows,
-                               const float* __restrict__ inv_scale, const float* __restrict__ bias,
-                               float* __restrict__ y) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n * rows) return;
-  float s = 0.0f;
-  for (int b = 0; b < blocks; ++b) s += yp[b * n * rows + i];
-  if (inv_scale) s *= inv_scale[i / rows];
-  y[i] = bias ? s + bias[i % rows] : s;
+// Sum of the partial products of element i (4 consecutive elements of one token: rows % 4 == 0),
+// times the token's 1 / scale.
+__device__ __forceinline__ float4 parts_sum4(const float* __restrict__ yp, int blocks, int64_t count, int64_t i,
+                                             float inv) {
+  float4 s = *reinterpret_cast<const float4*>(yp + i);
+  for (int b = 1; b < blocks; ++b) {
+    const float4 v = *reinterpret_cast<const float4*>(yp + b * count + i);
+    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+  }
+  return make_float4(s.x * inv, s.y * inv, s.z * inv, s.w * inv);
+}
+
+// y = sum of parts (* inv_scale) (+ bias) (+ y when accumulating): one thread per element, or
+// per 4 elements when rows % 4 == 0.
+template <bool kVec4>
+__global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t rows,
+                               const float* __restrict__ inv_scale, const float* __restrict__ bias, bool accumulate,
+                               float* y) {
+  pdl_prologue();
+  const int64_t count = n * rows;
+  if constexpr (kVec4) {
+    const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+    if (i >= count) return;
+    float4 s = parts_sum4(yp, blocks, count, i, inv_scale ? inv_scale[i / rows] : 1.0f);
+    if (bias) {
+      const int64_t r = i % rows;
+      s.x += bias[r], s.y += bias[r + 1], s.z += bias[r + 2], s.w += bias[r + 3];
+    }
+    if (accumulate) {
+      const float4 o = *reinterpret_cast<const float4*>(y + i);
+      s.x = o.x + s.x, s.y = o.y + s.y, s.z = o.z + s.z, s.w = o.w + s.w;
+    }
+    *reinterpret_cast<float4*>(y + i) = s;
+  } else {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float s = 0.0f;
+    for (int b = 0; b < blocks; ++b) s += yp[b * count + i];
+    if (inv_scale) s *= inv_scale[i / rows];
+    if (bias) s += bias[i % rows];
+    y[i] = accumulate ? y[i] + s : s;
+  }
+}
+
+// out = act(gate) * up, gate and up each the sum of their parts times the token's 1 / scale;
+// 4 elements per thread (rows % 4 == 0).
+__global__ void combine_glu_kernel(const float* __restrict__ gate, const float* __restrict__ up, int blocks, int64_t n,
+                                   int64_t rows, const float* __restrict__ inv_scale, Act act, float* __restrict__ y) {
+  pdl_prologue();
+  const int64_t count = n * rows, i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i >= count) return;
+  const float inv = inv_scale[i / rows];
+  const float4 g = parts_sum4(gate, blocks, count, i, inv), u = parts_sum4(up, blocks, count, i, inv);
+  *reinterpret_cast<float4*>(y + i) =
+      make_float4(apply_act(g.x, act) * u.x, apply_act(g.y, act) * u.y, apply_act(g.z, act) * u.z,
+                  apply_act(g.w, act) * u.w);
 }
 
 }  // namespace
 
-cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* out,
-                              float* inv_scale, cudaStream_t stream) {
+cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
+                              float eps, uint16_t* out, float* inv_scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  split_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(x, n, k, bf16, parts, out, inv_scale);
-  return cudaGetLastError();
+  SHOAL_TRY_LAUNCH(
+      launch(split_kernel, unsigned(n), kRowThreads, 0, stream, x, n, k, bf16, parts, norm_w, eps, out, inv_scale));
+  return cudaSuccess;
 }
 
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
@@ -146,10 +206,25 @@ cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* 
 }
 
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
-                          const float* bias, float* y, cudaStream_t stream) {
+                          const float* bias, bool accumulate, float* y, cudaStream_t stream) {
   if (n * rows == 0) return cudaSuccess;
-  combine_kernel<<<unsigned(div_up(n * rows, kBlock)), kBlock, 0, stream>>>(yp, blocks, n, rows, inv_scale, bias, y);
-  return cudaGetLastError();
+  if (rows % 4 == 0) {
+    SHOAL_TRY_LAUNCH(launch(combine_kernel<true>, unsigned(div_up(n * rows / 4, kBlock)), kBlock, 0, stream, yp,
+                            blocks, n, rows, inv_scale, bias, accumulate, y));
+  } else {
+    SHOAL_TRY_LAUNCH(launch(combine_kernel<false>, unsigned(div_up(n * rows, kBlock)), kBlock, 0, stream, yp, blocks,
+                            n, rows, inv_scale, bias, accumulate, y));
+  }
+  return cudaSuccess;
+}
+
+cudaError_t combine_glu(const float* gate, const float* up, int blocks, int64_t n, int64_t rows,
+                        const float* inv_scale, Act act, float* y, cudaStream_t stream) {
+  if (n * rows == 0) return cudaSuccess;
+  if (rows % 4 != 0) return cudaErrorInvalidValue;
+  SHOAL_TRY_LAUNCH(launch(combine_glu_kernel, unsigned(div_up(n * rows / 4, kBlock)), kBlock, 0, stream, gate, up,
+                          blocks, n, rows, inv_scale, act, y));
+  return cudaSuccess;
 }
 
 }  // namespace shoal::cuda

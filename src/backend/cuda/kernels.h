@@ -84,19 +84,24 @@ int gemv_rows_override();
 // cuBLAS multiplies 16-bit operands with f32 accumulation. To stay within ~1e-6 of the f32
 // reference, the f32 activations are split into a sum of 16-bit parts (x = hi + lo (+ lo2)), the
 // dequantized weights into hi + lo f16 parts, and the partial products summed in f32.
-/// Splits x [n, k] into `parts` 16-bit parts out[p][t][:] with sum_p out[p][t] ~ x[t] * scale[t]
-/// (f16: scale[t] a power of two that keeps row t inside the f16 range; bf16: 1), and writes
-/// inv_scale[t] = 1 / scale[t].
-cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, uint16_t* out,
-                              float* inv_scale, cudaStream_t stream);
+/// Splits x [n, k] (RMSNorm'ed first with norm_w [k] and eps when norm_w is not null) into
+/// `parts` 16-bit parts out[p][t][:] with sum_p out[p][t] ~ x[t] * scale[t] (f16: scale[t] a
+/// power of two that keeps row t inside the f16 range; bf16: 1), and writes inv_scale[t] =
+/// 1 / scale[t].
+cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
+                              float eps, uint16_t* out, float* inv_scale, cudaStream_t stream);
 /// Dequantizes rows [r0, r0 + nr) of w into hi and lo f16 parts, [nr, cols] each, hi + lo = w
 /// (exact for Q8_0 and Q4_0 values). Errors: cudaErrorInvalidValue unless w is Q8_0 or Q4_0 and
 /// r0 a multiple of 16 (a tile).
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
-/// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]), yp: [blocks, n, rows]; inv_scale and
-/// bias may be null; y may alias yp when blocks == 1.
+/// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]) (+ y[t, r] when accumulating),
+/// yp: [blocks, n, rows]; inv_scale and bias may be null; y may alias yp when blocks == 1.
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
-                          const float* bias, float* y, cudaStream_t stream);
+                          const float* bias, bool accumulate, float* y, cudaStream_t stream);
+/// y[t, r] = act(g) * u with g = (sum_b gate[b][t][r]) * inv_scale[t], u likewise from up
+/// ([blocks, n, rows] each). Errors: cudaErrorInvalidValue unless rows % 4 == 0.
+cudaError_t combine_glu(const float* gate, const float* up, int blocks, int64_t n, int64_t rows,
+                        const float* inv_scale, Act act, float* y, cudaStream_t stream);
 
 // ---- norm.cu --------------------------------------------------------------------------------
 /// y = x / sqrt(mean(x^2) + eps) * w over `groups` groups of g values. y may alias x.

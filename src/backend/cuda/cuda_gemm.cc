@@ -1,0 +1,135 @@
+// Prefill products (more than kGemvMaxTokens tokens) on cuBLAS: tensor cores on 16-bit
+// operands with f32 accumulation, kept within ~1e-6 of the f32 result by splitting
+// (gemm_prep.cu): F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights times
+// x = hi + mid + lo in bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times x = hi + lo:
+// w_hi * [x_hi x_lo] + w_lo * x_hi, the last accumulated into the first (beta = 1). The
+// activation parts go side by side as extra columns of one product; one kernel sums the partial
+// products with the op's epilogue. matmuls() splits its input once for all its products, with
+// the RMSNorm fused into the split.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/tensor_args.h"
+
+namespace shoal {
+
+using cuda::WKind;
+
+bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, const float* norm_w, float eps,
+                             GemmInput& in) {
+  in.n = n;
+  in.k = k;
+  in.bf16 = bf16;
+  in.parts = bf16 ? 3 : 2;
+  const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(n) * uint64_t(k) * 2, 256);
+  auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
+  if (!xs) return false;
+  auto* x16 = reinterpret_cast<uint16_t*>(xs);
+  auto* inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
+  in.x16 = x16;
+  in.inv_scale = inv_scale;
+  return note(cuda::split_activations(x, n, k, bf16, in.parts, norm_w, eps, x16, inv_scale, stream_),
+              "split_activations");
+}
+
+int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp) {
+  const float one = 1.0f, zero = 0.0f;
+  const int m = int(w.rows), k = int(in.k), nn = int(in.n);
+  const cudaDataType_t type = in.bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  if (w.kind != WKind::kQ8_0 && w.kind != WKind::kQ4_0) {
+    return note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, in.parts * nn, k, &one, w.data, type, k,
+                                    in.x16, type, k, &zero, yp, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx (16-bit parts)")
+               ? in.parts
+               : 0;
+  }
+  // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
+  constexpr uint64_t kTileBytes = 64ull << 20;
+  const int64_t tile = std::max<int64_t>(128, int64_t(kTileBytes / (uint64_t(k) * 2)) / 128 * 128);
+  const uint64_t part_bytes = uint64_t(std::min<int64_t>(tile, m)) * uint64_t(k) * 2;
+  auto* w16 = static_cast<uint16_t*>(scratch(kGemmWeight, 2 * part_bytes));
+  if (!w16) return 0;
+  uint16_t* w_hi = w16;
+  uint16_t* w_lo = w16 + part_bytes / 2;
+  for (int64_t r0 = 0; r0 < m; r0 += tile) {
+    const int nr = int(std::min<int64_t>(tile, m - r0));
+    if (!note(cuda::dequant_split(w, r0, nr, w_hi, w_lo, stream_), "dequant_split")) return 0;
+    if (!note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, 2 * nn, k, &one, w_hi, type, k, in.x16, type,
+                                  k, &zero, yp + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx (w_hi x [x_hi x_lo])") ||
+        !note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, nn, k, &one, w_lo, type, k, in.x16, type, k,
+                                  &one, yp + r0, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx (w_lo x x_hi)"))
+      return 0;
+  }
+  return 2;
+}
+
+void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias) {
+  const int m = int(w.rows), k = int(w.cols), nn = int(n);
+  if (w.kind == WKind::kF32) {  // plain f32 SGEMM (no TF32)
+    const float one = 1.0f, zero = 0.0f;
+    if (note_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &one, w.data, CUDA_R_32F, k, x,
+                                 CUDA_R_32F, k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx (f32)") &&
+        bias)
+      note(cuda::combine_parts(y, 1, n, m, nullptr, bias, false, y, stream_), "add bias");
+    return;
+  }
+  GemmInput in;
+  if (!gemm_input(x, n, k, w.kind == WKind::kBF16, nullptr, 0.0f, in)) return;
+  auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
+  if (!yp) return;
+  const int blocks = gemm_products(w, in, yp);
+  if (blocks > 0) note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, bias, false, y, stream_), "combine_parts");
+}
+
+bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+  const int64_t n = x.rows(), k = x.cols();
+  if (outs.empty()) return true;
+  const bool bf16 = outs[0].w->dtype == DType::kBF16;
+  for (const MatmulOut& o : outs)
+    for (const Tensor* w : {o.w, o.up}) {
+      if (!w) continue;
+      const bool ok = w->dtype == DType::kF16 || w->dtype == DType::kBF16 || w->dtype == DType::kQ8_0 ||
+                      w->dtype == DType::kQ4_0;
+      if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
+    }
+  SHOAL_CHECK(!norm.w || norm.w->n_elements() == k, "matmuls: norm {} for x {}", norm.w->shape_string(),
+              x.shape_string());
+  for (const MatmulOut& o : outs) {
+    const Tensor& w = *o.w;
+    SHOAL_CHECK(w.cols() == k, "matmuls: w {} vs x {}", w.shape_string(), x.shape_string());
+    SHOAL_CHECK(o.y->rows() == n && o.y->cols() == w.rows(), "matmuls: y {} for n={} out={}", o.y->shape_string(), n,
+                w.rows());
+    SHOAL_CHECK(!o.bias || o.bias->n_elements() == w.rows(), "matmuls: bias for out={}", w.rows());
+    SHOAL_CHECK(!o.up || (o.up->rows() == w.rows() && o.up->cols() == k && !o.bias && !o.accumulate),
+                "matmuls: up {} vs gate {}", o.up ? o.up->shape_string() : "", w.shape_string());
+  }
+  if (failed() || !use_device()) return true;
+  GemmInput in;
+  if (!gemm_input(cuda::f32(x), n, k, bf16, norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in)) return true;
+  for (const MatmulOut& o : outs) {
+    const int64_t m = o.w->rows();
+    auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
+    if (!yp) return true;
+    const int blocks = gemm_products(weight_ref(*o.w), in, yp);
+    if (blocks == 0) return true;
+    if (o.up) {
+      auto* up = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(in, m)));
+      if (!up || gemm_products(weight_ref(*o.up), in, up) != blocks) return true;
+      if (!note(cuda::combine_glu(yp, up, blocks, n, m, in.inv_scale, cuda::act_of(o.act), cuda::f32(*o.y), stream_),
+                "combine_glu"))
+        return true;
+    } else if (!note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, o.bias ? cuda::f32(*o.bias) : nullptr,
+                                         o.accumulate, cuda::f32(*o.y), stream_),
+                     "combine_parts")) {
+      return true;
+    }
+  }
+  return true;
+}
+
+}  // namespace shoal

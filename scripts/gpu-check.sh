@@ -56,6 +56,15 @@ for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
   note "test $name: $r ($counts)"
   grep -E '^\[----------\] [0-9]+ tests? from .* \(' "$LOGS/$name.log" | sed 's/^\[----------\] /   /' || true
 done
+# The attention tests again without thread-block clusters: decode splits combined by a kernel
+# (the path of pre-sm_90 devices).
+if [ -x "$BUILD/tests/shoal_gpu_tests" ]; then
+  if SHOAL_CUDA_CLUSTERS=0 timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$BUILD/tests/shoal_gpu_tests" --gtest_color=no \
+       --gtest_filter='*Attention*' >"$LOGS/attention_no_clusters.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
+  counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/attention_no_clusters.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
+  [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|Expected|nerr|trace' "$LOGS/attention_no_clusters.log" | head -30
+  note "test attention, SHOAL_CUDA_CLUSTERS=0: $r ($counts)"
+fi
 
 # End to end with --device cuda:0: logits against the HF references, greedy stories260K.
 SHOAL="$BUILD/shoal"

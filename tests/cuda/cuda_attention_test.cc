@@ -163,6 +163,18 @@ TEST_F(CudaAttentionCases, DecodeKernelPartialGroupsBatchesAndSoftcap) {
   run({8, 4, 64, 500, {400, 401, 402, 403, 404}, 100, 0.0f}, DType::kF16);  // window, 5 tokens
 }
 
+TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
+  // attention_decode_mma.cu: one split writing the output itself (16 cache rows), clusters of 3
+  // and 8 splits (sm_90; elsewhere the combine kernel), rows of several tokens and heads in two
+  // row groups, and a cache larger than the cluster limit (up to 32 splits and the combine).
+  run({8, 2, 64, 16, {15}}, DType::kF16);
+  run({8, 2, 128, 40, {39}}, DType::kF16);
+  run({8, 2, 128, 40, {3, 4, 5}}, DType::kF16);
+  run({32, 8, 128, 4096, {4095}}, DType::kF16);
+  run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16);  // 3 tokens x 8 heads: 2 row groups
+  run({16, 8, 128, 6000, {20}}, DType::kF16);            // short context in a large cache
+}
+
 TEST_F(CudaAttentionCases, LongContextSplitsAndSmallBatches) {
   run({32, 8, 128, 20000, {19999}}, DType::kF16);
   run({8, 2, 64, 9000, {4000, 4001, 4002, 4003}}, DType::kF16);

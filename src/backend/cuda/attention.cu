@@ -1,19 +1,23 @@
-// Causal attention over the KV cache with GQA, split along the sequence (flash-decoding, Dao et
-// al. 2023) and combined in a second kernel. One block handles one (split, KV head, group of up
-// to 8 query heads sharing it, token). It walks its keys in tiles of 32: the tile's K and V rows
-// are loaded with all threads (16-byte loads, all in flight at once) into shared memory as f32,
-// then scores, an online softmax (Milakov & Gimelshein 2018) and the V sum run from shared
-// memory, so each K/V row is read from memory once per block for all heads of the group. Decode
-// uses small splits (many blocks, one or a few tiles each), so a short context still fills the
-// GPU. The key range comes from pos[t] on the device: the grid depends only on the cache size, a
-// captured graph stays valid as positions grow, and splits past pos[t] exit at once.
+// Causal attention over the KV cache with GQA, and its dispatch. f16 caches with head_dim 64 or
+// 128 (the default) run on the tensor cores: attention_prefill.cu for more than kGemvMaxTokens
+// tokens, attention_decode_mma.cu for decode. Here: the tiled CUDA-core kernel for the other
+// caches (f32, Q8_0) and head sizes, and the combine kernel of split results.
+//
+// The tiled kernel splits along the sequence (flash-decoding, Dao et al. 2023), combined in a
+// second kernel. One block handles one (split, KV head, group of up to 8 query heads sharing it,
+// token). It walks its keys in tiles of 32: the tile's K and V rows are loaded with all threads
+// (16-byte loads, all in flight at once) into shared memory as f32, then scores, an online
+// softmax (Milakov & Gimelshein 2018) and the V sum run from shared memory, so each K/V row is
+// read from memory once per block for all heads of the group. Decode uses small splits (many
+// blocks, one or a few tiles each), so a short context still fills the GPU. The key range comes
+// from pos[t] on the device: the grid depends only on the cache size, a captured graph stays
+// valid as positions grow, and splits past pos[t] exit at once.
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <type_traits>
 
-#include "backend/cuda/attention_prefill.h"
+#include "backend/cuda/attention_mma.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
@@ -282,167 +286,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- decode with an f16 cache (head_dim 64 or 128) ---------------------------------------------
-// One block of 4 warps per (split, KV head, group of GB query heads, token), as above, but
-// without shared-memory tiles: a pass covers kDecodeKeys keys, lane l of warp w taking key
-// base + 32 w + l. The lane loads its K row and, for the V sum, its D / 32 dimensions of the
-// warp's 32 V rows, all in one memory round trip; scores for the GB heads use q from shared
-// memory (broadcast reads); each warp keeps its own online softmax and output across passes, so
-// the loop has no block barrier; the four warps are merged once at the end into the split's
-// partial result for attention_combine_kernel. The keys [first, last] are divided evenly over
-// the splits at run time (the grid is fixed when a graph is captured). (The tiled kernel needed
-// 248 registers, one block barrier per phase and ~6.4 us per split at context 512 on the H200,
-// mostly idle SMs.)
-constexpr int kDecodeKeys = kThreads;  // keys per pass
-
-template <int GB, int D>
-__global__ void __launch_bounds__(kThreads) attention_decode_kernel(const Params P) {
-  constexpr int D8 = D / 8, DL = D / 32;  // 16-byte pieces of a K row; V dimensions per lane
-  using VT = std::conditional_t<DL == 4, uint2, uint32_t>;
-  pdl_prologue();
-  const AttnArgs& a = P.a;
-  const int G = a.n_heads / a.n_kv_heads;
-  const int split = blockIdx.x, kvh = blockIdx.y / P.groups;
-  const int h0 = kvh * G + (blockIdx.y % P.groups) * GB, nh = min(GB, kvh * G + G - h0);
-  const int64_t t = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t last = min(int64_t(max(P.pos[t], 0)), a.n_ctx - 1);
-  const int64_t first = a.sliding_window > 0 ? max(int64_t(0), last - a.sliding_window + 1) : 0;
-  // The splits share the keys actually attended (not the cache capacity that sized the grid),
-  // in multiples of a warp's 32 keys: a short context still spreads over many blocks.
-  const int64_t per_split = (last - first + P.n_splits) / P.n_splits;  // ceil(keys / n_splits)
-  const int64_t span = (per_split + 31) / 32 * 32;
-  const int64_t k0 = first + int64_t(split) * span;
-  const int64_t k1 = min(last, k0 + span - 1);
-  const int64_t out_base = (t * a.n_heads + h0) * P.n_splits + split;  // + g * n_splits
-  const int64_t width = int64_t(a.n_kv_heads) * D;
-  __shared__ float4 q_s[GB][D / 4];
-  __shared__ float m_s[kThreads / 32][GB], l_s[kThreads / 32][GB];
-  __shared__ float o_s[kThreads / 32][GB][D];
-  for (int i = threadIdx.x; i < GB * D; i += kThreads) {
-    const int g = i / D;
-    reinterpret_cast<float*>(q_s)[i] = g < nh ? P.q[(t * a.n_heads + h0) * D + i] * a.scale : 0.0f;
-  }
-  __syncthreads();
-  float m[GB], l[GB], o[GB][DL];
-#pragma unroll
-  for (int g = 0; g < GB; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int d = 0; d < DL; ++d) o[g][d] = 0.0f;
-  }
-  const __half* kc = static_cast<const __half*>(P.k) + int64_t(kvh) * D;
-  const __half* vc = static_cast<const __half*>(P.v) + int64_t(kvh) * D + lane * DL;
-#pragma unroll 1
-  for (int64_t base = k0; base <= k1; base += kDecodeKeys) {
-    const int64_t wbase = base + warp * 32, key = wbase + lane;
-    const bool valid = key <= k1;
-    const int nvalid = int(max(int64_t(0), min(int64_t(32), k1 - wbase + 1)));  // this warp's keys
-    uint4 kr[D8];
-    VT vr[32];
-#pragma unroll
-    for (int c = 0; c < D8; ++c)
-      kr[c] = valid ? __ldg(reinterpret_cast<const uint4*>(kc + key * width) + c) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) vr[j] = j < nvalid ? __ldg(reinterpret_cast<const VT*>(vc + (wbase + j) * width)) : VT{};
-    float s[GB];
-#pragma unroll
-    for (int g = 0; g < GB; ++g) s[g] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < D8; ++c) {
-      float kf[8];
-      half8_to_float(kr[c], kf);
-#pragma unroll
-      for (int g = 0; g < GB; ++g) {
-        const float4 qa = q_s[g][2 * c], qb = q_s[g][2 * c + 1];
-        s[g] = fmaf(qa.x, kf[0], fmaf(qa.y, kf[1], fmaf(qa.z, kf[2], fmaf(qa.w, kf[3], s[g]))));
-        s[g] = fmaf(qb.x, kf[4], fmaf(qb.y, kf[5], fmaf(qb.z, kf[6], fmaf(qb.w, kf[7], s[g]))));
-      }
-    }
-    float p[GB];
-#pragma unroll
-    for (int g = 0; g < GB; ++g) {
-      float sg = s[g];
-      if (a.softcap > 0.0f) sg = a.softcap * tanhf(sg / a.softcap);
-      if (!valid || g >= nh) sg = -INFINITY;
-      const float m_new = fmaxf(m[g], warp_max(sg));
-      p[g] = sg == -INFINITY ? 0.0f : expf(sg - m_new);
-      const float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_new);
-      l[g] = l[g] * corr + warp_sum(p[g]);
-      m[g] = m_new;
-#pragma unroll
-      for (int d = 0; d < DL; ++d) o[g][d] *= corr;
-    }
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {  // keys past nvalid have p = 0 and v = 0
-      float vf[DL];
-      if constexpr (DL == 4) {
-        const float2 x0 = __half22float2(*reinterpret_cast<const __half2*>(&vr[j].x));
-        const float2 x1 = __half22float2(*reinterpret_cast<const __half2*>(&vr[j].y));
-        vf[0] = x0.x, vf[1] = x0.y, vf[2] = x1.x, vf[3] = x1.y;
-      } else {
-        const float2 x0 = __half22float2(*reinterpret_cast<const __half2*>(&vr[j]));
-        vf[0] = x0.x, vf[1] = x0.y;
-      }
-#pragma unroll
-      for (int g = 0; g < GB; ++g) {
-        const float pj = __shfl_sync(0xffffffffu, p[g], j);
-#pragma unroll
-        for (int d = 0; d < DL; ++d) o[g][d] = fmaf(pj, vf[d], o[g][d]);
-      }
-    }
-  }
-  // Merge the warps: M = max m_w, L = sum l_w e^(m_w - M), O = sum o_w e^(m_w - M).
-#pragma unroll
-  for (int g = 0; g < GB; ++g) {
-    if (lane == 0) {
-      m_s[warp][g] = m[g];
-      l_s[warp][g] = l[g];
-    }
-#pragma unroll
-    for (int d = 0; d < DL; ++d) o_s[warp][g][lane * DL + d] = o[g][d];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < nh * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) M = fmaxf(M, m_s[w][g]);
-    float O = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w)
-      O = fmaf(m_s[w][g] == -INFINITY ? 0.0f : expf(m_s[w][g] - M), o_s[w][g][d], O);
-    P.part_o[(out_base + int64_t(g) * P.n_splits) * D + d] = O;
-  }
-  if (threadIdx.x < nh) {
-    const int g = threadIdx.x;
-    float M = -INFINITY, L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) M = fmaxf(M, m_s[w][g]);
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) L += m_s[w][g] == -INFINITY ? 0.0f : l_s[w][g] * expf(m_s[w][g] - M);
-    P.part_ml[(out_base + int64_t(g) * P.n_splits) * 2] = M;
-    P.part_ml[(out_base + int64_t(g) * P.n_splits) * 2 + 1] = L;
-  }
-}
-
-// Whether attention_decode_kernel runs this call.
-bool use_decode_kernel(const AttnArgs& a) {
-  return a.cache == CacheKind::kF16 && a.n_tokens <= kGemvMaxTokens && (a.head_dim == 64 || a.head_dim == 128);
-}
-
-// Keys per split, at most kMaxSplits splits: decode spreads a short context over many small
-// blocks (multiples of the tile, or of a pass for attention_decode_kernel, which divides the
-// keys attended at run time over this many splits); prefill batches of the tiled kernel (one
-// block per token already) use 8; the tensor-core prefill kernel plans its own splits
-// (attention_prefill.h). (Passes of 32 keys, more splits, measured no faster at context 576.)
+// Keys per split of the tiled kernel, at most kMaxSplits splits: decode spreads a short context
+// over many small blocks (multiples of the tile); prefill batches (one block per token already)
+// use 8.
 int64_t chunk_for(const AttnArgs& a) {
-  if (use_prefill_mma(a)) return prefill_plan(a).chunk;
   const int64_t parts = a.n_tokens > kGemvMaxTokens ? 8 : kMaxSplits;
-  const int64_t unit = use_decode_kernel(a) ? kDecodeKeys : kTile;
-  const int64_t c = int64_t(align_up(uint64_t(div_up(a.n_ctx, parts)), uint64_t(unit)));
-  return c < unit ? unit : c;
+  const int64_t c = int64_t(align_up(uint64_t(div_up(a.n_ctx, parts)), uint64_t(kTile)));
+  return c < kTile ? kTile : c;
+}
+
+// Splits of a call (the tensor-core kernels plan their own).
+int n_splits_for(const AttnArgs& a) {
+  if (use_prefill_mma(a)) return prefill_plan(a).n_splits;
+  if (use_decode_mma(a)) return decode_plan(a).n_splits;
+  return int(div_up(a.n_ctx, chunk_for(a)));
 }
 
 int heads_per_block(const AttnArgs& a) {
@@ -457,25 +314,6 @@ cudaError_t launch_gb(const Params& P, dim3 grid, cudaStream_t stream) {
       cudaFuncSetAttribute(attention_split_kernel<C, GB>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   SHOAL_TRY_LAUNCH(launch(attention_split_kernel<C, GB>, grid, kThreads, smem, stream, P));
-  return cudaGetLastError();
-}
-
-template <int D>
-cudaError_t launch_decode(const Params& P, int gb, dim3 grid, cudaStream_t stream) {
-  switch (gb) {
-    case 1:
-      SHOAL_TRY_LAUNCH(launch(attention_decode_kernel<1, D>, grid, kThreads, 0, stream, P));
-      break;
-    case 2:
-      SHOAL_TRY_LAUNCH(launch(attention_decode_kernel<2, D>, grid, kThreads, 0, stream, P));
-      break;
-    case 4:
-      SHOAL_TRY_LAUNCH(launch(attention_decode_kernel<4, D>, grid, kThreads, 0, stream, P));
-      break;
-    default:
-      SHOAL_TRY_LAUNCH(launch(attention_decode_kernel<8, D>, grid, kThreads, 0, stream, P));
-      break;
-  }
   return cudaGetLastError();
 }
 
@@ -496,7 +334,7 @@ cudaError_t launch_cache(const Params& P, int gb, dim3 grid, cudaStream_t stream
 }  // namespace
 
 uint64_t attention_scratch_bytes(const AttnArgs& a) {
-  const int64_t splits = div_up(a.n_ctx, chunk_for(a));
+  const int64_t splits = n_splits_for(a);
   return uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
 }
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
@@ -511,7 +349,7 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   P.pos = pos;
   P.a = a;
   P.chunk = chunk_for(a);
-  P.n_splits = int(div_up(a.n_ctx, P.chunk));
+  P.n_splits = n_splits_for(a);
   const int gb = heads_per_block(a);
   P.groups = int(div_up(a.n_heads / a.n_kv_heads, gb));
   P.part_o = static_cast<float*>(scratch);
@@ -523,8 +361,11 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
     e = attention_prefill(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), pos, a, plan,
                           P.part_o, P.part_ml, out, stream);
     if (e != cudaSuccess || plan.n_splits == 1) return e;
-  } else if (use_decode_kernel(a)) {
-    e = a.head_dim == 64 ? launch_decode<64>(P, gb, grid, stream) : launch_decode<128>(P, gb, grid, stream);
+  } else if (use_decode_mma(a)) {
+    const DecodePlan plan = decode_plan(a);
+    e = attention_decode_mma(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), pos, a,
+                             plan, P.part_o, P.part_ml, out, stream);
+    if (e != cudaSuccess || plan.n_splits == 1 || plan.cluster) return e;
   } else {
     switch (a.cache) {
     case CacheKind::kF32:

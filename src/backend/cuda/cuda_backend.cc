@@ -65,9 +65,14 @@ Status CudaBackend::init(int device) {
   SHOAL_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
   name_ = fmt::format("cuda:{} {}", device, prop.name);
   // Programmatic dependent launch (sm_90+) hides launch gaps between the kernels of a step;
-  // SHOAL_CUDA_PDL=0 turns it off (for comparisons).
-  const char* pdl = std::getenv("SHOAL_CUDA_PDL");
-  cuda::set_pdl(prop.major >= 9 && !(pdl && std::string_view(pdl) == "0"));
+  // thread-block clusters (sm_90+) let decode attention merge its splits in one kernel.
+  // SHOAL_CUDA_PDL=0 / SHOAL_CUDA_CLUSTERS=0 turn them off (for comparisons).
+  const auto off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string_view(v) == "0";
+  };
+  cuda::set_pdl(prop.major >= 9 && !off("SHOAL_CUDA_PDL"));
+  cuda::set_clusters(prop.major >= 9 && !off("SHOAL_CUDA_CLUSTERS"));
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

@@ -25,6 +25,8 @@ struct WeightRef {
 
 /// Turns programmatic dependent launch on or off for this process (on for sm_90+ devices).
 void set_pdl(bool on);
+/// Whether kernels may use thread-block clusters (sm_90+; set once per process by the backend).
+void set_clusters(bool on);
 
 /// Activation ids, equal to shoal::Activation's order (silu, gelu tanh, gelu erf).
 enum class Act : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
@@ -172,10 +174,12 @@ struct AttnArgs {
 /// Bytes of scratch attention() needs for these arguments (split partial results).
 uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
-/// (read on the device), split along the sequence (flash-decoding, at most 32 splits) and
-/// combined by a second kernel. head_dim must be a multiple of 8 and at most 256. (Combining in
-/// the split kernel, by the last block of each head group to finish, measured slower on the
-/// H200: 12.3 vs 11.7 us per layer at context 512.)
+/// (read on the device), split along the sequence where a call has few blocks (flash-decoding,
+/// at most 32 splits), the splits combined by a second kernel, or on sm_90 by a thread-block
+/// cluster (decode with an f16 cache of at most 4096 rows). f16 caches with head_dim 64 / 128 run
+/// on the tensor cores (attention_mma.h). head_dim must be a multiple of 8 and at most 256.
+/// (Combining in the split kernel, by the last block of each head group to finish, measured
+/// slower on the H200: 12.3 vs 11.7 us per layer at context 512.)
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
                       void* scratch, float* out, cudaStream_t stream);
 

@@ -1,0 +1,310 @@
+// Decode attention (1..kGemvMaxTokens tokens) on the f16 tensor cores for f16 KV caches and
+// head_dim 64 / 128 (attention_mma.cuh: the tile step, exactness). The MMA's 16 rows are the
+// (token, query head) pairs of one KV head (GQA: 4 heads x 1 token use 4 rows), so one pass over
+// a key serves all of them; the 4 warps of a block hold the same rows and take a quarter (16
+// keys) of each 64-key tile, which keeps a warp's serial work per tile small (the CUDA-core
+// decode kernel was bound by it at short contexts: ~1600 instructions per 32-key pass). The
+// warps merge their online-softmax states in shared memory at the end. The attended keys are
+// divided evenly over the splits at run time (a captured graph's grid depends only on the
+// cache size). On sm_90 the splits of a row group are one thread-block cluster: after a cluster
+// barrier each block merges a share of the outputs from every block's shared memory (DSMEM), so
+// the step needs no combine kernel; elsewhere the splits write partial results for
+// attention_combine_kernel.
+// Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_mma.h"
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/launch.cuh"
+
+namespace shoal::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+using attn_mma::kKeys;
+using attn_mma::kRows;
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kWarpKeys = kKeys / kWarps;  // keys of a tile per warp
+constexpr int kMaxClusterSplits = 8;       // the portable cluster size (16 measured slower)
+constexpr int64_t kClusterMaxCtx = 4096;   // larger caches: up to kMaxSplits splits and the combine
+constexpr int kMaxSplits = 32;             // attention_combine_kernel: one split per lane
+constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
+
+bool g_clusters = false;
+
+struct Params {
+  const float* q;
+  const __half* k;
+  const __half* v;
+  const int32_t* pos;
+  int n_tokens, n_ctx, n_heads, n_kv_heads, window;
+  float scale, softcap;
+  DecodePlan plan;
+  float* part_o;
+  float* part_ml;
+  float* out;
+};
+
+// S: stages of K/V tiles in flight (2, or 4 for clusters: sm_90 has the shared memory).
+template <int D, int S>
+__global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
+  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
+  extern __shared__ uint4 smem[];
+  __half* k_s = reinterpret_cast<__half*>(smem);  // [S][kKeys][DP]
+  __half* v_s = k_s + S * kKeys * DP;             // [S][kKeys][DP]
+  float* o_s = reinterpret_cast<float*>(smem);    // after the tiles: [kWarps][kRows][D]
+  __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
+  __shared__ int lo_s[kRows], hi_s[kRows];
+
+  const DecodePlan& pl = P.plan;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int G = P.n_heads / P.n_kv_heads;
+  const int kvh = int(blockIdx.y) / pl.row_groups, p0 = (int(blockIdx.y) % pl.row_groups) * kRows;
+  const int split = int(blockIdx.x);
+  // Row r is the pair p0 + r: token (p0 + r) / G, head kvh * G + (p0 + r) % G.
+  auto row_token = [&](int r) { return (p0 + r) / G; };
+  auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
+  pdl_prologue();
+
+  // 1. Key range [first, last] of each row (empty: first > last), and the rows of q.
+  if (threadIdx.x < kRows) {
+    int first = 1, last = 0;
+    if (row_token(threadIdx.x) < P.n_tokens) {
+      last = min(max(P.pos[row_token(threadIdx.x)], 0), P.n_ctx - 1);
+      first = P.window > 0 ? max(0, last - P.window + 1) : 0;
+    }
+    lo_s[threadIdx.x] = first;
+    hi_s[threadIdx.x] = last;
+  }
+  uint32_t qh[D / 16][4], ql[D / 16][4];
+  attn_mma::load_q<D>(qh, ql, row_token(g) < P.n_tokens ? P.q + row_out(g) : nullptr,
+                      row_token(g + 8) < P.n_tokens ? P.q + row_out(g + 8) : nullptr, P.scale, c);
+  __syncthreads();
+  // This split's share of the rows' keys, whole 16-key warp slices.
+  int b_lo = INT_MAX, b_hi = -1;
+  for (int i = 0; i < kRows; ++i)
+    if (lo_s[i] <= hi_s[i]) b_lo = min(b_lo, lo_s[i]), b_hi = max(b_hi, hi_s[i]);
+  if (b_lo <= b_hi) {
+    const int per = int(align_up(uint64_t(div_up(b_hi - b_lo + 1, pl.n_splits)), kWarpKeys));
+    b_lo += split * per;
+    b_hi = min(b_hi, b_lo + per - 1);
+  }
+  int r_lo[2], r_hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    r_lo[r] = max(lo_s[g + 8 * r], b_lo);
+    r_hi[r] = min(hi_s[g + 8 * r], b_hi);
+  }
+
+  // 2. The tiles of keys [b_lo, b_hi], S - 1 loading ahead; warp w takes keys 16w..16w + 15 of each.
+  const int64_t width = int64_t(P.n_kv_heads) * D;
+  const __half* kg = P.k + int64_t(kvh) * D;
+  const __half* vg = P.v + int64_t(kvh) * D;
+  const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
+  auto load = [&](int i) {
+    if (i < n_tiles)
+      attn_mma::load_tile<D, kThreads>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
+                                       b_lo + i * kKeys, b_hi);
+    cp_async_commit();  // (empty groups keep the count)
+  };
+  attn_mma::RowState<D> st;
+  st.init();
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) load(i);
+#pragma unroll 1
+  for (int i = 0; i < n_tiles; ++i) {
+    load(i + S - 1);
+    cp_async_wait<S - 1>();
+    __syncthreads();
+    const int key0 = b_lo + i * kKeys + warp * kWarpKeys;
+    if (key0 <= b_hi) {
+      const int off = ((i % S) * kKeys + warp * kWarpKeys) * DP;
+      attn_mma::tile_step<D, kWarpKeys / 8>(k_s + off, v_s + off, key0, qh, ql, r_lo, r_hi, P.softcap, st);
+    }
+    __syncthreads();  // a later load overwrites this buffer
+  }
+  cp_async_wait<0>();
+
+  // 3. The warps' states into shared memory (over the tiles), merged into warp 0's place with
+  // per-row weights: M = max_w m_w, L = sum_w l_w e^(m_w - M), O = sum_w o_w e^(m_w - M).
+  st.reduce_l();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float* dst = o_s + (warp * kRows + g + 8 * r) * D + 2 * c;
+#pragma unroll
+    for (int d = 0; d < DT; ++d) *reinterpret_cast<float2*>(dst + d * 8) = make_float2(st.o[d][2 * r], st.o[d][2 * r + 1]);
+    if (c == 0) m_s[warp][g + 8 * r] = st.m[r], l_s[warp][g + 8 * r] = st.l[r];
+  }
+  __shared__ float wt_s[kMaxClusterSplits > kWarps ? kMaxClusterSplits : kWarps][kRows];
+  __syncthreads();
+  if (threadIdx.x < kRows) {
+    const int r = threadIdx.x;
+    float M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, m_s[w][r]);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = m_s[w][r] == -INFINITY ? 0.0f : expf(m_s[w][r] - M);
+      wt_s[w][r] = wt;
+      L += l_s[w][r] * wt;
+    }
+    m_s[0][r] = M;  // (read only by this thread above)
+    l_s[0][r] = L;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
+    const int r = idx / D;
+    float O = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) O = fmaf(o_s[w * kRows * D + idx], wt_s[w][r], O);
+    o_s[idx] = O;
+  }
+  __syncthreads();
+
+  // 4. Output: this block's (one split), the cluster's merge, or the split's partial result.
+  if (pl.n_splits == 1) {
+    for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
+      const int r = idx / D;
+      if (row_token(r) >= P.n_tokens) continue;
+      P.out[row_out(r) + idx % D] = l_s[0][r] > 0.0f ? o_s[idx] / l_s[0][r] : 0.0f;
+    }
+  } else if (pl.cluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (clusters: sm_90+; the plan has none below)
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's state is in its shared memory
+    // Weight of block b for row r, 1 / L folded in; then block `split` merges outputs split,
+    // split + n_splits, ... of the row group.
+    __syncthreads();  // wt_s is reused
+    if (threadIdx.x < kRows) {
+      const int r = threadIdx.x;
+      float m[kMaxClusterSplits], M = -INFINITY, L = 0.0f;
+#pragma unroll
+      for (int b = 0; b < kMaxClusterSplits; ++b) {
+        m[b] = b < pl.n_splits ? cluster.map_shared_rank(&m_s[0][0], b)[r] : -INFINITY;
+        M = fmaxf(M, m[b]);
+      }
+#pragma unroll
+      for (int b = 0; b < kMaxClusterSplits; ++b) {
+        m[b] = m[b] == -INFINITY ? 0.0f : expf(m[b] - M);
+        if (b < pl.n_splits) L += cluster.map_shared_rank(&l_s[0][0], b)[r] * m[b];
+      }
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+#pragma unroll
+      for (int b = 0; b < kMaxClusterSplits; ++b) wt_s[b][r] = m[b] * inv;
+    }
+    __syncthreads();
+    for (int idx = split * kThreads + threadIdx.x; idx < kRows * D; idx += pl.n_splits * kThreads) {
+      const int r = idx / D;
+      if (row_token(r) >= P.n_tokens) continue;
+      float O = 0.0f;
+#pragma unroll
+      for (int b = 0; b < kMaxClusterSplits; ++b)
+        if (b < pl.n_splits) O = fmaf(cluster.map_shared_rank(o_s, b)[idx], wt_s[b][r], O);
+      P.out[row_out(r) + idx % D] = O;
+    }
+    cluster.sync();  // no block leaves while others read its shared memory
+#endif
+  } else {
+    for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
+      const int r = idx / D;
+      if (row_token(r) >= P.n_tokens) continue;
+      const int64_t row = (row_out(r) / D) * pl.n_splits + split;
+      P.part_o[row * D + idx % D] = o_s[idx];
+      if (idx % D == 0) {
+        P.part_ml[row * 2] = m_s[0][r];
+        P.part_ml[row * 2 + 1] = l_s[0][r];
+      }
+    }
+  }
+}
+
+template <int D, int S>
+constexpr size_t smem_bytes() {
+  static_assert(2 * S * kKeys * attn_mma::pitch<D>() * sizeof(__half) >= kWarps * kRows * D * sizeof(float),
+                "the warps' states fit over the tiles");
+  return size_t(2 * S * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
+}
+
+template <int D, int S>
+cudaError_t launch_stages(const Params& P, cudaStream_t stream) {
+  const auto kernel = attention_decode_mma_kernel<D, S>;
+  if (const cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D, S>()));
+      e != cudaSuccess)
+    return e;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(P.plan.n_splits), unsigned(P.n_kv_heads * P.plan.row_groups));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem_bytes<D, S>();
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (P.plan.cluster) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = unsigned(P.plan.n_splits);
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, P);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
+  return P.plan.cluster ? launch_stages<D, 4>(P, stream) : launch_stages<D, 2>(P, stream);
+}
+
+}  // namespace
+
+void set_clusters(bool on) { g_clusters = on; }
+
+bool use_decode_mma(const AttnArgs& a) {
+  return a.cache == CacheKind::kF16 && a.n_tokens >= 1 && a.n_tokens <= kGemvMaxTokens &&
+         (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX;
+}
+
+DecodePlan decode_plan(const AttnArgs& a) {
+  DecodePlan p;
+  const int G = a.n_heads / a.n_kv_heads;
+  p.row_groups = int(div_up(a.n_tokens * G, kRows));
+  const int64_t blocks = int64_t(a.n_kv_heads) * p.row_groups;
+  const bool cluster = g_clusters && a.n_ctx <= kClusterMaxCtx;
+  const int64_t most = cluster ? kMaxClusterSplits : kMaxSplits;
+  const int64_t splits = std::min<int64_t>({most, div_up(kFillBlocks, blocks), div_up(a.n_ctx, kWarpKeys)});
+  p.n_splits = int(std::max<int64_t>(1, splits));
+  p.cluster = cluster && p.n_splits > 1;
+  return p;
+}
+
+cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
+                                 const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
+                                 cudaStream_t stream) {
+  Params P{q,
+           k_cache,
+           v_cache,
+           pos,
+           int(a.n_tokens),
+           int(a.n_ctx),
+           a.n_heads,
+           a.n_kv_heads,
+           a.sliding_window,
+           a.scale,
+           a.softcap,
+           plan,
+           part_o,
+           part_ml,
+           out};
+  return a.head_dim == 64 ? launch_decode<64>(P, stream) : launch_decode<128>(P, stream);
+}
+
+}  // namespace shoal::cuda

@@ -1,0 +1,193 @@
+// Attention on the f16 tensor cores for f16 KV caches (head_dim 64 / 128), the device pieces the
+// prefill kernel (attention_prefill.cu) and the decode kernel (attention_decode_mma.cu) share, in
+// the structure of FlashAttention-2 (Dao 2023): a warp owns 16 query rows held in registers as
+// MMA A fragments; the block stages 64-key tiles of K and V in shared memory with cp.async; per
+// tile a warp computes S = Q K^T for its keys (mma.m16n8k16), masks each row to its key range,
+// updates an online softmax (Milakov & Gimelshein 2018) whose row statistics live in the 4 lanes
+// of a quad, and adds P V with P taken straight from the score accumulators as A fragments.
+//
+// Exactness (the CPU reference is f32): K and V are f16 in the cache, so exact as MMA operands;
+// q (times the softmax scale) and p are split into f16 hi + lo (22 significant bits), each
+// product takes two MMAs with f32 accumulation, so results match the f32 computation to ~2^-22
+// relative (the tests compare at 1e-5). Limits: |q * scale| above 65504 overflows f16 (inf /
+// NaN); q elements below ~2^-14 * max|q| lose relative (not absolute) precision in lo.
+// Only included by .cu files of src/backend/cuda/.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/mma.cuh"
+
+namespace shoal::cuda::attn_mma {
+
+constexpr int kKeys = 64;  // keys per tile
+constexpr int kRows = 16;  // query rows per warp (the MMA's M)
+
+/// Shared-memory row pitch of K / V tiles in halves: 16-byte rows, conflict-free ldmatrix.
+template <int D>
+constexpr int pitch() {
+  return D + 8;
+}
+
+/// A warp's online-softmax state for its 16 rows; lane (g, c) holds rows g and g + 8: output
+/// dimensions 8d + 2c, 8d + 2c + 1 in o[d][2r], o[d][2r + 1], the running max m[r] and its
+/// share l[r] of the row sum (summed over the quad at the end).
+template <int D>
+struct RowState {
+  float o[D / 8][4];
+  float m[2], l[2];
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+  /// l summed over the 4 lanes of the quad (once, after the last tile).
+  __device__ __forceinline__ void reduce_l() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+  }
+};
+
+/// The q rows of lane (g, c), times `scale`, as A fragments hi + lo: qa / qb point at row g /
+/// g + 8 (null: a row of zeros).
+template <int D>
+__device__ __forceinline__ void load_q(uint32_t (&qh)[D / 16][4], uint32_t (&ql)[D / 16][4], const float* qa,
+                                       const float* qb, float scale, int c) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {  // f: (row g, cols 0..7), (g + 8, 0..7), (g, 8..15), (g + 8, 8..15)
+      const float* row = f & 1 ? qb : qa;
+      float2 x = make_float2(0.0f, 0.0f);
+      if (row) x = *reinterpret_cast<const float2*>(row + ks * 16 + (f >> 1) * 8 + 2 * c);
+      x.x *= scale;
+      x.y *= scale;
+      qh[ks][f] = half2_bits(x.x, x.y);
+      const float2 h = bits_half2(qh[ks][f]);
+      ql[ks][f] = half2_bits(x.x - h.x, x.y - h.y);
+    }
+  }
+}
+
+/// Issues the cp.async copies of keys k0 .. k0 + 63 of one KV head (rows of kg / vg, `width`
+/// halves apart) into k_dst / v_dst [kKeys][pitch]: all kThreads threads of the block take part
+/// (a thread always copies the same 16 bytes of its rows); rows past `hi` become zeros (never
+/// read from memory).
+template <int D, int kThreads>
+__device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __half* kg, const __half* vg,
+                                          int64_t width, int k0, int hi) {
+  constexpr int DP = pitch<D>(), kPieces = D / 8, kStep = kThreads / kPieces;
+  static_assert(kThreads % kPieces == 0 && kKeys % kStep == 0, "whole rows per pass");
+  const int e = int(threadIdx.x) % kPieces * 8, j0 = int(threadIdx.x) / kPieces;
+#pragma unroll
+  for (int j = j0; j < kKeys; j += kStep) {
+    const bool ok = k0 + j <= hi;
+    const int64_t off = (ok ? int64_t(k0 + j) * width : 0) + e;
+    cp_async_or_zero(k_dst + j * DP + e, kg + off, ok);
+    cp_async_or_zero(v_dst + j * DP + e, vg + off, ok);
+  }
+}
+
+/// One warp's step over NT * 8 keys starting at key0, whose K / V rows start at kt / vt
+/// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
+/// (when > 0), online softmax, O += P V.
+template <int D, int NT>
+__device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
+                                          const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
+                                          float softcap, RowState<D>& st) {
+  constexpr int DP = pitch<D>(), KS = D / 16, DT = D / 8;
+  const int lane = threadIdx.x & 31, c = lane & 3;
+  // S: ldmatrix gives the B fragments of two k-steps of 8 keys. With few n-tiles (decode) the
+  // four products of a k-step pair go to separate accumulators (chains of KS / 2 dependent MMAs
+  // instead of 2 KS), summed at the end.
+  constexpr int kChains = NT <= 2 ? 4 : 1;
+  float acc[kChains][NT][4];
+#pragma unroll
+  for (int h = 0; h < kChains; ++h)
+#pragma unroll
+    for (int n = 0; n < NT; ++n) acc[h][n][0] = acc[h][n][1] = acc[h][n][2] = acc[h][n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < KS; ks += 2) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      uint32_t b[4];
+      ldmatrix_x4<false>(b, kt + (n * 8 + (lane & 7)) * DP + ks * 16 + (lane >> 3) * 8);
+      mma(acc[0][n], qh[ks], b[0], b[1]);
+      mma(acc[1 % kChains][n], ql[ks], b[0], b[1]);
+      mma(acc[2 % kChains][n], qh[ks + 1], b[2], b[3]);
+      mma(acc[3 % kChains][n], ql[ks + 1], b[2], b[3]);
+    }
+  }
+  float s[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[n][e] = kChains == 4 ? (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e])
+                             : acc[0][n][e];
+  // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + n * 8 + 2 * c + (e & 1), r = e >> 1;
+      float x = s[n][e];
+      if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+      x = key >= r_lo[r] && key <= r_hi[r] ? x : -INFINITY;
+      s[n][e] = x;
+      mx[r] = fmaxf(mx[r], x);
+    }
+  float base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(st.m[r], mx[r]);
+    const float corr = st.m[r] == -INFINITY ? (m_new == -INFINITY ? 1.0f : 0.0f) : expf(st.m[r] - m_new);
+    st.m[r] = m_new;
+    base[r] = m_new == -INFINITY ? 0.0f : m_new;
+    st.l[r] *= corr;
+#pragma unroll
+    for (int d = 0; d < DT; ++d) st.o[d][2 * r] *= corr, st.o[d][2 * r + 1] *= corr;
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = expf(s[n][e] - base[e >> 1]);  // masked: e^-inf = 0
+      s[n][e] = p;
+      st.l[e >> 1] += p;
+    }
+  // O += P V, P as A fragments (hi + lo) of 16 keys; ldmatrix.trans gives V's B fragments of two
+  // n-tiles of 8 dimensions.
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    uint32_t ah[4], al[4];
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {  // rows g / g + 8 of keys 0..7, then of keys 8..15
+      const float* src = s[2 * kk + (f >> 1)] + (f & 1) * 2;
+      ah[f] = half2_bits(src[0], src[1]);
+      const float2 h = bits_half2(ah[f]);
+      al[f] = half2_bits(src[0] - h.x, src[1] - h.y);
+    }
+#pragma unroll
+    for (int d = 0; d < DT; d += 2) {
+      uint32_t b[4];
+      ldmatrix_x4<true>(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * DP + d * 8 + (lane >> 4) * 8);
+      mma(st.o[d], ah, b[0], b[1]);
+      mma(st.o[d], al, b[0], b[1]);
+      mma(st.o[d + 1], ah, b[2], b[3]);
+      mma(st.o[d + 1], al, b[2], b[3]);
+    }
+  }
+}
+
+}  // namespace shoal::cuda::attn_mma

@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   for (int r = 0; r < 2; ++r) {
     float* dst = o_s + (warp * kRows + g + 8 * r) * D + 2 * c;
 #pragma unroll
-    for (int d = 0; d < DT; ++d) *reinterpret_cast<float2*>(dst + d * 8) = make_float2(st.o[d][2 * r], st.o[d][2 * r + 1]);
+    for (int d = 0; d < DT; ++d)
+      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(st.o[d][2 * r], st.o[d][2 * r + 1]);
     if (c == 0) m_s[warp][g + 8 * r] = st.m[r], l_s[warp][g + 8 * r] = st.l[r];
   }
   __shared__ float wt_s[kMaxClusterSplits > kWarps ? kMaxClusterSplits : kWarps][kRows];

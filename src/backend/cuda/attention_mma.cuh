@@ -130,8 +130,9 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      s[n][e] = kChains == 4 ? (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e])
-                             : acc[0][n][e];
+      s[n][e] = kChains == 4
+                    ? (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e])
+                    : acc[0][n][e];
   // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll

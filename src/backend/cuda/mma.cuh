@@ -27,7 +27,9 @@ __device__ __forceinline__ uint32_t half2_bits(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 /// An f16x2 word as two floats.
-__device__ __forceinline__ float2 bits_half2(uint32_t u) { return __half22float2(*reinterpret_cast<const __half2*>(&u)); }
+__device__ __forceinline__ float2 bits_half2(uint32_t u) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
 
 /// Four 8x8 f16 matrices from shared memory: lanes 8i..8i+7 give the 16-byte rows of matrix i;
 /// r[i] is lane (g, c)'s word of matrix i: row g, columns 2c..2c+1 (with .trans: rows 2c..2c+1

@@ -173,6 +173,8 @@ TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
   run({32, 8, 128, 4096, {4095}}, DType::kF16);
   run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16);  // 3 tokens x 8 heads: 2 row groups
   run({16, 8, 128, 6000, {20}}, DType::kF16);            // short context in a large cache
+  run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, DType::kF16);  // 16 heads x 8 tokens: 8 row groups
+  run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16);                    // sliding window across splits
 }
 
 TEST_F(CudaAttentionCases, LongContextSplitsAndSmallBatches) {

@@ -49,7 +49,7 @@ struct Params {
   float* out;
 };
 
-// S: stages of K/V tiles in flight (2, or 4 for clusters: sm_90 has the shared memory).
+// S: stages of K/V tiles in flight (2, or 4 for clusters where the device has the shared memory).
 template <int D, int S>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
@@ -208,6 +208,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       P.out[row_out(r) + idx % D] = O;
     }
     cluster.sync();  // no block leaves while others read its shared memory
+#else
+    __trap();  // (set_clusters() is off unless the device code is sm_90+)
 #endif
   } else {
     for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
@@ -260,9 +262,27 @@ cudaError_t launch_stages(const Params& P, cudaStream_t stream) {
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
+// Shared memory a block may opt in to on the current device (asked once per process).
+int max_block_smem() {
+  static const int bytes = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return v;
+  }();
+  return bytes;
+}
+
+// 4 stages for clusters where the device has the shared memory (sm_90: 227 KB per block; not
+// sm_120: 99 KB), else 2.
 template <int D>
 cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  return P.plan.cluster ? launch_stages<D, 4>(P, stream) : launch_stages<D, 2>(P, stream);
+  constexpr size_t kStatic = 4096;  // the kernel's static shared memory, rounded up
+  if (P.plan.cluster && size_t(max_block_smem()) >= smem_bytes<D, 4>() + kStatic) return launch_stages<D, 4>(P, stream);
+  return launch_stages<D, 2>(P, stream);
 }
 
 }  // namespace

@@ -11,6 +11,10 @@
 // product takes two MMAs with f32 accumulation, so results match the f32 computation to ~2^-22
 // relative (the tests compare at 1e-5). Limits: |q * scale| above 65504 overflows f16 (inf /
 // NaN); q elements below ~2^-14 * max|q| lose relative (not absolute) precision in lo.
+// A block loads every K/V row between its earliest and latest attended key, also rows that a
+// row's mask skips (gaps in pos with a sliding window): they must be finite, since a masked p of
+// 0 times a NaN is NaN. The engine writes positions in order and CudaBackend::alloc zeroes
+// caches.
 // Only included by .cu files of src/backend/cuda/.
 #pragma once
 

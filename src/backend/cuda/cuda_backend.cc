@@ -71,8 +71,9 @@ Status CudaBackend::init(int device) {
     const char* v = std::getenv(name);
     return v && std::string_view(v) == "0";
   };
-  cuda::set_pdl(prop.major >= 9 && !off("SHOAL_CUDA_PDL"));
-  cuda::set_clusters(prop.major >= 9 && !off("SHOAL_CUDA_CLUSTERS"));
+  const bool sm90 = prop.major >= 9 && cuda::device_code_sm90();
+  cuda::set_pdl(sm90 && !off("SHOAL_CUDA_PDL"));
+  cuda::set_clusters(sm90 && !off("SHOAL_CUDA_CLUSTERS"));
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -168,6 +169,14 @@ Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> sh
   if (!use_device()) return error_;
   SHOAL_ASSIGN_OR_RETURN(
       t.data, device_malloc(bytes, fmt::format("{} tensor {}", dtype_name(dtype), t.shape_string()).c_str()));
+  // Zeroed (in stream order), so a KV cache's rows are finite before they are written: the
+  // tensor-core attention loads every row between a block's first and last attended key.
+  if (!capturing_) {
+    if (const cudaError_t e = cudaMemsetAsync(t.data, 0, bytes, stream_); e != cudaSuccess) {
+      free(t);
+      return cuda_status(e, "cudaMemsetAsync (zeroing a new tensor)");
+    }
+  }
   return t;
 }
 

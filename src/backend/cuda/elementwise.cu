@@ -79,6 +79,17 @@ bool g_pdl = false;
 void set_pdl(bool on) { g_pdl = on; }
 bool pdl_enabled() { return g_pdl; }
 
+bool device_code_sm90() {
+  // The code the driver runs for this device: a build for older architectures only (PTX JIT)
+  // compiles griddepcontrol and clusters out of the kernels.
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, glu_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return fa.binaryVersion >= 90;
+}
+
 cudaError_t add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   SHOAL_TRY_LAUNCH(launch(add_kernel, grid_for(n), kBlock, 0, stream, a, b, y, n));

@@ -27,6 +27,10 @@ struct WeightRef {
 void set_pdl(bool on);
 /// Whether kernels may use thread-block clusters (sm_90+; set once per process by the backend).
 void set_clusters(bool on);
+/// Whether the kernels the driver runs on the current device were compiled for sm_90 or later
+/// (not the case for a build of older architectures JIT-compiled from PTX): PDL and clusters
+/// need it.
+bool device_code_sm90();
 
 /// Activation ids, equal to shoal::Activation's order (silu, gelu tanh, gelu erf).
 enum class Act : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };

@@ -6,10 +6,12 @@
 // decode kernel was bound by it at short contexts: ~1600 instructions per 32-key pass). The
 // warps merge their online-softmax states in shared memory at the end. The attended keys are
 // divided evenly over the splits at run time (a captured graph's grid depends only on the
-// cache size). On sm_90 the splits of a row group are one thread-block cluster: after a cluster
-// barrier each block merges a share of the outputs from every block's shared memory (DSMEM), so
-// the step needs no combine kernel; elsewhere the splits write partial results for
-// attention_combine_kernel.
+// cache size). On sm_90, for caches of at most kClusterMaxCtx rows, the splits of a row group
+// are one thread-block cluster: after a cluster barrier each block merges a share of the outputs
+// from every block's shared memory (DSMEM), so the step needs no combine kernel; otherwise the
+// splits write partial results for attention_combine_kernel. (H200, Llama-3-8B heads, us per
+// layer: context 512 7.6 (cluster) vs 9.6 (combine), 4096 14.6 vs 13.7, 32768 43 with the
+// combine and 32 splits; the CUDA-core kernel this replaced: 10.0, 12.9, 61.9.)
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cooperative_groups.h>
 

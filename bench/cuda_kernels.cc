@@ -192,6 +192,81 @@ struct Layer {
   Tensor attn_norm, ffn_norm, q_norm, k_norm, wq, wk, wv, wo, wg, wu, wd, kc, vc;
 };
 
+// A layer of m: weights from W(rows, cols), norm vectors from norm(n), an f16 KV cache of ctx
+// rows (random).
+template <class MakeW, class MakeNorm>
+Layer make_layer(Backend& b, const ModelShape& m, int64_t ctx, uint64_t& seed, MakeW W, MakeNorm norm) {
+  const int64_t kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
+  Layer L;
+  L.attn_norm = norm(m.d);
+  L.ffn_norm = norm(m.d);
+  if (m.qk_norm) L.q_norm = norm(m.head_dim), L.k_norm = norm(m.head_dim);
+  L.wq = W(qw, m.d), L.wk = W(kvw, m.d), L.wv = W(kvw, m.d), L.wo = W(m.d, qw);
+  L.wg = W(m.ff, m.d), L.wu = W(m.ff, m.d), L.wd = W(m.d, m.ff);
+  L.kc = act(b, DType::kF16, {ctx, kvw}, seed++), L.vc = act(b, DType::kF16, {ctx, kvw}, seed++);
+  return L;
+}
+
+void free_layer(Backend& b, Layer& L) {
+  for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd,
+                     &L.kc, &L.vc})
+    if (tp->data) b.free(*tp);
+}
+
+// RoPE inverse frequencies of m (base 500000), on the device.
+Tensor rope_freqs(Backend& b, const ModelShape& m) {
+  std::vector<float> f(size_t(m.head_dim / 2));
+  for (int i = 0; i < m.head_dim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / m.head_dim));
+  Tensor freq = must(b.alloc(DType::kF32, {m.head_dim / 2}));
+  if (Status s = b.to_device(freq, f.data(), f.size() * 4, 0); !s.ok()) die(s);
+  return freq;
+}
+
+// The ops of one layer of the graph of model/forward.cc (norms and residual adds inside the
+// matmuls, q/k/v in one call, qk-norm + RoPE + KV write in one), on activations of one step.
+struct LayerOps {
+  Backend& b;
+  const ModelShape& m;
+  const Tensor &pos, &freq;
+  Tensor &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2;
+
+  void qkv(Layer& L) const {
+    const MatmulOut outs[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
+    b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, outs);
+  }
+  void rope_kv(Layer& L) const {
+    const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f};
+    b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq, rq,
+                    m.kv_heads, L.kc, L.vc);
+  }
+  void attention(Layer& L) const {
+    const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
+    b.attention(q, L.kc, L.vc, pos, spec, att);
+  }
+  // y += w * in (the residual add).
+  void residual(const Tensor& w, const Tensor& in) const {
+    MatmulOut o{&w, &x};
+    o.accumulate = true;
+    o.tmp = &delta;
+    b.matmuls(in, InputNorm{}, {&o, 1});
+  }
+  void wo(Layer& L) const { residual(L.wo, att); }
+  void gate_up(Layer& L) const {
+    MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
+    glu.tmp = &ff2;
+    b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
+  }
+  void down(Layer& L) const { residual(L.wd, ff); }
+  void all(Layer& L) const {
+    qkv(L);
+    rope_kv(L);
+    attention(L);
+    wo(L);
+    gate_up(L);
+    down(L);
+  }
+};
+
 // ---- prefill, op by op -----------------------------------------------------------------------
 // One layer of the prefill graph (model/forward.cc at n = 512 tokens, the ops' default
 // compositions where the backend fuses only GEMVs) timed op group by op group, times the layers:
@@ -201,62 +276,25 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
   uint64_t seed = 5000;
   auto W = [&](int64_t r, int64_t cols) { return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols))); };
   auto norm = [&](int64_t k) { return act(b, DType::kF32, {k}, seed++, 0.1f); };
-  Layer L;
-  L.attn_norm = norm(m.d), L.ffn_norm = norm(m.d);
-  if (m.qk_norm) L.q_norm = norm(m.head_dim), L.k_norm = norm(m.head_dim);
-  L.wq = W(qw, m.d), L.wk = W(kvw, m.d), L.wv = W(kvw, m.d), L.wo = W(m.d, qw);
-  L.wg = W(m.ff, m.d), L.wu = W(m.ff, m.d), L.wd = W(m.d, m.ff);
-  L.kc = act(b, DType::kF16, {ctx, kvw}, seed++), L.vc = act(b, DType::kF16, {ctx, kvw}, seed++);
-  std::vector<float> f(size_t(m.head_dim / 2));
-  for (int i = 0; i < m.head_dim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / m.head_dim));
+  Layer L = make_layer(b, m, ctx, seed, W, norm);
   std::vector<int32_t> p(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
-  Tensor freq = must(b.alloc(DType::kF32, {m.head_dim / 2})), pos = must(b.alloc(DType::kI32, {n}));
-  if (Status s = b.to_device(freq, f.data(), f.size() * 4, 0); !s.ok()) die(s);
+  Tensor freq = rope_freqs(b, m), pos = must(b.alloc(DType::kI32, {n}));
   if (Status s = b.to_device(pos, p.data(), p.size() * 4, 0); !s.ok()) die(s);
   auto A = [&](int64_t k) { return act(b, DType::kF32, {n, k}, seed++, 0.5f); };
   Tensor x = A(m.d), h = A(m.d), delta = A(m.d), q = A(qw), k = A(kvw), v = A(kvw), att = A(qw);
   Tensor ff = A(m.ff), ff2 = A(m.ff);
-  const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
-  const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f};
-  const std::pair<const char*, std::function<void()>> ops[] = {
-      {"norm + q/k/v",
-       [&] {
-         const MatmulOut qkv[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
-         b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, qkv);
-       }},
-      {"rope + KV write",
-       [&] {
-         b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
-                         rq, m.kv_heads, L.kc, L.vc);
-       }},
-      {"attention", [&] { b.attention(q, L.kc, L.vc, pos, spec, att); }},
-      {"wo + residual",
-       [&] {
-         MatmulOut o{&L.wo, &x};
-         o.accumulate = true;
-         o.tmp = &delta;
-         b.matmuls(att, InputNorm{}, {&o, 1});
-       }},
-      {"norm + gate/up + SiLU",
-       [&] {
-         MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
-         glu.tmp = &ff2;
-         b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
-       }},
-      {"down + residual",
-       [&] {
-         MatmulOut down{&L.wd, &x};
-         down.accumulate = true;
-         down.tmp = &delta;
-         b.matmuls(ff, InputNorm{}, {&down, 1});
-       }},
+  const LayerOps ops{b, m, pos, freq, x, h, delta, q, k, v, att, ff, ff2};
+  const std::pair<const char*, std::function<void()>> groups[] = {
+      {"norm + q/k/v", [&] { ops.qkv(L); }},          {"rope + KV write", [&] { ops.rope_kv(L); }},
+      {"attention", [&] { ops.attention(L); }},        {"wo + residual", [&] { ops.wo(L); }},
+      {"norm + gate/up + SiLU", [&] { ops.gate_up(L); }}, {"down + residual", [&] { ops.down(L); }},
   };
   std::printf("\n## Prefill of %s %s, %lld tokens, one layer op by op (x %d layers)\n", m.name,
               std::string(dtype_name(t)).c_str(), (long long)n, m.n_layers);
   std::printf("| ops | us / layer | ms / prompt |\n|---|---|---|\n");
   double total = 0;
-  for (const auto& [name, fn] : ops) {
+  for (const auto& [name, fn] : groups) {
     const double ms = must(probe::time_graph_ms(b, fn, reps));
     total += ms;
     std::printf("| %s | %.1f | %.2f |\n", name, ms * 1e3, ms * m.n_layers);
@@ -265,9 +303,8 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
   std::printf("| all layers | %.1f | %.2f (%.0f tokens/s without embedding and LM head) |\n", total * 1e3,
               total * m.n_layers, double(n) / (total * m.n_layers * 1e-3));
   std::fflush(stdout);
-  for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd,
-                     &L.kc, &L.vc, &freq, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2})
-    if (tp->data) b.free(*tp);
+  free_layer(b, L);
+  for (Tensor* tp : {&freq, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2}) b.free(*tp);
   b.reset_graphs();
 }
 
@@ -286,24 +323,14 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
     return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols)));
   };
   auto norm = [&](int64_t n) { return act(b, DType::kF32, {n}, seed++, 0.1f); };
-  for (auto& L : layers) {
-    L.attn_norm = norm(m.d);
-    L.ffn_norm = norm(m.d);
-    if (m.qk_norm) L.q_norm = norm(m.head_dim), L.k_norm = norm(m.head_dim);
-    L.wq = W(qw, m.d), L.wk = W(kvw, m.d), L.wv = W(kvw, m.d), L.wo = W(m.d, qw);
-    L.wg = W(m.ff, m.d), L.wu = W(m.ff, m.d), L.wd = W(m.d, m.ff);
-    L.kc = act(b, DType::kF16, {ctx, kvw}, seed++), L.vc = act(b, DType::kF16, {ctx, kvw}, seed++);
-  }
+  for (auto& L : layers) L = make_layer(b, m, ctx, seed, W, norm);
   Tensor embd = weight(b, t, m.vocab, m.d, seed++);
   Tensor head = m.tied ? embd : W(m.vocab, m.d);
   if (m.tied) wbytes += weight_bytes(t, m.vocab, m.d);
   Tensor out_norm = norm(m.d);
-  std::vector<float> f(size_t(m.head_dim / 2));
-  for (int i = 0; i < m.head_dim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / m.head_dim));
-  Tensor freq = must(b.alloc(DType::kF32, {m.head_dim / 2}));
+  Tensor freq = rope_freqs(b, m);
   Tensor ids = must(b.alloc(DType::kI32, {1})), pos = must(b.alloc(DType::kI32, {1}));
   const int32_t id = 17;
-  if (Status s = b.to_device(freq, f.data(), f.size() * 4, 0); !s.ok()) die(s);
   if (Status s = b.to_device(ids, &id, 4, 0); !s.ok()) die(s);
   if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
   auto A = [&](int64_t n) { return must(b.alloc(DType::kF32, {1, n})); };
@@ -337,26 +364,10 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
     b.matmul(head, h, logits, nullptr);
     b.argmax(logits, best);
   };
+  const LayerOps ops{b, m, pos, freq, x, h, delta, q, k, v, att, ff, ff2};
   auto fused_step = [&] {
     b.embed(embd, ids, x);
-    for (Layer& L : layers) {
-      const MatmulOut qkv[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
-      b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, qkv);
-      b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
-                      rq, m.kv_heads, L.kc, L.vc);
-      b.attention(q, L.kc, L.vc, pos, spec, att);
-      MatmulOut o{&L.wo, &x};
-      o.accumulate = true;
-      o.tmp = &delta;
-      b.matmuls(att, InputNorm{}, {&o, 1});
-      MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
-      glu.tmp = &ff2;
-      b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
-      MatmulOut down{&L.wd, &x};
-      down.accumulate = true;
-      down.tmp = &delta;
-      b.matmuls(ff, InputNorm{}, {&down, 1});
-    }
+    for (Layer& L : layers) ops.all(L);
     const MatmulOut lm{&head, &logits};
     b.matmuls(x, InputNorm{&out_norm, 1e-5f, &h}, {&lm, 1});
     b.argmax(logits, best);
@@ -368,10 +379,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   std::printf("| %s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note,
               std::string(dtype_name(t)).c_str(), wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
   std::fflush(stdout);
-  for (auto& L : layers)
-    for (Tensor* tp : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd,
-                       &L.kc, &L.vc})
-      if (tp->data) b.free(*tp);
+  for (auto& L : layers) free_layer(b, L);
   if (!m.tied) b.free(head);
   for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2, &logits, &best})
     b.free(*tp);

@@ -123,6 +123,8 @@ class CudaBackend final : public Backend {
   /// up). False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a
   /// GLU of rows % 4 != 0): the caller composes the plain ops then.
   bool gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
+  /// The shape checks of both matmuls paths (a mismatch is a bug: SHOAL_CHECK).
+  static void check_matmul_shapes(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
 
   int device_ = 0;
   std::string name_;

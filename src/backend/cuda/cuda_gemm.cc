@@ -97,17 +97,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
                       w->dtype == DType::kQ4_0;
       if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
     }
-  SHOAL_CHECK(!norm.w || norm.w->n_elements() == k, "matmuls: norm {} for x {}", norm.w->shape_string(),
-              x.shape_string());
-  for (const MatmulOut& o : outs) {
-    const Tensor& w = *o.w;
-    SHOAL_CHECK(w.cols() == k, "matmuls: w {} vs x {}", w.shape_string(), x.shape_string());
-    SHOAL_CHECK(o.y->rows() == n && o.y->cols() == w.rows(), "matmuls: y {} for n={} out={}", o.y->shape_string(), n,
-                w.rows());
-    SHOAL_CHECK(!o.bias || o.bias->n_elements() == w.rows(), "matmuls: bias for out={}", w.rows());
-    SHOAL_CHECK(!o.up || (o.up->rows() == w.rows() && o.up->cols() == k && !o.bias && !o.accumulate),
-                "matmuls: up {} vs gate {}", o.up ? o.up->shape_string() : "", w.shape_string());
-  }
+  check_matmul_shapes(x, norm, outs);
   if (failed() || !use_device()) return true;
   GemmInput in;
   if (!gemm_input(cuda::f32(x), n, k, bf16, norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in)) return true;

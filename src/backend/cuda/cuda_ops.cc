@@ -201,8 +201,23 @@ void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Ten
   note(cuda::gemv_glu(weight_ref(w_gate), weight_ref(w_up), xs, int(n), act_of(act), f32(out), stream_), "gemv_glu");
 }
 
-void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+void CudaBackend::check_matmul_shapes(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
   const int64_t n = x.rows(), in = x.cols();
+  SHOAL_CHECK(!norm.w || norm.w->n_elements() == in, "matmuls: norm {} for x {}", norm.w->shape_string(),
+              x.shape_string());
+  for (const MatmulOut& o : outs) {
+    const Tensor& w = *o.w;
+    SHOAL_CHECK(w.cols() == in, "matmuls: w {} vs x {}", w.shape_string(), x.shape_string());
+    SHOAL_CHECK(o.y->rows() == n && o.y->cols() == w.rows(), "matmuls: y {} for n={} out={}", o.y->shape_string(),
+                n, w.rows());
+    SHOAL_CHECK(!o.bias || o.bias->n_elements() == w.rows(), "matmuls: bias for out={}", w.rows());
+    SHOAL_CHECK(!o.up || (o.up->rows() == w.rows() && o.up->cols() == in && !o.bias && !o.accumulate),
+                "matmuls: up {} vs gate {}", o.up ? o.up->shape_string() : "", w.shape_string());
+  }
+}
+
+void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+  const int64_t n = x.rows();
   SHOAL_CHECK(!norm.w || norm.h != nullptr, "matmuls: a norm needs its output tensor h");
   SHOAL_CHECK(!norm.w || norm.h->data != x.data, "matmuls: h must not alias x");
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -220,8 +235,7 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
     if (n <= cuda::kGemvMaxTokens || !gemm_matmuls(x, norm, outs)) Backend::matmuls(x, norm, outs);
     return;
   }
-  SHOAL_CHECK(!norm.w || norm.w->n_elements() == in, "matmuls: norm {} for x {}", norm.w->shape_string(),
-              x.shape_string());
+  check_matmul_shapes(x, norm, outs);
   const float* xs = f32(x);
   cuda::GemvOut g[cuda::kGemvMaxOuts];
   cuda::WeightRef ups[cuda::kGemvMaxOuts];
@@ -235,12 +249,6 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   };
   for (const MatmulOut& o : outs) {
     const Tensor& w = *o.w;
-    SHOAL_CHECK(w.cols() == in, "matmuls: w {} vs x {}", w.shape_string(), x.shape_string());
-    SHOAL_CHECK(o.y->rows() == n && o.y->cols() == w.rows(), "matmuls: y {} for n={} out={}", o.y->shape_string(),
-                n, w.rows());
-    SHOAL_CHECK(!o.bias || o.bias->n_elements() == w.rows(), "matmuls: bias for out={}", w.rows());
-    SHOAL_CHECK(!o.up || (o.up->rows() == w.rows() && o.up->cols() == in), "matmuls: up {} vs gate {}",
-                o.up ? o.up->shape_string() : "", w.shape_string());
     const cuda::WeightRef wr = weight_ref(w);
     // A launch takes up to kGemvMaxOuts products of one weight kind, GLU or not, sharing
     // accumulate and the activation.

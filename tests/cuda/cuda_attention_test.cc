@@ -118,24 +118,43 @@ struct AttnCase {
 
 class CudaAttentionCases : public CudaVsRef {
  protected:
-  void run(const AttnCase& c, DType cache) {
-    SCOPED_TRACE(fmt::format("{} heads {}/{} dim {} ctx {} n {} window {} softcap {}", dtype_name(cache), c.n_heads,
-                             c.n_kv_heads, c.head_dim, c.n_ctx, c.pos.size(), c.window, c.softcap));
+  // step_write: the rows of c.pos (consecutive) are written by kv_write right before attention,
+  // as in a decode step (decode attention then loads the older rows before its PDL wait); else
+  // every row is written first, with copies between the write and attention.
+  void run(const AttnCase& c, DType cache, bool step_write = false) {
+    SCOPED_TRACE(fmt::format("{} heads {}/{} dim {} ctx {} n {} window {} softcap {} step write {}", dtype_name(cache),
+                             c.n_heads, c.n_kv_heads, c.head_dim, c.n_ctx, c.pos.size(), c.window, c.softcap,
+                             step_write));
     const int64_t n = int64_t(c.pos.size()), kvw = int64_t(c.n_kv_heads) * c.head_dim;
     const int64_t qw = int64_t(c.n_heads) * c.head_dim;
-    // Fill every cache row up to the last position through kv_write on both backends.
+    // Fill the cache rows up to the last position through kv_write on both backends (poison after).
     std::vector<uint8_t> nan(*dtype_bytes(cache, c.n_ctx * kvw), 0xff);
     Dual kc = make(cache, {c.n_ctx, kvw}, nan.data()), vc = make(cache, {c.n_ctx, kvw}, nan.data());
-    const int64_t filled = c.pos.back() + 1;
-    std::vector<int32_t> all(static_cast<size_t>(filled));
-    std::iota(all.begin(), all.end(), 0);
-    Dual k = make_f32({filled, kvw}, randn(filled * kvw)), v = make_f32({filled, kvw}, randn(filled * kvw));
-    Dual allpos = make_i32(all);
-    cpu_->kv_write(kc.c, vc.c, k.c, v.c, allpos.c);
-    gpu_->kv_write(kc.g, vc.g, k.g, v.g, allpos.g);
+    const int64_t filled = c.pos.back() + 1, before = step_write ? c.pos.front() : filled;
+    ASSERT_TRUE(!step_write || filled - before == n) << "step_write needs consecutive positions";
+    const auto write = [&](int64_t first, int64_t rows) {
+      std::vector<int32_t> at(static_cast<size_t>(rows));
+      std::iota(at.begin(), at.end(), int32_t(first));
+      Dual k = make_f32({rows, kvw}, randn(rows * kvw)), v = make_f32({rows, kvw}, randn(rows * kvw));
+      Dual p = make_i32(at);
+      return std::array<Dual, 3>{std::move(k), std::move(v), std::move(p)};
+    };
+    if (before > 0) {
+      auto [k, v, p] = write(0, before);
+      cpu_->kv_write(kc.c, vc.c, k.c, v.c, p.c);
+      gpu_->kv_write(kc.g, vc.g, k.g, v.g, p.g);
+    }
     Dual q = make_f32({n, qw}, randn(n * qw, 2.0f));
-    Dual pos = make_i32(c.pos);
     Dual out = output(DType::kF32, {n, qw});
+    Dual pos;
+    if (step_write) {
+      auto [k, v, p] = write(before, n);
+      cpu_->kv_write(kc.c, vc.c, k.c, v.c, p.c);
+      gpu_->kv_write(kc.g, vc.g, k.g, v.g, p.g);
+      pos = p;
+    } else {
+      pos = make_i32(c.pos);
+    }
     AttentionSpec spec{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
     cpu_->attention(q.c, kc.c, vc.c, pos.c, spec, out.c);
     gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
@@ -175,6 +194,24 @@ TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
   run({16, 8, 128, 6000, {20}}, DType::kF16);            // short context in a large cache
   run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, DType::kF16);  // 16 heads x 8 tokens: 8 row groups
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16);                    // sliding window across splits
+}
+
+TEST_F(CudaAttentionCases, DecodeStepWriteThenAttention) {
+  // The step's rows written by the kernel just before attention (the cache is NaN elsewhere):
+  // the tensor-core decode kernel loads the older rows before its PDL wait and this step's after
+  // it, whether they fall in its first tiles (one split, few keys, several tokens) or later
+  // (clusters, the combine path, a window).
+  run({8, 2, 64, 16, {15}}, DType::kF16, true);
+  run({8, 2, 128, 40, {36, 37, 38, 39}}, DType::kF16, true);
+  run({16, 8, 128, 512, {0}}, DType::kF16, true);  // first token: nothing before the wait
+  run({16, 8, 128, 641, {576}}, DType::kF16, true);
+  run({32, 8, 128, 1024, {600}}, DType::kF16, true);
+  run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, DType::kF16, true);
+  run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16, true);
+  run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16, true);
+  run({32, 8, 128, 20000, {19999}}, DType::kF16, true);
+  run({32, 8, 128, 1024, {600}}, DType::kF32, true);
+  run({32, 8, 128, 1024, {600}}, DType::kQ8_0, true);
 }
 
 TEST_F(CudaAttentionCases, LongContextSplitsAndSmallBatches) {

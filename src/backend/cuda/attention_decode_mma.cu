@@ -49,6 +49,7 @@ struct Params {
   float* part_o;
   float* part_ml;
   float* out;
+  bool early_kv;  // AttnArgs::early_kv
 };
 
 // S: stages of K/V tiles in flight (2, or 4 for clusters where the device has the shared memory).
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   __half* v_s = k_s + S * kKeys * DP;             // [S][kKeys][DP]
   float* o_s = reinterpret_cast<float*>(smem);    // after the tiles: [kWarps][kRows][D]
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
-  __shared__ int lo_s[kRows], hi_s[kRows];
+  __shared__ uint4 q_s[2][D / 16][32];  // q as A fragments, hi and lo, per k-step and lane
 
   const DecodePlan& pl = P.plan;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -70,26 +71,22 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // Row r is the pair p0 + r: token (p0 + r) / G, head kvh * G + (p0 + r) % G.
   auto row_token = [&](int r) { return (p0 + r) / G; };
   auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
-  pdl_prologue();
 
-  // 1. Key range [first, last] of each row (empty: first > last), and the rows of q.
-  if (threadIdx.x < kRows) {
-    int first = 1, last = 0;
-    if (row_token(threadIdx.x) < P.n_tokens) {
-      last = min(max(P.pos[row_token(threadIdx.x)], 0), P.n_ctx - 1);
-      first = P.window > 0 ? max(0, last - P.window + 1) : 0;
-    }
-    lo_s[threadIdx.x] = first;
-    hi_s[threadIdx.x] = last;
+  // Before the PDL wait: pos (never written by kernels) and, with P.early_kv, the keys of earlier
+  // steps: the previous kernel (the step's KV write) writes only the rows at pos, and every
+  // kernel before it finished before it could start this one (each kernel lets the next start
+  // only after its own wait). Their loads then overlap the KV write.
+  // 1. Key range [first, last] of each row (empty: INT_MAX, -1), lane l holding row l % 16; each
+  // warp reduces them itself (no barrier).
+  int first = INT_MAX, last = -1;
+  if (row_token(lane & 15) < P.n_tokens) {
+    last = min(max(P.pos[row_token(lane & 15)], 0), P.n_ctx - 1);
+    first = P.window > 0 ? max(0, last - P.window + 1) : 0;
   }
-  uint32_t qh[D / 16][4], ql[D / 16][4];
-  attn_mma::load_q<D>(qh, ql, row_token(g) < P.n_tokens ? P.q + row_out(g) : nullptr,
-                      row_token(g + 8) < P.n_tokens ? P.q + row_out(g + 8) : nullptr, P.scale, c);
-  __syncthreads();
-  // This split's share of the rows' keys, whole 16-key warp slices.
-  int b_lo = INT_MAX, b_hi = -1;
-  for (int i = 0; i < kRows; ++i)
-    if (lo_s[i] <= hi_s[i]) b_lo = min(b_lo, lo_s[i]), b_hi = max(b_hi, hi_s[i]);
+  // This split's share of the rows' keys, whole 16-key warp slices; `fresh`: the first key this
+  // step writes (every row's last key is its token's own).
+  int b_lo = __reduce_min_sync(0xffffffffu, first), b_hi = __reduce_max_sync(0xffffffffu, last);
+  const int fresh = __reduce_min_sync(0xffffffffu, last >= 0 ? last : INT_MAX);
   if (b_lo <= b_hi) {
     const int per = int(align_up(uint64_t(div_up(b_hi - b_lo + 1, pl.n_splits)), kWarpKeys));
     b_lo += split * per;
@@ -98,28 +95,63 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   int r_lo[2], r_hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    r_lo[r] = max(lo_s[g + 8 * r], b_lo);
-    r_hi[r] = min(hi_s[g + 8 * r], b_hi);
+    r_lo[r] = max(__shfl_sync(0xffffffffu, first, g + 8 * r), b_lo);
+    r_hi[r] = min(__shfl_sync(0xffffffffu, last, g + 8 * r), b_hi);
   }
 
   // 2. The tiles of keys [b_lo, b_hi], S - 1 loading ahead; warp w takes keys 16w..16w + 15 of each.
+  // With early_kv, the first S - 1 tiles' keys before `fresh` are issued before the PDL wait, the
+  // rest after it.
   const int64_t width = int64_t(P.n_kv_heads) * D;
   const __half* kg = P.k + int64_t(kvh) * D;
   const __half* vg = P.v + int64_t(kvh) * D;
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
-  auto load = [&](int i) {
+  auto load = [&](int i, int from, int to) {
     if (i < n_tiles)
       attn_mma::load_tile<D, kThreads>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
-                                       b_lo + i * kKeys, b_hi);
+                                       b_lo + i * kKeys, b_hi, from, to);
     cp_async_commit();  // (empty groups keep the count)
   };
+  if (P.early_kv) {
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, fresh);
+  }
+  pdl_prologue();
+  if (!P.early_kv) {
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, INT_MAX);
+  } else if (n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1) {  // this step's keys in the first tiles
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i)
+      if (i < n_tiles)
+        attn_mma::load_tile<D, kThreads>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
+                                         b_hi, fresh, INT_MAX);
+    cp_async_commit();
+    cp_async_wait<0>();  // (the loop below counts S - 1 groups ahead; this one is done)
+  }
+  // q split into f16 hi + lo once per block: warp w makes k-steps w, w + kWarps, ...
+  uint32_t qh[D / 16][4], ql[D / 16][4];
+  const float* qa = row_token(g) < P.n_tokens ? P.q + row_out(g) : nullptr;
+  const float* qb = row_token(g + 8) < P.n_tokens ? P.q + row_out(g + 8) : nullptr;
+#pragma unroll
+  for (int ks = warp; ks < D / 16; ks += kWarps) {
+    uint32_t h[4], l[4];
+    attn_mma::q_fragment(h, l, qa, qb, ks, P.scale, c);
+    q_s[0][ks][lane] = make_uint4(h[0], h[1], h[2], h[3]);
+    q_s[1][ks][lane] = make_uint4(l[0], l[1], l[2], l[3]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint4 h = q_s[0][ks][lane], l = q_s[1][ks][lane];
+    qh[ks][0] = h.x, qh[ks][1] = h.y, qh[ks][2] = h.z, qh[ks][3] = h.w;
+    ql[ks][0] = l.x, ql[ks][1] = l.y, ql[ks][2] = l.z, ql[ks][3] = l.w;
+  }
   attn_mma::RowState<D> st;
   st.init();
-#pragma unroll
-  for (int i = 0; i < S - 1; ++i) load(i);
 #pragma unroll 1
   for (int i = 0; i < n_tiles; ++i) {
-    load(i + S - 1);
+    load(i + S - 1, INT_MIN, INT_MAX);
     cp_async_wait<S - 1>();
     __syncthreads();
     const int key0 = b_lo + i * kKeys + warp * kWarpKeys;
@@ -144,27 +176,31 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
   __shared__ float wt_s[kMaxClusterSplits > kWarps ? kMaxClusterSplits : kWarps][kRows];
   __syncthreads();
-  if (threadIdx.x < kRows) {
-    const int r = threadIdx.x;
-    float M = -INFINITY, L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, m_s[w][r]);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float wt = m_s[w][r] == -INFINITY ? 0.0f : expf(m_s[w][r] - M);
-      wt_s[w][r] = wt;
-      L += l_s[w][r] * wt;
-    }
-    m_s[0][r] = M;  // (read only by this thread above)
-    l_s[0][r] = L;
+  static_assert(kWarps == 4 && kRows * kWarps <= kThreads, "a thread per (row, warp), 4 lanes per row");
+  if (threadIdx.x < kRows * kWarps) {  // (whole warps) thread 4 r + w: row r, warp w
+    const int r = threadIdx.x >> 2, w = threadIdx.x & 3;
+    const float m = m_s[w][r];
+    float M = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, 2));
+    const float wt = m == -INFINITY ? 0.0f : expf(m - M);
+    float L = l_s[w][r] * wt;
+    L += __shfl_xor_sync(0xffffffffu, L, 1);
+    L += __shfl_xor_sync(0xffffffffu, L, 2);
+    wt_s[w][r] = wt;
+    if (w == 0) m_s[0][r] = M, l_s[0][r] = L;  // (the quad read its values before the shuffles)
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
-    const int r = idx / D;
-    float O = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) O = fmaf(o_s[w * kRows * D + idx], wt_s[w][r], O);
-    o_s[idx] = O;
+  for (int idx = 4 * threadIdx.x; idx < kRows * D; idx += 4 * kThreads) {
+    const int r = idx / D;
+    float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 o = *reinterpret_cast<const float4*>(o_s + w * kRows * D + idx);
+      const float wt = wt_s[w][r];
+      O = make_float4(fmaf(o.x, wt, O.x), fmaf(o.y, wt, O.y), fmaf(o.z, wt, O.z), fmaf(o.w, wt, O.w));
+    }
+    *reinterpret_cast<float4*>(o_s + idx) = O;
   }
   __syncthreads();
 
@@ -182,32 +218,34 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     // Weight of block b for row r, 1 / L folded in; then block `split` merges outputs split,
     // split + n_splits, ... of the row group.
     __syncthreads();  // wt_s is reused
-    if (threadIdx.x < kRows) {
-      const int r = threadIdx.x;
-      float m[kMaxClusterSplits], M = -INFINITY, L = 0.0f;
+    static_assert(kRows * kMaxClusterSplits == kThreads && kMaxClusterSplits == 8, "thread 8 r + b: row r, block b");
+    {
+      const int r = threadIdx.x >> 3, b = threadIdx.x & 7;
+      const bool in = b < pl.n_splits;
+      const float m = in ? cluster.map_shared_rank(&m_s[0][0], b)[r] : -INFINITY;
+      const float l = in ? cluster.map_shared_rank(&l_s[0][0], b)[r] : 0.0f;
+      float M = m;
 #pragma unroll
-      for (int b = 0; b < kMaxClusterSplits; ++b) {
-        m[b] = b < pl.n_splits ? cluster.map_shared_rank(&m_s[0][0], b)[r] : -INFINITY;
-        M = fmaxf(M, m[b]);
-      }
+      for (int s = 1; s < 8; s *= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, s));
+      const float wt = m == -INFINITY ? 0.0f : expf(m - M);
+      float L = l * wt;
 #pragma unroll
-      for (int b = 0; b < kMaxClusterSplits; ++b) {
-        m[b] = m[b] == -INFINITY ? 0.0f : expf(m[b] - M);
-        if (b < pl.n_splits) L += cluster.map_shared_rank(&l_s[0][0], b)[r] * m[b];
-      }
-      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-#pragma unroll
-      for (int b = 0; b < kMaxClusterSplits; ++b) wt_s[b][r] = m[b] * inv;
+      for (int s = 1; s < 8; s *= 2) L += __shfl_xor_sync(0xffffffffu, L, s);
+      wt_s[b][r] = L > 0.0f ? wt / L : 0.0f;
     }
     __syncthreads();
-    for (int idx = split * kThreads + threadIdx.x; idx < kRows * D; idx += pl.n_splits * kThreads) {
+    for (int idx = 4 * (split * kThreads + threadIdx.x); idx < kRows * D; idx += 4 * pl.n_splits * kThreads) {
       const int r = idx / D;
       if (row_token(r) >= P.n_tokens) continue;
-      float O = 0.0f;
+      float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int b = 0; b < kMaxClusterSplits; ++b)
-        if (b < pl.n_splits) O = fmaf(cluster.map_shared_rank(o_s, b)[idx], wt_s[b][r], O);
-      P.out[row_out(r) + idx % D] = O;
+        if (b < pl.n_splits) {
+          const float4 o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(o_s, b) + idx);
+          const float wt = wt_s[b][r];
+          O = make_float4(fmaf(o.x, wt, O.x), fmaf(o.y, wt, O.y), fmaf(o.z, wt, O.z), fmaf(o.w, wt, O.w));
+        }
+      *reinterpret_cast<float4*>(P.out + row_out(r) + idx % D) = O;  // (rows of D floats: aligned)
     }
     cluster.sync();  // no block leaves while others read its shared memory
 #else
@@ -282,7 +320,7 @@ int max_block_smem() {
 // sm_120: 99 KB), else 2.
 template <int D>
 cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  constexpr size_t kStatic = 4096;  // the kernel's static shared memory, rounded up
+  constexpr size_t kStatic = 12288;  // the kernel's static shared memory (q_s: 8 KiB at D = 128), rounded up
   if (P.plan.cluster && size_t(max_block_smem()) >= smem_bytes<D, 4>() + kStatic) return launch_stages<D, 4>(P, stream);
   return launch_stages<D, 2>(P, stream);
 }
@@ -326,7 +364,8 @@ cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __
            plan,
            part_o,
            part_ml,
-           out};
+           out,
+           a.early_kv};
   return a.head_dim == 64 ? launch_decode<64>(P, stream) : launch_decode<128>(P, stream);
 }
 

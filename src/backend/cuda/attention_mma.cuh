@@ -20,6 +20,7 @@
 
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -59,39 +60,45 @@ struct RowState {
   }
 };
 
-/// The q rows of lane (g, c), times `scale`, as A fragments hi + lo: qa / qb point at row g /
-/// g + 8 (null: a row of zeros).
+/// K-step ks of the q rows of lane (g, c), times `scale`, as A fragments hi + lo: qa / qb point
+/// at row g / g + 8 (null: a row of zeros).
+__device__ __forceinline__ void q_fragment(uint32_t (&qh)[4], uint32_t (&ql)[4], const float* qa, const float* qb,
+                                           int ks, float scale, int c) {
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {  // f: (row g, cols 0..7), (g + 8, 0..7), (g, 8..15), (g + 8, 8..15)
+    const float* row = f & 1 ? qb : qa;
+    float2 x = make_float2(0.0f, 0.0f);
+    if (row) x = *reinterpret_cast<const float2*>(row + ks * 16 + (f >> 1) * 8 + 2 * c);
+    x.x *= scale;
+    x.y *= scale;
+    qh[f] = half2_bits(x.x, x.y);
+    const float2 h = bits_half2(qh[f]);
+    ql[f] = half2_bits(x.x - h.x, x.y - h.y);
+  }
+}
+
+/// All k-steps of q_fragment.
 template <int D>
 __device__ __forceinline__ void load_q(uint32_t (&qh)[D / 16][4], uint32_t (&ql)[D / 16][4], const float* qa,
                                        const float* qb, float scale, int c) {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-    for (int f = 0; f < 4; ++f) {  // f: (row g, cols 0..7), (g + 8, 0..7), (g, 8..15), (g + 8, 8..15)
-      const float* row = f & 1 ? qb : qa;
-      float2 x = make_float2(0.0f, 0.0f);
-      if (row) x = *reinterpret_cast<const float2*>(row + ks * 16 + (f >> 1) * 8 + 2 * c);
-      x.x *= scale;
-      x.y *= scale;
-      qh[ks][f] = half2_bits(x.x, x.y);
-      const float2 h = bits_half2(qh[ks][f]);
-      ql[ks][f] = half2_bits(x.x - h.x, x.y - h.y);
-    }
-  }
+  for (int ks = 0; ks < D / 16; ++ks) q_fragment(qh[ks], ql[ks], qa, qb, ks, scale, c);
 }
 
 /// Issues the cp.async copies of keys k0 .. k0 + 63 of one KV head (rows of kg / vg, `width`
 /// halves apart) into k_dst / v_dst [kKeys][pitch]: all kThreads threads of the block take part
 /// (a thread always copies the same 16 bytes of its rows); rows past `hi` become zeros (never
-/// read from memory).
+/// read from memory). Only the rows of keys in [from, to) are issued (a tile loaded in two
+/// parts: decode attention copies the keys of earlier steps before its PDL wait).
 template <int D, int kThreads>
 __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __half* kg, const __half* vg,
-                                          int64_t width, int k0, int hi) {
+                                          int64_t width, int k0, int hi, int from = INT_MIN, int to = INT_MAX) {
   constexpr int DP = pitch<D>(), kPieces = D / 8, kStep = kThreads / kPieces;
   static_assert(kThreads % kPieces == 0 && kKeys % kStep == 0, "whole rows per pass");
   const int e = int(threadIdx.x) % kPieces * 8, j0 = int(threadIdx.x) / kPieces;
 #pragma unroll
   for (int j = j0; j < kKeys; j += kStep) {
+    if (k0 + j < from || k0 + j >= to) continue;
     const bool ok = k0 + j <= hi;
     const int64_t off = (ok ? int64_t(k0 + j) * width : 0) + e;
     cp_async_or_zero(k_dst + j * DP + e, kg + off, ok);

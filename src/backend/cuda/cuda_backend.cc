@@ -120,6 +120,7 @@ bool CudaBackend::note_cublas(cublasStatus_t s, const char* what) {
 }
 
 bool CudaBackend::use_device() {
+  ++ops_;
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == device_) return true;
   return note(cudaSetDevice(device_), "cudaSetDevice");

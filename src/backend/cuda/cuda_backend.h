@@ -99,7 +99,7 @@ class CudaBackend final : public Backend {
   bool note(cudaError_t e, const char* what);
   bool note_cublas(cublasStatus_t s, const char* what);
   bool failed() const { return !error_.ok(); }
-  /// Makes device_ current on the calling thread.
+  /// Makes device_ current on the calling thread; counts the op (ops_).
   bool use_device();
   /// Device buffer of at least `bytes` for `slot`; a grown slot keeps its old buffer alive until
   /// reset_graphs() (a captured graph may still use it). nullptr (and a sticky error) on OOM.
@@ -141,6 +141,13 @@ class CudaBackend final : public Backend {
   std::vector<void*> retired_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   bool capturing_ = false;
+  // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
+  // caches and positions (an attention right after it may load the older keys early).
+  uint64_t ops_ = 0;
+  struct {
+    uint64_t op = 0;
+    const void *k = nullptr, *v = nullptr, *pos = nullptr;
+  } kv_written_;
   Status error_;
 };
 

@@ -149,6 +149,7 @@ void CudaBackend::kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, co
   if (failed() || !use_device()) return;
   note(cuda::kv_write(k_cache.data, v_cache.data, kind, k_cache.rows(), width, f32(k), f32(v), n, i32(pos), stream_),
        "kv_write");
+  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data};
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
@@ -174,6 +175,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   a.softcap = spec.softcap;
   a.cache = cache_kind(k_cache.dtype);
   if (failed() || !use_device()) return;
+  a.early_kv = kv_written_.op + 1 == ops_ && kv_written_.k == k_cache.data && kv_written_.v == v_cache.data &&
+               kv_written_.pos == pos.data;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
@@ -301,6 +304,7 @@ void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Ten
   if (failed() || !use_device()) return;
   note(cuda::rope_kv_write(f32(q), f32(k), f32(v), i32(pos), f32(inv_freq), a, k_cache.data, v_cache.data, stream_),
        "rope_kv_write");
+  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data};
 }
 
 void CudaBackend::activation(const Tensor& x, Activation act, Tensor& out) {

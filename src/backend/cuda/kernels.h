@@ -174,6 +174,9 @@ struct AttnArgs {
   int sliding_window = 0;
   float softcap = 0.0f;
   CacheKind cache = CacheKind::kF16;
+  // The kernel just before this call wrote these caches only at the rows of pos (the KV write
+  // of the same step): decode attention may load the other rows before its PDL wait.
+  bool early_kv = false;
 };
 /// Bytes of scratch attention() needs for these arguments (split partial results).
 uint64_t attention_scratch_bytes(const AttnArgs& a);

@@ -12,6 +12,10 @@
 // splits write partial results for attention_combine_kernel. (H200, Llama-3-8B heads, us per
 // layer: context 512 7.6 (cluster) vs 9.6 (combine), 4096 14.6 vs 13.7, 32768 43 with the
 // combine and 32 splits; the CUDA-core kernel this replaced: 10.0, 12.9, 61.9.)
+// Latency, not bytes, bounds it (one warp per scheduler): right after the step's KV write
+// (AttnArgs::early_kv) the older keys are loaded before the PDL wait, and the block's serial
+// work is kept short (key ranges by warp reductions, q split once per block, merge weights by
+// all threads). docs/cuda.md, v11.
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cooperative_groups.h>
 

@@ -4,7 +4,9 @@
 // gap between them. Every kernel launched through launch() must call pdl_prologue() before it
 // touches memory that an earlier kernel may write. (The vector and tensor-core GEMVs load their
 // first weights before it: weights are written only by uploads, i.e. copies and repack kernels
-// that are never directly followed by a GEMV.)
+// that are never directly followed by a GEMV. Decode attention reads pos, and with
+// AttnArgs::early_kv the cache rows of earlier steps, before it: a kernel may start only once
+// the previous one passed its own wait, so everything before the previous kernel is complete.)
 // Only included by .cu files of src/backend/cuda/.
 #pragma once
 

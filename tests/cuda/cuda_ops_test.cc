@@ -95,8 +95,11 @@ TEST_F(CudaOpsTest, ActivationsKeepRelativeAccuracyInTheTails) {
     cpu_->activation(x.c, act, o.c);
     gpu_->activation(x.g, act, o.g);
     const auto g = floats(*gpu_, o.g), c = floats(*cpu_, o.c);
-    for (size_t i = 0; i < c.size(); ++i)
-      if (std::fabs(c[i]) > 1e-30f) EXPECT_NEAR(g[i] / c[i], 1.0, 1e-5) << "act " << int(act) << " x " << v[i];
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (std::fabs(c[i]) > 1e-30f) {
+        EXPECT_NEAR(g[i] / c[i], 1.0, 1e-5) << "act " << int(act) << " x " << v[i];
+      }
+    }
   }
 }
 

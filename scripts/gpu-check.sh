@@ -13,6 +13,8 @@
 #   SHOAL_GPU_PREBUILT  a build folder made elsewhere (same layout; lib/ holds extra shared
 #                       libraries): skip configure and build, run what is there
 #   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings + decode steps) or "off"
+#   SHOAL_GPU_MODELS    shape:type pairs for `shoal bench` (default with "full": llama3-8b:q4_0
+#                       llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16; with "quick": none)
 #   SHOAL_GPU_TEST_TIMEOUT  seconds per test executable (default 300)
 #   OUT                 if set, full logs go there
 set -uo pipefail
@@ -113,10 +115,12 @@ fi
 # shoal bench --device cuda:0 on synthetic random-weight GGUFs of real shapes, written here by the
 # project's own GGUF writer (bench/synthetic_gguf): tg128 after a 512-token prompt, pp512.
 SYN="$BUILD/bench/synthetic_gguf"
-if [ "$BENCH_MODE" = full ] && [ -x "$SYN" ] && [ -x "$SHOAL" ]; then
+BENCH_MODELS=${SHOAL_GPU_MODELS:-}
+[ "$BENCH_MODE" = full ] && [ -z "$BENCH_MODELS" ] && BENCH_MODELS="llama3-8b:q4_0 llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16"
+if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "$SHOAL" ]; then
   MODELS=${SHOAL_GPU_MODELS_DIR:-/tmp/shoal-synthetic}
   mkdir -p "$MODELS"
-  for st in llama3-8b:q4_0 llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16; do
+  for st in $BENCH_MODELS; do
     shape=${st%%:*}; type=${st##*:}; f="$MODELS/$shape-$type.gguf"
     "$SYN" --shape "$shape" --type "$type" -o "$f" >"$LOGS/synthetic-$shape-$type.log" 2>&1 || { note "synthetic $st: FAILED"; continue; }
     "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 128 --device cuda:0 2>&1 | tee "$LOGS/bench-$shape-$type.log"

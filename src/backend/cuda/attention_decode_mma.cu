@@ -88,9 +88,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     first = P.window > 0 ? max(0, last - P.window + 1) : 0;
   }
   // This split's share of the rows' keys, whole 16-key warp slices; `fresh`: the first key this
-  // step writes (every row's last key is its token's own).
+  // step writes, over all its tokens (not only this row group's: lane t < n_tokens <= 8 < 32).
   int b_lo = __reduce_min_sync(0xffffffffu, first), b_hi = __reduce_max_sync(0xffffffffu, last);
-  const int fresh = __reduce_min_sync(0xffffffffu, last >= 0 ? last : INT_MAX);
+  const int fresh =
+      __reduce_min_sync(0xffffffffu, lane < P.n_tokens ? min(max(P.pos[lane], 0), P.n_ctx - 1) : INT_MAX);
   if (b_lo <= b_hi) {
     const int per = int(align_up(uint64_t(div_up(b_hi - b_lo + 1, pl.n_splits)), kWarpKeys));
     b_lo += split * per;
@@ -131,7 +132,6 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
         attn_mma::load_tile<D, kThreads>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
                                          b_hi, fresh, INT_MAX);
     cp_async_commit();
-    cp_async_wait<0>();  // (the loop below counts S - 1 groups ahead; this one is done)
   }
   // q split into f16 hi + lo once per block: warp w makes k-steps w, w + kWarps, ...
   uint32_t qh[D / 16][4], ql[D / 16][4];
@@ -151,6 +151,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     qh[ks][0] = h.x, qh[ks][1] = h.y, qh[ks][2] = h.z, qh[ks][3] = h.w;
     ql[ks][0] = l.x, ql[ks][1] = l.y, ql[ks][2] = l.z, ql[ks][3] = l.w;
   }
+  // The step's own keys in the first tiles (an extra commit group): wait for all before the loop,
+  // which counts S - 1 groups ahead.
+  if (P.early_kv && n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1) cp_async_wait<0>();
   attn_mma::RowState<D> st;
   st.init();
 #pragma unroll 1
@@ -180,7 +183,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
   __shared__ float wt_s[kMaxClusterSplits > kWarps ? kMaxClusterSplits : kWarps][kRows];
   __syncthreads();
-  static_assert(kWarps == 4 && kRows * kWarps <= kThreads, "a thread per (row, warp), 4 lanes per row");
+  static_assert(kWarps == 4 && kRows * kWarps <= kThreads && kRows * kWarps % 32 == 0,
+                "a thread per (row, warp), 4 lanes per row, whole warps (full-mask shuffles)");
   if (threadIdx.x < kRows * kWarps) {  // (whole warps) thread 4 r + w: row r, warp w
     const int r = threadIdx.x >> 2, w = threadIdx.x & 3;
     const float m = m_s[w][r];

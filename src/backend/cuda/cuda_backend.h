@@ -147,6 +147,7 @@ class CudaBackend final : public Backend {
   struct {
     uint64_t op = 0;
     const void *k = nullptr, *v = nullptr, *pos = nullptr;
+    int64_t n = 0;
   } kv_written_;
   Status error_;
 };

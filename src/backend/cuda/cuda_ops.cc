@@ -1,6 +1,7 @@
 // CudaBackend ops: shape checks (bugs are SHOAL_CHECK, as in the reference) and dispatch to the
 // kernels of kernels.h, or cuBLAS for matmuls of more than kGemvMaxTokens tokens.
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
@@ -149,7 +150,7 @@ void CudaBackend::kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, co
   if (failed() || !use_device()) return;
   note(cuda::kv_write(k_cache.data, v_cache.data, kind, k_cache.rows(), width, f32(k), f32(v), n, i32(pos), stream_),
        "kv_write");
-  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data};
+  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, n};
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
@@ -164,6 +165,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   SHOAL_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 256,
               "CUDA attention needs head_dim % 8 == 0 and <= 256, got {}", spec.head_dim);
   SHOAL_CHECK(n <= 65535, "attention over {} tokens in one call (at most 65535)", n);
+  SHOAL_CHECK(reinterpret_cast<uintptr_t>(out.data) % 16 == 0, "attention out not 16-byte aligned");
   cuda::AttnArgs a;
   a.n_tokens = n;
   a.n_ctx = k_cache.rows();
@@ -176,7 +178,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   a.cache = cache_kind(k_cache.dtype);
   if (failed() || !use_device()) return;
   a.early_kv = kv_written_.op + 1 == ops_ && kv_written_.k == k_cache.data && kv_written_.v == v_cache.data &&
-               kv_written_.pos == pos.data;
+               kv_written_.pos == pos.data && kv_written_.n == n;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
@@ -304,7 +306,7 @@ void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Ten
   if (failed() || !use_device()) return;
   note(cuda::rope_kv_write(f32(q), f32(k), f32(v), i32(pos), f32(inv_freq), a, k_cache.data, v_cache.data, stream_),
        "rope_kv_write");
-  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data};
+  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, n};
 }
 
 void CudaBackend::activation(const Tensor& x, Activation act, Tensor& out) {

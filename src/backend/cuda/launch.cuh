@@ -2,7 +2,8 @@
 // while the previous one in the stream finishes, and waits (griddepcontrol.wait) for it before
 // touching memory. In a decode step of hundreds of small kernels this hides most of the launch
 // gap between them. Every kernel launched through launch() must call pdl_prologue() before it
-// touches memory that an earlier kernel may write. (The vector and tensor-core GEMVs load their
+// touches memory that the previous kernel may write, and never lets the next kernel start before
+// its own wait (pdl_prologue waits first). (The vector and tensor-core GEMVs load their
 // first weights before it: weights are written only by uploads, i.e. copies and repack kernels
 // that are never directly followed by a GEMV. Decode attention reads pos, and with
 // AttnArgs::early_kv the cache rows of earlier steps, before it: a kernel may start only once
@@ -18,7 +19,8 @@ namespace shoal::cuda {
 /// compute capability; see kernels.h set_pdl()).
 bool pdl_enabled();
 
-/// First statement of every kernel started by launch(): waits for the previous kernel's results
+/// Called by every kernel started by launch() before it touches memory the previous kernel may
+/// write (at the start, or after loads that cannot depend on it): waits for the previous kernel's results
 /// (and for it to stop reading what this kernel writes), then lets the next kernel be scheduled.
 __device__ __forceinline__ void pdl_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

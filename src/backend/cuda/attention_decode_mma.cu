@@ -42,19 +42,7 @@ constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
 
 bool g_clusters = false;
 
-struct Params {
-  const float* q;
-  const __half* k;
-  const __half* v;
-  const int32_t* pos;
-  int n_tokens, n_ctx, n_heads, n_kv_heads, window;
-  float scale, softcap;
-  DecodePlan plan;
-  float* part_o;
-  float* part_ml;
-  float* out;
-  bool early_kv;  // AttnArgs::early_kv
-};
+using Params = MmaParams<DecodePlan>;
 
 // S: stages of K/V tiles in flight (2, or 4 for clusters where the device has the shared memory).
 template <int D, int S>
@@ -72,6 +60,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   const int G = P.n_heads / P.n_kv_heads;
   const int kvh = int(blockIdx.y) / pl.row_groups, p0 = (int(blockIdx.y) % pl.row_groups) * kRows;
   const int split = int(blockIdx.x);
+  const int n_tokens = int(P.n_tokens);  // (at most kGemvMaxTokens)
   // Row r is the pair p0 + r: token (p0 + r) / G, head kvh * G + (p0 + r) % G.
   auto row_token = [&](int r) { return (p0 + r) / G; };
   auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
@@ -83,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // 1. Key range [first, last] of each row (empty: INT_MAX, -1), lane l holding row l % 16; each
   // warp reduces them itself (no barrier).
   int first = INT_MAX, last = -1;
-  if (row_token(lane & 15) < P.n_tokens) {
+  if (row_token(lane & 15) < n_tokens) {
     last = min(max(P.pos[row_token(lane & 15)], 0), P.n_ctx - 1);
     first = P.window > 0 ? max(0, last - P.window + 1) : 0;
   }
@@ -91,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // step writes, over all its tokens (not only this row group's: lane t < n_tokens <= 8 < 32).
   int b_lo = __reduce_min_sync(0xffffffffu, first), b_hi = __reduce_max_sync(0xffffffffu, last);
   const int fresh =
-      __reduce_min_sync(0xffffffffu, lane < P.n_tokens ? min(max(P.pos[lane], 0), P.n_ctx - 1) : INT_MAX);
+      __reduce_min_sync(0xffffffffu, lane < n_tokens ? min(max(P.pos[lane], 0), P.n_ctx - 1) : INT_MAX);
   if (b_lo <= b_hi) {
     const int per = int(align_up(uint64_t(div_up(b_hi - b_lo + 1, pl.n_splits)), kWarpKeys));
     b_lo += split * per;
@@ -135,8 +124,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
   // q split into f16 hi + lo once per block: warp w makes k-steps w, w + kWarps, ...
   uint32_t qh[D / 16][4], ql[D / 16][4];
-  const float* qa = row_token(g) < P.n_tokens ? P.q + row_out(g) : nullptr;
-  const float* qb = row_token(g + 8) < P.n_tokens ? P.q + row_out(g + 8) : nullptr;
+  const float* qa = row_token(g) < n_tokens ? P.q + row_out(g) : nullptr;
+  const float* qb = row_token(g + 8) < n_tokens ? P.q + row_out(g + 8) : nullptr;
 #pragma unroll
   for (int ks = warp; ks < D / 16; ks += kWarps) {
     uint32_t h[4], l[4];
@@ -216,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   if (pl.n_splits == 1) {
     for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
       const int r = idx / D;
-      if (row_token(r) >= P.n_tokens) continue;
+      if (row_token(r) >= n_tokens) continue;
       P.out[row_out(r) + idx % D] = l_s[0][r] > 0.0f ? o_s[idx] / l_s[0][r] : 0.0f;
     }
   } else if (pl.cluster) {
@@ -244,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     __syncthreads();
     for (int idx = 4 * (split * kThreads + threadIdx.x); idx < kRows * D; idx += 4 * pl.n_splits * kThreads) {
       const int r = idx / D;
-      if (row_token(r) >= P.n_tokens) continue;
+      if (row_token(r) >= n_tokens) continue;
       float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int b = 0; b < kMaxClusterSplits; ++b)
@@ -262,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   } else {
     for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
       const int r = idx / D;
-      if (row_token(r) >= P.n_tokens) continue;
+      if (row_token(r) >= n_tokens) continue;
       const int64_t row = (row_out(r) / D) * pl.n_splits + split;
       P.part_o[row * D + idx % D] = o_s[idx];
       if (idx % D == 0) {
@@ -358,22 +347,7 @@ DecodePlan decode_plan(const AttnArgs& a) {
 cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
                                  cudaStream_t stream) {
-  Params P{q,
-           k_cache,
-           v_cache,
-           pos,
-           int(a.n_tokens),
-           int(a.n_ctx),
-           a.n_heads,
-           a.n_kv_heads,
-           a.sliding_window,
-           a.scale,
-           a.softcap,
-           plan,
-           part_o,
-           part_ml,
-           out,
-           a.early_kv};
+  const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out);
   return a.head_dim == 64 ? launch_decode<64>(P, stream) : launch_decode<128>(P, stream);
 }
 

@@ -39,6 +39,30 @@ cudaError_t attention_prefill(const float* q, const __half* k_cache, const __hal
                               const AttnArgs& a, const PrefillPlan& plan, float* part_o, float* part_ml, float* out,
                               cudaStream_t stream);
 
+/// The arguments of both tensor-core kernels (Plan: PrefillPlan or DecodePlan), as their
+/// launchers take them; `of` copies the ones of AttnArgs the kernels read.
+template <class Plan>
+struct MmaParams {
+  const float* q;
+  const __half* k;
+  const __half* v;
+  const int32_t* pos;
+  int64_t n_tokens;
+  int n_ctx, n_heads, n_kv_heads, window;
+  float scale, softcap;
+  bool early_kv;  // AttnArgs::early_kv (read by the decode kernel)
+  Plan plan;
+  float* part_o;
+  float* part_ml;
+  float* out;
+
+  static MmaParams of(const float* q, const __half* k, const __half* v, const int32_t* pos, const AttnArgs& a,
+                      const Plan& plan, float* part_o, float* part_ml, float* out) {
+    return {q, k, v, pos, a.n_tokens, int(a.n_ctx), a.n_heads, a.n_kv_heads, a.sliding_window, a.scale, a.softcap,
+            a.early_kv, plan, part_o, part_ml, out};
+  }
+};
+
 /// Whether attention() runs these arguments on the tensor-core decode kernel: 1..kGemvMaxTokens
 /// tokens, an f16 cache, head_dim 64 or 128.
 bool use_decode_mma(const AttnArgs& a);

@@ -29,19 +29,7 @@ constexpr int kMaxBlockTokens = kWarps * kRows;  // when every warp has the same
 constexpr int kMaxSplits = 32;                   // attention_combine_kernel: one split per lane
 constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: split the keys
 
-struct Params {
-  const float* q;
-  const __half* k;
-  const __half* v;
-  const int32_t* pos;
-  int64_t n_tokens;
-  int n_ctx, n_heads, n_kv_heads, window;
-  float scale, softcap;
-  PrefillPlan plan;
-  float* part_o;
-  float* part_ml;
-  float* out;
-};
+using Params = MmaParams<PrefillPlan>;
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Params P) {
@@ -188,8 +176,7 @@ PrefillPlan prefill_plan(const AttnArgs& a) {
 cudaError_t attention_prefill(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
                               const AttnArgs& a, const PrefillPlan& plan, float* part_o, float* part_ml, float* out,
                               cudaStream_t stream) {
-  Params P{q, k_cache, v_cache, pos, a.n_tokens, int(a.n_ctx), a.n_heads, a.n_kv_heads, a.sliding_window,
-           a.scale, a.softcap, plan, part_o, part_ml, out};
+  const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out);
   return a.head_dim == 64 ? launch_prefill<64>(P, stream) : launch_prefill<128>(P, stream);
 }
 

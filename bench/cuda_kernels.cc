@@ -223,7 +223,8 @@ Tensor rope_freqs(Backend& b, const ModelShape& m) {
 }
 
 // The ops of one layer of the graph of model/forward.cc (norms and residual adds inside the
-// matmuls, q/k/v in one call, qk-norm + RoPE + KV write in one), on activations of one step.
+// matmuls, q/k/v in one call, qk-norm + RoPE + KV write + attention in one), on activations of
+// one step.
 struct LayerOps {
   Backend& b;
   const ModelShape& m;
@@ -239,9 +240,15 @@ struct LayerOps {
     b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq, rq,
                     m.kv_heads, L.kc, L.vc);
   }
-  void attention(Layer& L) const {
-    const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
-    b.attention(q, L.kc, L.vc, pos, spec, att);
+  AttentionSpec attn_spec() const {
+    return AttentionSpec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
+  }
+  void attention(Layer& L) const { b.attention(q, L.kc, L.vc, pos, attn_spec(), att); }
+  // rope_kv then attention, as model/forward.cc asks for them (one kernel for decode on CUDA).
+  void rope_attention(Layer& L) const {
+    const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f};
+    b.rope_kv_attention(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
+                        rq, L.kc, L.vc, attn_spec(), att);
   }
   // y += w * in (the residual add).
   void residual(const Tensor& w, const Tensor& in) const {
@@ -259,8 +266,7 @@ struct LayerOps {
   void down(Layer& L) const { residual(L.wd, ff); }
   void all(Layer& L) const {
     qkv(L);
-    rope_kv(L);
-    attention(L);
+    rope_attention(L);
     wo(L);
     gate_up(L);
     down(L);

@@ -57,6 +57,13 @@ void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor*
   kv_write(k_cache, v_cache, k, v, pos);
 }
 
+void Backend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                                float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                                Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) {
+  rope_kv_write(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, attn.n_kv_heads, k_cache, v_cache);
+  attention(q, k_cache, v_cache, pos, attn, out);
+}
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view device, const BackendOptions& opts) {
   if (device == "cpu" || device == "cpu-ref") {
     BackendOptions o = opts;

@@ -169,6 +169,11 @@ class Backend {
   virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                              float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                              int n_kv_heads, Tensor& k_cache, Tensor& v_cache);
+  /// rope_kv_write(...) then attention(q, k_cache, v_cache, pos, attn, out): a layer's attention
+  /// from the raw q, k, v. Backends that fuse the two may leave q and k unrotated.
+  virtual void rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                                 float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                                 Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out);
 
   // ---- whole-step recording -------------------------------------------------------------------
   /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a

@@ -65,8 +65,6 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   Tensor pos = rows(a.pos, n).reshaped({n});
   RopeSpec rs{L.n_heads, L.head_dim, c.cfg->rope.rot_dims, c.cfg->rope.interleaved, c.cfg->rope.attn_factor};
   const Tensor& freqs = L.use_local_rope ? a.inv_freq_local : a.inv_freq;
-  be.rope_kv_write(q, k, v, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
-                   c.cfg->norm_eps, pos, freqs, rs, L.n_kv_heads, kv.k, kv.v);
   AttentionSpec as;
   as.n_heads = L.n_heads;
   as.n_kv_heads = L.n_kv_heads;
@@ -75,7 +73,8 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   as.sliding_window = L.sliding_window;
   as.softcap = c.cfg->attn_logit_softcap;
   Tensor att = a.att.rows_view(0, n).reshaped({n, qw});
-  be.attention(q, kv.k, kv.v, pos, as, att);
+  be.rope_kv_attention(q, k, v, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
+                       c.cfg->norm_eps, pos, freqs, rs, kv.k, kv.v, as, att);
   Tensor o = rows(a.o, n);
   block_output(c, w.wo, att, w.bo, w.post_attn_norm, x, o);
 }

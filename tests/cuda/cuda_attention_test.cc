@@ -108,6 +108,71 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
   }
 }
 
+TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
+  // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
+  // attention kernel (f16 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
+  // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
+  // from the cache (2000 in a split of 256 keys from 1792), or, with positions that are not
+  // contiguous, over rows loaded first. Caches are NaN except the rows written before the call.
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, rot_dims;
+    bool interleaved, norms;
+    int window;
+    DType cache;
+    int64_t n_ctx;
+    std::vector<int32_t> pos;
+  };
+  const std::vector<Case> cases = {
+      {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {576}},              // Qwen3-like
+      {32, 8, 128, 128, false, false, 0, DType::kF16, 1024, {0}},               // first token
+      {12, 4, 64, 32, true, true, 64, DType::kF16, 512, {511}},                 // partial, window, last row
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 512, {100, 101, 102, 103, 104}},  // 2 row groups
+      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, {2000, 2001}},         // a later tile
+      {16, 8, 128, 64, false, true, 0, DType::kF16, 256, {40, 45, 60}},          // not contiguous
+      {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
+  };
+  for (const Case& c : cases) {
+    const int64_t n = int64_t(c.pos.size()), qw = int64_t(c.n_heads) * c.head_dim,
+                  kw = int64_t(c.n_kv_heads) * c.head_dim;
+    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} norms {} window {} cache {} pos {}..{} n {}", c.n_heads,
+                             c.n_kv_heads, c.head_dim, c.rot_dims, c.norms, c.window, dtype_name(c.cache), c.pos[0],
+                             c.pos.back(), n));
+    std::vector<uint8_t> nan(*dtype_bytes(c.cache, c.n_ctx * kw), 0xff);
+    Dual kc = make(c.cache, {c.n_ctx, kw}, nan.data()), vc = make(c.cache, {c.n_ctx, kw}, nan.data());
+    const int32_t filled = c.pos.back();  // rows 0 .. last - 1 written before (the step's overwritten)
+    if (filled > 0) {
+      std::vector<int32_t> before(static_cast<size_t>(filled));
+      std::iota(before.begin(), before.end(), 0);
+      Dual k0 = make_f32({filled, kw}, randn(filled * kw)), v0 = make_f32({filled, kw}, randn(filled * kw));
+      Dual p0 = make_i32(before);
+      cpu_->kv_write(kc.c, vc.c, k0.c, v0.c, p0.c);
+      gpu_->kv_write(kc.g, vc.g, k0.g, v0.g, p0.g);
+    }
+    Dual q = make_f32({n, qw}, randn(n * qw, 2.0f)), k = make_f32({n, kw}, randn(n * kw, 2.0f));
+    Dual v = make_f32({n, kw}, randn(n * kw));
+    Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
+    Dual pos = make_i32(c.pos);
+    Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 1000000.0));
+    Dual out = output(DType::kF32, {n, qw});
+    const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
+    const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, 0.0f};
+    for (Backend* b : {cpu_.get(), gpu_.get()}) {
+      const bool g = b == gpu_.get();
+      b->rope_kv_attention(g ? q.g : q.c, g ? k.g : k.c, g ? v.g : v.c, c.norms ? (g ? &qn.g : &qn.c) : nullptr,
+                           c.norms ? (g ? &kn.g : &kn.c) : nullptr, 1e-6f, g ? pos.g : pos.c, g ? freq.g : freq.c, rs,
+                           g ? kc.g : kc.c, g ? vc.g : vc.c, as, g ? out.g : out.c);
+    }
+    EXPECT_LT(nerr(out), 1e-4);
+    // The caches (the step's rows included) equal the reference's.
+    const int64_t rows = c.pos.back() + 1;
+    for (Dual* cache : {&kc, &vc}) {
+      const auto want = cache_values(c.cache, bytes_of(*cpu_, cache->c), rows * kw);
+      const auto got = cache_values(c.cache, bytes_of(*gpu_, cache->g), rows * kw);
+      EXPECT_LT(rel_err(got, want), 1e-3);
+    }
+  }
+}
+
 struct AttnCase {
   int n_heads, n_kv_heads, head_dim;
   int64_t n_ctx;

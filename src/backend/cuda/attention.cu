@@ -337,8 +337,11 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
   const int64_t splits = n_splits_for(a);
   return uint64_t(a.n_tokens * a.n_heads * splits) * uint64_t(a.head_dim + 2) * sizeof(float);
 }
-cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
-                      void* scratch, float* out, cudaStream_t stream) {
+namespace {
+
+// attention(), or with `rope` rope_kv_attention() (decode kernel only: checked by the caller).
+cudaError_t run_attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
+                          const AttnArgs& a, void* scratch, float* out, cudaStream_t stream, const AttnRope* rope) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     return cudaErrorInvalidValue;
@@ -364,7 +367,7 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   } else if (use_decode_mma(a)) {
     const DecodePlan plan = decode_plan(a);
     e = attention_decode_mma(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), pos, a,
-                             plan, P.part_o, P.part_ml, out, stream);
+                             plan, P.part_o, P.part_ml, out, stream, rope);
     if (e != cudaSuccess || plan.n_splits == 1 || plan.cluster) return e;
   } else {
     switch (a.cache) {
@@ -383,6 +386,25 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
   SHOAL_TRY_LAUNCH(launch(attention_combine_kernel, unsigned(a.n_tokens * a.n_heads), kThreads, 0, stream, P.part_o,
                           P.part_ml, P.n_splits, a.head_dim, out));
   return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
+                      void* scratch, float* out, cudaStream_t stream) {
+  return run_attention(q, k_cache, v_cache, pos, a, scratch, out, stream, nullptr);
+}
+
+bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims) {
+  return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && use_decode_mma(a) && rot_dims >= 0 &&
+         rot_dims % 2 == 0 && rot_dims <= a.head_dim;
+}
+
+cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,
+                              const AttnArgs& a, void* scratch, float* out, cudaStream_t stream) {
+  if (!rope_kv_attention_supported(a, r.rot_dims) || !r.k || !r.v || (r.rot_dims > 0 && !r.inv_freq))
+    return cudaErrorInvalidValue;
+  return run_attention(q, k_cache, v_cache, pos, a, scratch, out, stream, &r);
 }
 
 }  // namespace shoal::cuda

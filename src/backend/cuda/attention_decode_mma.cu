@@ -15,7 +15,11 @@
 // Latency, not bytes, bounds it (one warp per scheduler): right after the step's KV write
 // (AttnArgs::early_kv) the older keys are loaded before the PDL wait, and the block's serial
 // work is kept short (key ranges by warp reductions, q split once per block, merge weights by
-// all threads). docs/cuda.md, v11.
+// all threads). docs/cuda.md, v11. With the rope prologue (rope_kv_attention: R) the kernel also
+// does rope_kv_write's work for its rows: q normed and rotated as it is read, the step's k / v
+// rows stored in the caches by the blocks whose keys they are (and straight into their tiles), so
+// the decode step has no prologue kernel and the older keys always load before the PDL wait
+// (H200: Llama-3-8B Q8_0 step 2.86 -> 2.81 ms, Q4_0 2.16-2.25 -> 2.10-2.19; docs/cuda.md, v12).
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cooperative_groups.h>
 
@@ -25,6 +29,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
@@ -44,8 +49,49 @@ bool g_clusters = false;
 
 using Params = MmaParams<DecodePlan>;
 
+// The rope prologue (R, rope_kv_attention): each warp norms and rotates the q rows w, w + 4, ...
+// of the block, and the step's k / v rows of the block's keys (token t by warp t % 4), in f32
+// in shared memory, with RoPE's cos / sin per (token, pair) made once before the PDL wait.
+template <int D, bool R>
+struct RopeSmem {
+  float q[kRows][D];                  // the block's q rows, normed and rotated
+  float kv[kWarps][D];                // a warp's k row being normed and rotated
+  double2 cs[kGemvMaxTokens][D / 2];  // (cos, sin) x attn_factor of token t, pair p
+};
+template <int D>
+struct RopeSmem<D, false> {};
+
+// Norms (w: the norm weight or null) and rotates the head row src into x (f32, shared, this
+// warp's) as rope_kv_write: lanes take the values lane + 32 j, then the pairs lane + 32 j.
+template <int D>
+__device__ __forceinline__ void rope_row(float* x, const float* src, const float* w, float eps,
+                                         const double2* cs, const AttnRope& r) {
+  const int lane = threadIdx.x & 31;
+  float v[D / 32], ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) {
+    v[j] = src[lane + 32 * j];
+    ss = fmaf(v[j], v[j], ss);
+  }
+  if (w) {
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / float(D) + eps);
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) v[j] = v[j] * inv * w[lane + 32 * j];
+  }
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) x[lane + 32 * j] = v[j];
+  __syncwarp();
+  const int half = r.rot_dims / 2;
+  for (int p = lane; p < half; p += 32) {
+    const int ia = r.interleaved ? 2 * p : p, ib = r.interleaved ? 2 * p + 1 : p + half;
+    rope_rotate(x[ia], x[ib], cs[p]);
+  }
+  __syncwarp();
+}
+
 // S: stages of K/V tiles in flight (2, or 4 for clusters where the device has the shared memory).
-template <int D, int S>
+// R: the rope prologue (P.rope; rope_kv_attention).
+template <int D, int S, bool R>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
   extern __shared__ uint4 smem[];
@@ -54,6 +100,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   float* o_s = reinterpret_cast<float*>(smem);    // after the tiles: [kWarps][kRows][D]
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
   __shared__ uint4 q_s[2][D / 16][32];  // q as A fragments, hi and lo, per k-step and lane
+  __shared__ RopeSmem<D, R> rs;
 
   const DecodePlan& pl = P.plan;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -106,12 +153,66 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
                                        b_lo + i * kKeys, b_hi, from, to);
     cp_async_commit();  // (empty groups keep the count)
   };
-  if (P.early_kv) {
+  const bool early = R || P.early_kv;
+  if (early) {
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, fresh);
   }
+  // R: the step's positions are fresh, fresh + 1, ... (one per token), so every key of
+  // [fresh, b_hi] is one this block writes itself (else those rows are loaded, then overwritten).
+  bool contiguous = true;
+  if constexpr (R) {
+    contiguous = __all_sync(0xffffffffu, lane >= n_tokens || P.pos[lane] == fresh + lane);
+    const int half = P.rope.rot_dims / 2;
+    for (int i = threadIdx.x; i < n_tokens * half; i += kThreads)
+      rs.cs[i / half][i % half] = rope_cos_sin(P.pos[i / half], P.rope.inv_freq[i % half], P.rope.attn_factor);
+    __syncthreads();
+  }
   pdl_prologue();
-  if (!P.early_kv) {
+  if constexpr (R) {
+    // The rest of the first tiles: zeros past b_hi, or (positions not contiguous) every row from
+    // fresh on, overwritten below with the step's rows once landed.
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i)
+      if (i < n_tiles)
+        attn_mma::load_tile<D, kThreads>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
+                                         b_hi, contiguous ? b_hi + 1 : fresh, INT_MAX);
+    cp_async_commit();
+    if (!contiguous) {
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+    // q rows of the block (warp w: w, w + 4, ...), normed and rotated into rs.q.
+    for (int r = warp; r < kRows; r += kWarps)
+      if (row_token(r) < n_tokens)
+        rope_row<D>(rs.q[r], P.q + row_out(r), P.rope.q_norm, P.rope.eps, rs.cs[row_token(r)], P.rope);
+    // The step's k / v rows among this block's keys (token t by warp t % 4): into the caches and,
+    // in the first S - 1 tiles, into the tiles.
+    for (int t = warp; t < n_tokens; t += kWarps) {
+      const int p = P.pos[t];
+      if (p < b_lo || p > b_hi || p < 0 || p >= P.n_ctx) continue;
+      rope_row<D>(rs.kv[warp], P.rope.k + int64_t(t) * width + int64_t(kvh) * D, P.rope.k_norm, P.rope.eps,
+                  rs.cs[t], P.rope);
+      const float* vr = P.rope.v + int64_t(t) * width + int64_t(kvh) * D;
+      __half* kc = const_cast<__half*>(kg) + int64_t(p) * width;
+      __half* vc = const_cast<__half*>(vg) + int64_t(p) * width;
+      const int tile = (p - b_lo) / kKeys;
+      __half* kt = tile < S - 1 ? k_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
+      __half* vt = tile < S - 1 ? v_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
+      for (int d = 2 * lane; d < D; d += 64) {
+        const __half2 kh = __floats2half2_rn(rs.kv[warp][d], rs.kv[warp][d + 1]);
+        const __half2 vh = __floats2half2_rn(vr[d], vr[d + 1]);
+        *reinterpret_cast<__half2*>(kc + d) = kh;
+        *reinterpret_cast<__half2*>(vc + d) = vh;
+        if (kt) {
+          *reinterpret_cast<__half2*>(kt + d) = kh;
+          *reinterpret_cast<__half2*>(vt + d) = vh;
+        }
+      }
+      __syncwarp();  // rs.kv[warp] is read before the warp's next token writes it
+    }
+    __syncthreads();  // rs.q, the tiles' rows; the cache rows before any later tile's load
+  } else if (!P.early_kv) {
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, INT_MAX);
   } else if (n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1) {  // this step's keys in the first tiles
@@ -124,8 +225,15 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
   // q split into f16 hi + lo once per block: warp w makes k-steps w, w + kWarps, ...
   uint32_t qh[D / 16][4], ql[D / 16][4];
-  const float* qa = row_token(g) < n_tokens ? P.q + row_out(g) : nullptr;
-  const float* qb = row_token(g + 8) < n_tokens ? P.q + row_out(g + 8) : nullptr;
+  auto q_src = [&](int r) -> const float* {  // row r of q (R: normed and rotated), null past the tokens
+    if (row_token(r) >= n_tokens) return nullptr;
+    if constexpr (R)
+      return rs.q[r];
+    else
+      return P.q + row_out(r);
+  };
+  const float* qa = q_src(g);
+  const float* qb = q_src(g + 8);
 #pragma unroll
   for (int ks = warp; ks < D / 16; ks += kWarps) {
     uint32_t h[4], l[4];
@@ -142,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
   // The step's own keys in the first tiles (an extra commit group): wait for all before the loop,
   // which counts S - 1 groups ahead.
-  if (P.early_kv && n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1) cp_async_wait<0>();
+  if (R || (P.early_kv && n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1)) cp_async_wait<0>();
   attn_mma::RowState<D> st;
   st.init();
 #pragma unroll 1
@@ -269,9 +377,9 @@ constexpr size_t smem_bytes() {
   return size_t(2 * S * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
 }
 
-template <int D, int S>
+template <int D, int S, bool R>
 cudaError_t launch_stages(const Params& P, cudaStream_t stream) {
-  const auto kernel = attention_decode_mma_kernel<D, S>;
+  const auto kernel = attention_decode_mma_kernel<D, S, R>;
   if (const cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D, S>()));
       e != cudaSuccess)
@@ -313,13 +421,27 @@ int max_block_smem() {
   return bytes;
 }
 
+// Static shared memory of a kernel (asked once per instantiation).
+template <int D, int S, bool R>
+size_t static_smem() {
+  static const size_t bytes = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, attention_decode_mma_kernel<D, S, R>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return size_t(1) << 30;  // (unknown: take the 2-stage kernel)
+    }
+    return attr.sharedSizeBytes;
+  }();
+  return bytes;
+}
+
 // 4 stages for clusters where the device has the shared memory (sm_90: 227 KB per block; not
 // sm_120: 99 KB), else 2.
-template <int D>
+template <int D, bool R>
 cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  constexpr size_t kStatic = 12288;  // the kernel's static shared memory (q_s: 8 KiB at D = 128), rounded up
-  if (P.plan.cluster && size_t(max_block_smem()) >= smem_bytes<D, 4>() + kStatic) return launch_stages<D, 4>(P, stream);
-  return launch_stages<D, 2>(P, stream);
+  if (P.plan.cluster && size_t(max_block_smem()) >= smem_bytes<D, 4>() + static_smem<D, 4, R>())
+    return launch_stages<D, 4, R>(P, stream);
+  return launch_stages<D, 2, R>(P, stream);
 }
 
 }  // namespace
@@ -346,9 +468,10 @@ DecodePlan decode_plan(const AttnArgs& a) {
 
 cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
-                                 cudaStream_t stream) {
-  const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out);
-  return a.head_dim == 64 ? launch_decode<64>(P, stream) : launch_decode<128>(P, stream);
+                                 cudaStream_t stream, const AttnRope* rope) {
+  const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
+  if (rope) return a.head_dim == 64 ? launch_decode<64, true>(P, stream) : launch_decode<128, true>(P, stream);
+  return a.head_dim == 64 ? launch_decode<64, false>(P, stream) : launch_decode<128, false>(P, stream);
 }
 
 }  // namespace shoal::cuda

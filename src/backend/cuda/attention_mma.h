@@ -55,11 +55,12 @@ struct MmaParams {
   float* part_o;
   float* part_ml;
   float* out;
+  AttnRope rope;  // the decode kernel with the rope prologue: q raw, k / v rows to store
 
   static MmaParams of(const float* q, const __half* k, const __half* v, const int32_t* pos, const AttnArgs& a,
-                      const Plan& plan, float* part_o, float* part_ml, float* out) {
+                      const Plan& plan, float* part_o, float* part_ml, float* out, const AttnRope& rope = {}) {
     return {q, k, v, pos, a.n_tokens, int(a.n_ctx), a.n_heads, a.n_kv_heads, a.sliding_window, a.scale, a.softcap,
-            a.early_kv, plan, part_o, part_ml, out};
+            a.early_kv, plan, part_o, part_ml, out, rope};
   }
 };
 
@@ -82,8 +83,10 @@ DecodePlan decode_plan(const AttnArgs& a);
 
 /// The decode kernel as `plan` says: the output to out, or (n_splits > 1, no cluster) partial
 /// results to part_o / part_ml as attention_prefill(). Errors: the launch's.
+/// With `rope` (not null) the kernel runs the rope prologue (AttnRope, rope_kv_attention()):
+/// q raw, the caches written (hence not const).
 cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, const AttnRope* rope = nullptr);
 
 }  // namespace shoal::cuda

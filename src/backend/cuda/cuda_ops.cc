@@ -153,8 +153,11 @@ void CudaBackend::kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, co
   if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, n};
 }
 
-void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                            const AttentionSpec& spec, Tensor& out) {
+namespace {
+
+// The kernels' view of an attention call; the shape checks of CudaBackend::attention.
+cuda::AttnArgs attn_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                         const AttentionSpec& spec, const Tensor& out) {
   const int64_t n = q.rows();
   SHOAL_CHECK(spec.n_kv_heads > 0 && spec.n_heads % spec.n_kv_heads == 0, "n_heads not a multiple of n_kv_heads");
   SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * spec.head_dim && out.n_elements() == q.n_elements(),
@@ -176,12 +179,53 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   a.sliding_window = spec.sliding_window;
   a.softcap = spec.softcap;
   a.cache = cache_kind(k_cache.dtype);
+  return a;
+}
+
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                            const AttentionSpec& spec, Tensor& out) {
+  cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, spec, out);
   if (failed() || !use_device()) return;
   a.early_kv = kv_written_.op + 1 == ops_ && kv_written_.k == k_cache.data && kv_written_.v == v_cache.data &&
-               kv_written_.pos == pos.data && kv_written_.n == n;
+               kv_written_.pos == pos.data && kv_written_.n == a.n_tokens;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
+}
+
+void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                                    float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                                    Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) {
+  const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out);
+  const int64_t hd = attn.head_dim, width = int64_t(attn.n_kv_heads) * hd;
+  const bool fusable = cuda::rope_kv_attention_supported(a, spec.rot_dims) && spec.head_dim == hd &&
+                       spec.n_heads == attn.n_heads && (!q_norm || q_norm->n_elements() == hd) &&
+                       (!k_norm || k_norm->n_elements() == hd);
+  if (!fusable) {
+    Backend::rope_kv_attention(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
+    return;
+  }
+  SHOAL_CHECK(k.rows() == a.n_tokens && k.cols() == width && v.rows() == a.n_tokens && v.cols() == width &&
+                  inv_freq.n_elements() == spec.rot_dims / 2,
+              "rope_kv_attention: k {} v {} for {} KV heads of {}, {} rope dims", k.shape_string(), v.shape_string(),
+              attn.n_kv_heads, hd, spec.rot_dims);
+  cuda::AttnRope r;
+  r.k = f32(k);
+  r.v = f32(v);
+  r.q_norm = q_norm ? f32(*q_norm) : nullptr;
+  r.k_norm = k_norm ? f32(*k_norm) : nullptr;
+  r.eps = eps;
+  r.inv_freq = f32(inv_freq);
+  r.rot_dims = spec.rot_dims;
+  r.interleaved = spec.interleaved;
+  r.attn_factor = spec.attn_factor;
+  if (failed() || !use_device()) return;
+  void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
+  if (!s) return;
+  note(cuda::rope_kv_attention(f32(q), r, k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_),
+       "rope_kv_attention");
 }
 
 void CudaBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {

@@ -50,6 +50,21 @@ __device__ __forceinline__ float block_sum(float v, float* smem) {
   }
 }
 
+/// cos and sin of RoPE's angle pos * inv_freq (RoFormer, arXiv:2104.09864), times attn_factor
+/// (YaRN), as ref::rope: in double (an f32 angle is off by ~1e-2 rad at position 1e5).
+__device__ __forceinline__ double2 rope_cos_sin(int32_t pos, float inv_freq, float attn_factor) {
+  double s, c;
+  sincos(double(pos) * double(inv_freq), &s, &c);
+  return make_double2(c * attn_factor, s * attn_factor);
+}
+
+/// Rotates the pair (x0, x1) by cs = rope_cos_sin(...), in double as ref::rope.
+__device__ __forceinline__ void rope_rotate(float& x0, float& x1, double2 cs) {
+  const double a = x0, b = x1;
+  x0 = float(a * cs.x - b * cs.y);
+  x1 = float(a * cs.y + b * cs.x);
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

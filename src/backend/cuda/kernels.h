@@ -166,6 +166,21 @@ cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx
                      const float* v, int64_t n, const int32_t* pos, cudaStream_t stream);
 
 // ---- attention.cu ---------------------------------------------------------------------------
+/// The prologue of rope_kv_write (QkvArgs) run inside decode attention (rope_kv_attention in
+/// attention_decode_mma.cu): q is the raw projection; the kernel norms and rotates the q rows it
+/// reads, and stores the step's k (normed, rotated) and v rows (f32 [n_tokens, n_kv_heads *
+/// head_dim]) at cache rows pos[t] (skipped outside [0, n_ctx)).
+struct AttnRope {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* q_norm = nullptr;  // [head_dim] or null
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+  const float* inv_freq = nullptr;  // [rot_dims / 2]
+  int rot_dims = 0;
+  bool interleaved = false;
+  float attn_factor = 1.0f;
+};
 struct AttnArgs {
   int64_t n_tokens = 0;
   int64_t n_ctx = 0;  // cache rows
@@ -191,6 +206,16 @@ uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// slower on the H200: 12.3 vs 11.7 us per layer at context 512.)
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
                       void* scratch, float* out, cudaStream_t stream);
+/// Whether rope_kv_attention() takes these arguments: the decode kernel's (1..kGemvMaxTokens
+/// tokens, f16 caches, head_dim 64 / 128) and an even rot_dims <= head_dim.
+bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);
+/// rope_kv_write() then attention() in one kernel (decode): q (raw, [n_tokens, n_heads *
+/// head_dim]) normed and rotated as it is read, never written back; k and v of `r` stored in
+/// the caches, the step's own rows also straight into the kernel's tiles. Saves the prologue
+/// kernel and its wait on the decode path. Errors: cudaErrorInvalidValue where
+/// rope_kv_attention_supported() is false.
+cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,
+                              const AttnArgs& a, void* scratch, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ----------------------------------------------------------------------------
 /// Bytes of scratch argmax / top_k need.

@@ -12,19 +12,12 @@
 namespace shoal::cuda {
 namespace {
 
-// Rotates pair p of the head at v (layout of RopeArgs) by pos * inv_freq, as the reference: the
-// angle and its cos/sin in double (an f32 angle is off by ~1e-2 rad at position 1e5).
+// Rotates pair p of the head at v (layout of RopeArgs) by pos * inv_freq, as the reference.
 __device__ __forceinline__ void rotate_pair(float* v, int p, int half, int32_t pos, float inv_freq,
                                             bool interleaved, float attn_factor) {
-  double s, c;
-  sincos(double(pos) * double(inv_freq), &s, &c);
-  c *= attn_factor;
-  s *= attn_factor;
   const int ia = interleaved ? 2 * p : p;
   const int ib = interleaved ? 2 * p + 1 : p + half;
-  const double x0 = v[ia], x1 = v[ib];
-  v[ia] = float(x0 * c - x1 * s);
-  v[ib] = float(x0 * s + x1 * c);
+  rope_rotate(v[ia], v[ib], rope_cos_sin(pos, inv_freq, attn_factor));
 }
 
 // One thread per (token, head, rotated pair).

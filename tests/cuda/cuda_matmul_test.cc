@@ -151,6 +151,16 @@ TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
   }
 }
 
+TEST_F(CudaMatmulsTest, WideRowsOfPlainTypes) {
+  // Rows of 512 or more 16-byte vectors (F16 from 4096 columns) take one vector per lane and row
+  // over several passes (gemv.cu); 4104 F16 columns end in a pass of one vector.
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    check_fused(t, 4104, 1, true, true);
+    check_fused(t, 8192, 1, false, false, {9, 300, 31});
+    check_glu(t, 4104, 1, 77);
+  }
+}
+
 TEST_F(CudaMatmulsTest, MixedKindsAndModesSplitIntoLaunches) {
   check_mixed({DType::kQ4_0, DType::kQ4_0, DType::kF16, DType::kQ8_0}, 2);
 }

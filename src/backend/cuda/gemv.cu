@@ -4,7 +4,8 @@
 // loads that skip L1, several per lane in flight; the f32 activations come from L1.
 //
 // A block of 4 warps computes R rows; its 128 lanes take each row's 16-byte vectors round-robin
-// (R = 2, 4 vectors per lane per row in flight; narrow rows of one token: R = 8 / 4 with 1 / 2).
+// (R = 2, 4 vectors per lane per row in flight; rows of one token: R = 8 / 4 with 1 / 2 vectors
+// when narrow, R = 8 with 1 vector over several passes when 512 vectors or wider).
 // Partial sums are reduced in a fixed order (warp butterfly, then warps 0..3): results are
 // deterministic.
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
@@ -280,6 +281,11 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // 1054-1059 -> 1176-1184 tok/s (H200; q/k/v GEMV 7.9 -> 6.1 us, gate+up 8.7 -> 7.6).
     if (a.nvec <= kThreads) return launch_plain<T, 8 / S, 1, S, 1>(a, stream);
     if (a.nvec <= 2 * kThreads) return launch_plain<T, 4 / S, 1, S, 2>(a, stream);
+    // Wide rows (F16 from 4096 columns): one vector per lane and row, 8 / S rows, several
+    // passes per row. Llama-3-8B F16 decode step 4.24 -> 4.12 ms (H200; 4096x14336 alone 72% ->
+    // 82% of read; docs/cuda.md, v12); rows of 3 passes (Qwen3-0.6B down, 3072 columns) measured
+    // slower, and R = 4, U = 2 or R = 8, U = 2 gained less or lost.
+    if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1>(a, stream);
   }
   return launch_plain<T, kDefault, NT, S>(a, stream);
 }

@@ -209,6 +209,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
           *reinterpret_cast<__half2*>(vt + d) = vh;
         }
       }
+      // A row of a later tile is read back by the loop's cp.async (L2): make the stores visible
+      // there before the barrier below, not only to the block.
+      if (!kt) __threadfence();
       __syncwarp();  // rs.kv[warp] is read before the warp's next token writes it
     }
     __syncthreads();  // rs.q, the tiles' rows; the cache rows before any later tile's load

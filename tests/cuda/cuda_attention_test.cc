@@ -112,8 +112,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
   // attention kernel (f16 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
-  // from the cache (2000 in a split of 256 keys from 1792), or, with positions that are not
-  // contiguous, over rows loaded first. Caches are NaN except the rows written before the call.
+  // from the cache (2000 in a split of 256 keys from 1792 with 4 stages; 8000 in one from 7936
+  // with 2 stages and the combine), or, with positions that are not contiguous, over rows loaded
+  // first. Caches are NaN except the rows written before the call.
   struct Case {
     int n_heads, n_kv_heads, head_dim, rot_dims;
     bool interleaved, norms;
@@ -121,6 +122,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     DType cache;
     int64_t n_ctx;
     std::vector<int32_t> pos;
+    float attn_factor = 1.0f;
   };
   const std::vector<Case> cases = {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {576}},              // Qwen3-like
@@ -129,6 +131,10 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {32, 8, 128, 128, false, true, 0, DType::kF16, 512, {100, 101, 102, 103, 104}},  // 2 row groups
       {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, {2000, 2001}},         // a later tile
       {16, 8, 128, 64, false, true, 0, DType::kF16, 256, {40, 45, 60}},          // not contiguous
+      {8, 8, 128, 128, false, true, 0, DType::kF16, 8192, {8000, 8001}},         // tile 1 of 2 stages
+      {12, 4, 64, 64, false, true, 0, DType::kF16, 512, {200, 201, 202, 203, 204, 205}},  // a token in 2 row groups
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {300, 301, 302, 303, 304, 305, 306, 307}},  // 8 tokens
+      {16, 8, 128, 128, false, true, 0, DType::kF16, 16, {10}, 1.2f},            // one split, YaRN factor
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
   };
   for (const Case& c : cases) {
@@ -154,7 +160,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     Dual pos = make_i32(c.pos);
     Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 1000000.0));
     Dual out = output(DType::kF32, {n, qw});
-    const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
+    const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, c.attn_factor};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, 0.0f};
     for (Backend* b : {cpu_.get(), gpu_.get()}) {
       const bool g = b == gpu_.get();

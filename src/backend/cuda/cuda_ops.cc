@@ -208,9 +208,9 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
     return;
   }
   SHOAL_CHECK(k.rows() == a.n_tokens && k.cols() == width && v.rows() == a.n_tokens && v.cols() == width &&
-                  inv_freq.n_elements() == spec.rot_dims / 2,
-              "rope_kv_attention: k {} v {} for {} KV heads of {}, {} rope dims", k.shape_string(), v.shape_string(),
-              attn.n_kv_heads, hd, spec.rot_dims);
+                  inv_freq.n_elements() == spec.rot_dims / 2 && k_cache.rows() == v_cache.rows(),
+              "rope_kv_attention: k {} v {} for {} KV heads of {}, {} rope dims, caches {} / {}", k.shape_string(),
+              v.shape_string(), attn.n_kv_heads, hd, spec.rot_dims, k_cache.shape_string(), v_cache.shape_string());
   cuda::AttnRope r;
   r.k = f32(k);
   r.v = f32(v);
@@ -222,6 +222,12 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   r.interleaved = spec.interleaved;
   r.attn_factor = spec.attn_factor;
   if (failed() || !use_device()) return;
+  // The kernel loads the caches' older rows before its PDL wait: not right after an op that
+  // wrote these caches (that kernel may still be running).
+  if (kv_written_.op + 1 == ops_ && (kv_written_.k == k_cache.data || kv_written_.v == v_cache.data)) {
+    Backend::rope_kv_attention(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
+    return;
+  }
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   note(cuda::rope_kv_attention(f32(q), r, k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_),

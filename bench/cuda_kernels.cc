@@ -235,10 +235,10 @@ struct LayerOps {
     const MatmulOut outs[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
     b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, outs);
   }
+  RopeSpec rope_spec() const { return RopeSpec{m.heads, m.head_dim, m.head_dim, false, 1.0f}; }
   void rope_kv(Layer& L) const {
-    const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f};
-    b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq, rq,
-                    m.kv_heads, L.kc, L.vc);
+    b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
+                    rope_spec(), m.kv_heads, L.kc, L.vc);
   }
   AttentionSpec attn_spec() const {
     return AttentionSpec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
@@ -246,9 +246,8 @@ struct LayerOps {
   void attention(Layer& L) const { b.attention(q, L.kc, L.vc, pos, attn_spec(), att); }
   // rope_kv then attention, as model/forward.cc asks for them (one kernel for decode on CUDA).
   void rope_attention(Layer& L) const {
-    const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f};
     b.rope_kv_attention(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
-                        rq, L.kc, L.vc, attn_spec(), att);
+                        rope_spec(), L.kc, L.vc, attn_spec(), att);
   }
   // y += w * in (the residual add).
   void residual(const Tensor& w, const Tensor& in) const {

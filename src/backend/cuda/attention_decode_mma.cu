@@ -153,8 +153,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
                                        b_lo + i * kKeys, b_hi, from, to);
     cp_async_commit();  // (empty groups keep the count)
   };
-  const bool early = R || P.early_kv;
-  if (early) {
+  if (R || P.early_kv) {
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, fresh);
   }

@@ -200,9 +200,13 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
                                     Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) {
   const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out);
   const int64_t hd = attn.head_dim, width = int64_t(attn.n_kv_heads) * hd;
+  // The kernel loads the caches' older rows before its PDL wait: not right after an op that wrote
+  // these caches (that kernel may still be running). ops_ counts up to the previous op here.
+  const bool after_cache_write =
+      kv_written_.op == ops_ && (kv_written_.k == k_cache.data || kv_written_.v == v_cache.data);
   const bool fusable = cuda::rope_kv_attention_supported(a, spec.rot_dims) && spec.head_dim == hd &&
                        spec.n_heads == attn.n_heads && (!q_norm || q_norm->n_elements() == hd) &&
-                       (!k_norm || k_norm->n_elements() == hd);
+                       (!k_norm || k_norm->n_elements() == hd) && !after_cache_write;
   if (!fusable) {
     Backend::rope_kv_attention(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
     return;
@@ -222,12 +226,6 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   r.interleaved = spec.interleaved;
   r.attn_factor = spec.attn_factor;
   if (failed() || !use_device()) return;
-  // The kernel loads the caches' older rows before its PDL wait: not right after an op that
-  // wrote these caches (that kernel may still be running).
-  if (kv_written_.op + 1 == ops_ && (kv_written_.k == k_cache.data || kv_written_.v == v_cache.data)) {
-    Backend::rope_kv_attention(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
-    return;
-  }
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   note(cuda::rope_kv_attention(f32(q), r, k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_),

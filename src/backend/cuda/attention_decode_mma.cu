@@ -44,6 +44,10 @@ constexpr int kMaxClusterSplits = 8;       // the portable cluster size (16 meas
 constexpr int64_t kClusterMaxCtx = 4096;   // larger caches: up to kMaxSplits splits and the combine
 constexpr int kMaxSplits = 32;             // attention_combine_kernel: one split per lane
 constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
+// K/V tiles in flight. 4 (cluster path, sm_90) took context 4096 from 15.7 to 14.7 us per layer,
+// but its 170 KB of shared memory per block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB)
+// off the SM while attention ran: decode steps 1-4% slower at context 576 (docs/cuda.md, v13).
+constexpr int kStages = 2;
 
 bool g_clusters = false;
 
@@ -61,22 +65,20 @@ struct RopeSmem {
 template <int D>
 struct RopeSmem<D, false> {};
 
-// Norms (w: the norm weight or null) and rotates the head row src into x (f32, shared, this
-// warp's) as rope_kv_write: lanes take the values lane + 32 j, then the pairs lane + 32 j.
+// Norms (when `norm`, with w: this lane's values of the norm weight) and rotates a head row into
+// x (f32, shared, this warp's) as rope_kv_write: v holds this lane's values lane + 32 j of the
+// row; the lanes then rotate the pairs lane + 32 j.
 template <int D>
-__device__ __forceinline__ void rope_row(float* x, const float* src, const float* w, float eps,
+__device__ __forceinline__ void rope_row(float* x, float (&v)[D / 32], const float (&w)[D / 32], bool norm, float eps,
                                          const double2* cs, const AttnRope& r) {
   const int lane = threadIdx.x & 31;
-  float v[D / 32], ss = 0.0f;
+  if (norm) {
+    float ss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < D / 32; ++j) {
-    v[j] = src[lane + 32 * j];
-    ss = fmaf(v[j], v[j], ss);
-  }
-  if (w) {
+    for (int j = 0; j < D / 32; ++j) ss = fmaf(v[j], v[j], ss);
     const float inv = 1.0f / sqrtf(warp_sum(ss) / float(D) + eps);
 #pragma unroll
-    for (int j = 0; j < D / 32; ++j) v[j] = v[j] * inv * w[lane + 32 * j];
+    for (int j = 0; j < D / 32; ++j) v[j] = v[j] * inv * w[j];
   }
 #pragma unroll
   for (int j = 0; j < D / 32; ++j) x[lane + 32 * j] = v[j];
@@ -89,10 +91,10 @@ __device__ __forceinline__ void rope_row(float* x, const float* src, const float
   __syncwarp();
 }
 
-// S: stages of K/V tiles in flight (2, or 4 for clusters where the device has the shared memory).
 // R: the rope prologue (P.rope; rope_kv_attention).
-template <int D, int S, bool R>
+template <int D, bool R>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
+  constexpr int S = kStages;
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [S][kKeys][DP]
@@ -167,7 +169,16 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       rs.cs[i / half][i % half] = rope_cos_sin(P.pos[i / half], P.rope.inv_freq[i % half], P.rope.attn_factor);
     __syncthreads();
   }
-  pdl_prologue();
+  constexpr int DJ = D / 32;
+  float qw[DJ], kw[DJ];  // the norm weights' values of this lane (R; uploaded: read before the wait)
+  if constexpr (R) {
+#pragma unroll
+    for (int j = 0; j < DJ; ++j) {
+      qw[j] = P.rope.q_norm ? P.rope.q_norm[lane + 32 * j] : 1.0f;
+      kw[j] = P.rope.k_norm ? P.rope.k_norm[lane + 32 * j] : 1.0f;
+    }
+  }
+  [[maybe_unused]] const unsigned tl = pdl_prologue();
   if constexpr (R) {
     // The rest of the first tiles: zeros past b_hi, or (positions not contiguous) every row from
     // fresh on, overwritten below with the step's rows once landed.
@@ -181,26 +192,54 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       cp_async_wait<0>();
       __syncthreads();
     }
-    // q rows of the block (warp w: w, w + 4, ...), normed and rotated into rs.q.
-    for (int r = warp; r < kRows; r += kWarps)
-      if (row_token(r) < n_tokens)
-        rope_row<D>(rs.q[r], P.q + row_out(r), P.rope.q_norm, P.rope.eps, rs.cs[row_token(r)], P.rope);
-    // The step's k / v rows among this block's keys (token t by warp t % 4): into the caches and,
-    // in the first S - 1 tiles, into the tiles.
-    for (int t = warp; t < n_tokens; t += kWarps) {
+    // Every global read first (one round trip): this warp's q rows (w, w + 4, ...) and the k / v
+    // rows of token 3 - w when its position is among this block's keys (the last warp has the
+    // fewest q rows). Then the q rows are normed and rotated into rs.q, the k row into rs.kv, and
+    // k / v are stored in the caches and, in the first S - 1 tiles, in the tiles.
+    float qv[kRows / kWarps][DJ];
+#pragma unroll
+    for (int i = 0; i < kRows / kWarps; ++i)
+      if (row_token(warp + kWarps * i) < n_tokens)
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) qv[i][j] = P.q[row_out(warp + kWarps * i) + lane + 32 * j];
+    auto kv_pos = [&](int t) {  // the cache row of token t if among this block's keys, else -1
       const int p = P.pos[t];
-      if (p < b_lo || p > b_hi || p < 0 || p >= P.n_ctx) continue;
-      rope_row<D>(rs.kv[warp], P.rope.k + int64_t(t) * width + int64_t(kvh) * D, P.rope.k_norm, P.rope.eps,
-                  rs.cs[t], P.rope);
+      return p >= b_lo && p <= b_hi && p >= 0 && p < P.n_ctx ? p : -1;
+    };
+    float kv[DJ];
+    float2 vv[D / 64];
+    auto load_kv = [&](int t) {
+      const float* kr = P.rope.k + int64_t(t) * width + int64_t(kvh) * D;
       const float* vr = P.rope.v + int64_t(t) * width + int64_t(kvh) * D;
+#pragma unroll
+      for (int j = 0; j < DJ; ++j) kv[j] = kr[lane + 32 * j];
+#pragma unroll
+      for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+    };
+    const int t0 = kWarps - 1 - warp;
+    const int p0_kv = t0 < n_tokens ? kv_pos(t0) : -1;
+    if (p0_kv >= 0) load_kv(t0);
+#pragma unroll
+    for (int i = 0; i < kRows / kWarps; ++i) {
+      const int r = warp + kWarps * i;
+      if (row_token(r) < n_tokens)
+        rope_row<D>(rs.q[r], qv[i], qw, P.rope.q_norm != nullptr, P.rope.eps, rs.cs[row_token(r)], P.rope);
+    }
+    for (int t = t0; t < n_tokens; t += kWarps) {
+      const int p = t == t0 ? p0_kv : kv_pos(t);
+      if (p < 0) continue;
+      if (t != t0) load_kv(t);
+      rope_row<D>(rs.kv[warp], kv, kw, P.rope.k_norm != nullptr, P.rope.eps, rs.cs[t], P.rope);
       __half* kc = const_cast<__half*>(kg) + int64_t(p) * width;
       __half* vc = const_cast<__half*>(vg) + int64_t(p) * width;
       const int tile = (p - b_lo) / kKeys;
       __half* kt = tile < S - 1 ? k_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
       __half* vt = tile < S - 1 ? v_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
-      for (int d = 2 * lane; d < D; d += 64) {
+#pragma unroll
+      for (int i = 0; i < D / 64; ++i) {
+        const int d = 2 * lane + 64 * i;
         const __half2 kh = __floats2half2_rn(rs.kv[warp][d], rs.kv[warp][d + 1]);
-        const __half2 vh = __floats2half2_rn(vr[d], vr[d + 1]);
+        const __half2 vh = __floats2half2_rn(vv[i].x, vv[i].y);
         *reinterpret_cast<__half2*>(kc + d) = kh;
         *reinterpret_cast<__half2*>(vc + d) = vh;
         if (kt) {
@@ -214,6 +253,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       __syncwarp();  // rs.kv[warp] is read before the warp's next token writes it
     }
     __syncthreads();  // rs.q, the tiles' rows; the cache rows before any later tile's load
+    SHOAL_MARK(tl, 1);
   } else if (!P.early_kv) {
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, INT_MAX);
@@ -253,6 +293,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // The step's own keys in the first tiles (an extra commit group): wait for all before the loop,
   // which counts S - 1 groups ahead.
   if (R || (P.early_kv && n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1)) cp_async_wait<0>();
+  SHOAL_MARK(tl, 2);
   attn_mma::RowState<D> st;
   st.init();
 #pragma unroll 1
@@ -268,6 +309,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     __syncthreads();  // a later load overwrites this buffer
   }
   cp_async_wait<0>();
+  SHOAL_MARK(tl, 3);
 
   // 3. The warps' states into shared memory (over the tiles), merged into warp 0's place with
   // per-row weights: M = max_w m_w, L = sum_w l_w e^(m_w - M), O = sum_w o_w e^(m_w - M).
@@ -310,6 +352,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     *reinterpret_cast<float4*>(o_s + idx) = O;
   }
   __syncthreads();
+  SHOAL_MARK(tl, 4);
 
   // 4. Output: this block's (one split), the cluster's merge, or the split's partial result.
   if (pl.n_splits == 1) {
@@ -322,6 +365,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (clusters: sm_90+; the plan has none below)
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's state is in its shared memory
+    SHOAL_MARK(tl, 5);
     // Weight of block b for row r, 1 / L folded in; then block `split` merges outputs split,
     // split + n_splits, ... of the row group.
     __syncthreads();  // wt_s is reused
@@ -354,7 +398,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
         }
       *reinterpret_cast<float4*>(P.out + row_out(r) + idx % D) = O;  // (rows of D floats: aligned)
     }
+    SHOAL_MARK(tl, 6);
     cluster.sync();  // no block leaves while others read its shared memory
+    SHOAL_MARK(tl, 7);
 #else
     __trap();  // (set_clusters() is off unless the device code is sm_90+)
 #endif
@@ -372,24 +418,25 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
 }
 
-template <int D, int S>
+template <int D>
 constexpr size_t smem_bytes() {
+  constexpr int S = kStages;
   static_assert(2 * S * kKeys * attn_mma::pitch<D>() * sizeof(__half) >= kWarps * kRows * D * sizeof(float),
                 "the warps' states fit over the tiles");
   return size_t(2 * S * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
 }
 
-template <int D, int S, bool R>
-cudaError_t launch_stages(const Params& P, cudaStream_t stream) {
-  const auto kernel = attention_decode_mma_kernel<D, S, R>;
+template <int D, bool R>
+cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
+  const auto kernel = attention_decode_mma_kernel<D, R>;
   if (const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D, S>()));
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D>()));
       e != cudaSuccess)
     return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(P.plan.n_splits), unsigned(P.n_kv_heads * P.plan.row_groups));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem_bytes<D, S>();
+  cfg.dynamicSmemBytes = smem_bytes<D>();
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
@@ -407,43 +454,6 @@ cudaError_t launch_stages(const Params& P, cudaStream_t stream) {
   cfg.numAttrs = n;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, P);
   return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-// Shared memory a block may opt in to on the current device (asked once per process).
-int max_block_smem() {
-  static const int bytes = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return v;
-  }();
-  return bytes;
-}
-
-// Static shared memory of a kernel (asked once per instantiation).
-template <int D, int S, bool R>
-size_t static_smem() {
-  static const size_t bytes = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, attention_decode_mma_kernel<D, S, R>) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return size_t(1) << 30;  // (unknown: take the 2-stage kernel)
-    }
-    return attr.sharedSizeBytes;
-  }();
-  return bytes;
-}
-
-// 4 stages for clusters where the device has the shared memory (sm_90: 227 KB per block; not
-// sm_120: 99 KB), else 2.
-template <int D, bool R>
-cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  if (P.plan.cluster && size_t(max_block_smem()) >= smem_bytes<D, 4>() + static_smem<D, 4, R>())
-    return launch_stages<D, 4, R>(P, stream);
-  return launch_stages<D, 2, R>(P, stream);
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps);
 
 /// Median milliseconds of `record` (ops on the CUDA backend `b`) recorded once with run_graph and
 /// replayed `reps` times, timed by CUDA events on b's stream. Errors: kInvalidArgument if b is not
-/// a CUDA backend; the backend's errors.
+/// a CUDA backend; the backend's errors. Builds with SHOAL_CUDA_TIMELINE: with the environment
+/// variable SHOAL_TIMELINE=<csv>, one more replay is recorded block by block into that file
+/// (timeline.cuh; scripts/timeline.py reads it).
 Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps);
 
 /// Fills a tensor of the CUDA backend `b` (a weight from alloc_weight, or a plain F32/F16/BF16/

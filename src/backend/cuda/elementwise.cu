@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <vector>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
@@ -78,6 +79,25 @@ bool g_pdl = false;
 
 void set_pdl(bool on) { g_pdl = on; }
 bool pdl_enabled() { return g_pdl; }
+
+#ifdef SHOAL_CUDA_TIMELINE
+namespace {
+std::vector<cudaError_t (*)(const TimelineSink&)>& timeline_setters() {
+  static std::vector<cudaError_t (*)(const TimelineSink&)> v;
+  return v;
+}
+}  // namespace
+int timeline_register(cudaError_t (*set)(const TimelineSink&)) {
+  timeline_setters().push_back(set);
+  return 0;
+}
+cudaError_t timeline_start(TimelineRecord* recs, unsigned* count, unsigned cap) {
+  const TimelineSink s{recs, count, cap};
+  for (auto* set : timeline_setters())
+    if (const cudaError_t e = set(s); e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+#endif
 
 bool device_code_sm90() {
   // The code the driver runs for this device: a build for older architectures only (PTX JIT)

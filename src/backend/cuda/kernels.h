@@ -32,6 +32,26 @@ void set_clusters(bool on);
 /// need it.
 bool device_code_sm90();
 
+#ifdef SHOAL_CUDA_TIMELINE
+/// Diagnostic builds (timeline.cuh). One block's pass through pdl_prologue: %globaltimer (ns) on arrival and when the wait on the
+/// previous kernel returned, the SM, the block's linear index, the grid's blocks and threads.
+struct TimelineRecord {
+  unsigned long long arrive, release;
+  unsigned sm, block, grid, threads;
+};
+/// Where blocks append their records (recs null: recording off).
+struct TimelineSink {
+  TimelineRecord* recs;
+  unsigned* count;
+  unsigned cap;
+};
+/// Registers one .cu file's sink setter (timeline.cuh does it); returns 0.
+int timeline_register(cudaError_t (*set)(const TimelineSink&));
+/// Points every kernel's recording at recs (cap records; *count is the next free one, reset by
+/// the caller), or turns recording off (recs null).
+cudaError_t timeline_start(TimelineRecord* recs, unsigned* count, unsigned cap);
+#endif
+
 /// Activation ids, equal to shoal::Activation's order (silu, gelu tanh, gelu erf).
 enum class Act : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
 

@@ -15,6 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/timeline.cuh"
+
 namespace shoal::cuda {
 
 /// Whether launch() asks for PDL (set once per process by the backend from the device's
@@ -24,11 +26,24 @@ bool pdl_enabled();
 /// Called by every kernel started by launch() before it touches memory the previous kernel may
 /// write (at the start, or after loads that cannot depend on it): waits for the previous kernel's results
 /// (and for it to stop reading what this kernel writes), then lets the next kernel be scheduled.
-__device__ __forceinline__ void pdl_prologue() {
+/// Returns 0, or in timeline builds (timeline.cuh) the block's record for SHOAL_MARK.
+__device__ __forceinline__ unsigned pdl_prologue() {
+  unsigned slot = 0;
+#if defined(SHOAL_CUDA_TIMELINE) && defined(__CUDA_ARCH__)
+  const unsigned long long arrive = timeline_now();
+  const TimelineSink sink = g_timeline;
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#if defined(SHOAL_CUDA_TIMELINE) && defined(__CUDA_ARCH__)
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && sink.recs)
+    slot = timeline_record(sink, arrive, timeline_now(), blockDim.x * blockDim.y * blockDim.z);
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+  return slot;
 }
 
 /// Launches kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when enabled;

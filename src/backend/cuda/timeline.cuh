@@ -1,0 +1,66 @@
+// A diagnostic timeline of kernel blocks, compiled only with CMake -DSHOAL_CUDA_TIMELINE=ON
+// (off by default; nothing of it exists in other builds). Every block started by launch()
+// records, in pdl_prologue (launch.cuh), when it reached its PDL wait and when the wait returned
+// (%globaltimer, ns), its SM, index and grid; kernels may add marks (SHOAL_MARK) after the wait.
+// `cuda_kernels` writes the records of one graph replay to the CSV named by SHOAL_TIMELINE
+// (cuda_probe.cc); scripts/timeline.py turns them into per-kernel slots: when the kernel's blocks
+// arrived, when the previous kernel released them, when the next kernel was released
+// (docs/cuda.md, v13). Each .cu file has its own copy of the sink, registered with the host side
+// (kernels.h timeline_start) at static initialisation.
+// Only included by launch.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels.h"
+
+#ifdef SHOAL_CUDA_TIMELINE
+namespace {
+__device__ shoal::cuda::TimelineSink g_timeline;
+cudaError_t timeline_set_tu(const shoal::cuda::TimelineSink& s) { return cudaMemcpyToSymbol(g_timeline, &s, sizeof s); }
+[[maybe_unused]] const int g_timeline_registered = shoal::cuda::timeline_register(&timeline_set_tu);
+}  // namespace
+
+namespace shoal::cuda {
+
+constexpr unsigned kTimelineMarks = 8;  // record slots reserved per block after its own
+
+__device__ __forceinline__ unsigned long long timeline_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A record of this block (thread 0 only) into `sink` (read before the wait: the host sets it
+// between graphs); returns its index, the first of the block's slots.
+__device__ __forceinline__ unsigned timeline_record(const TimelineSink& sink, unsigned long long arrive,
+                                                    unsigned long long release, unsigned threads) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  const unsigned i = atomicAdd(sink.count, 1u + kTimelineMarks);
+  if (i + kTimelineMarks < sink.cap)
+    sink.recs[i] = TimelineRecord{arrive, release, sm, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
+                                  gridDim.x * gridDim.y * gridDim.z, threads};
+  return i;
+}
+
+/// Mark `id` (< kTimelineMarks) of this block, stored by thread 0 in the slots reserved after the
+/// block's record `slot` (pdl_prologue's result): a record whose `threads` is 0x80000000 | id.
+__device__ __forceinline__ void timeline_mark(unsigned slot, unsigned id) {
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && g_timeline.recs) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const unsigned i = slot + 1 + id;
+    if (i < g_timeline.cap)
+      g_timeline.recs[i] = TimelineRecord{timeline_now(), id, sm,
+                                          blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
+                                          gridDim.x * gridDim.y * gridDim.z, 0x80000000u | id};
+  }
+}
+
+}  // namespace shoal::cuda
+
+#define SHOAL_MARK(slot, id) ::shoal::cuda::timeline_mark(slot, id)
+#else
+#define SHOAL_MARK(slot, id) ((void)0)
+#endif

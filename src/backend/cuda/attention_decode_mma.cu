@@ -44,9 +44,10 @@ constexpr int kMaxClusterSplits = 8;       // the portable cluster size (16 meas
 constexpr int64_t kClusterMaxCtx = 4096;   // larger caches: up to kMaxSplits splits and the combine
 constexpr int kMaxSplits = 32;             // attention_combine_kernel: one split per lane
 constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
-// K/V tiles in flight. 4 (cluster path, sm_90) took context 4096 from 15.7 to 14.7 us per layer,
-// but its 170 KB of shared memory per block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB)
-// off the SM while attention ran: decode steps 1-4% slower at context 576 (docs/cuda.md, v13).
+// K/V tiles in flight. The cluster path had 4 on sm_90 until v13: its 170 KB of shared memory per
+// block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB) off the SM while attention ran, and
+// attention alone is no slower with 2 (context 512 / 4096 / 32768: 5.86 / 14.97 / 42.04 us per
+// layer vs 6.04 / 14.88 / 41.92; H200, docs/cuda.md, v13).
 constexpr int kStages = 2;
 
 bool g_clusters = false;

@@ -112,8 +112,8 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
   // attention kernel (f16 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
-  // from the cache (2000 in a split of 256 keys from 1792 with 4 stages; 8000 in one from 7936
-  // with 2 stages and the combine), or, with positions that are not contiguous, over rows loaded
+  // from the cache (2000 in a split of 256 keys from 1792: its tile 3; 8000 in one from 7936
+  // with the combine: its tile 1), or, with positions that are not contiguous, over rows loaded
   // first. Caches are NaN except the rows written before the call.
   struct Case {
     int n_heads, n_kv_heads, head_dim, rot_dims;

@@ -44,10 +44,10 @@ constexpr int kMaxClusterSplits = 8;       // the portable cluster size (16 meas
 constexpr int64_t kClusterMaxCtx = 4096;   // larger caches: up to kMaxSplits splits and the combine
 constexpr int kMaxSplits = 32;             // attention_combine_kernel: one split per lane
 constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
-// K/V tiles in flight. The cluster path had 4 on sm_90 until v13: its 170 KB of shared memory per
-// block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB) off the SM while attention ran, and
-// attention alone is no slower with 2 (context 512 / 4096 / 32768: 5.86 / 14.97 / 42.04 us per
-// layer vs 6.04 / 14.88 / 41.92; H200, docs/cuda.md, v13).
+// K/V tiles in flight. The cluster path (caches of <= 4096 rows) had 4 on sm_90 until v13: its
+// 170 KB of shared memory per block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB) off the
+// SM while attention ran. With 2, attention alone at context 512 / 4096 is within noise of the
+// 4-stage figures (5.86 / 14.97 vs 6.04 / 14.88 us per layer, H200; docs/cuda.md, v13).
 constexpr int kStages = 2;
 
 bool g_clusters = false;
@@ -55,7 +55,7 @@ bool g_clusters = false;
 using Params = MmaParams<DecodePlan>;
 
 // The rope prologue (R, rope_kv_attention): each warp norms and rotates the q rows w, w + 4, ...
-// of the block, and the step's k / v rows of the block's keys (token t by warp t % 4), in f32
+// of the block, and the step's k / v rows of the block's keys (token t by warp 3 - t % 4), in f32
 // in shared memory, with RoPE's cos / sin per (token, pair) made once before the PDL wait.
 template <int D, bool R>
 struct RopeSmem {
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     __syncthreads();
   }
   constexpr int DJ = D / 32;
-  float qw[DJ], kw[DJ];  // the norm weights' values of this lane (R; uploaded: read before the wait)
+  [[maybe_unused]] float qw[DJ], kw[DJ];  // this lane's norm weight values (R; uploaded: read before the wait)
   if constexpr (R) {
 #pragma unroll
     for (int j = 0; j < DJ; ++j) {
@@ -193,10 +193,11 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       cp_async_wait<0>();
       __syncthreads();
     }
-    // Every global read first (one round trip): this warp's q rows (w, w + 4, ...) and the k / v
-    // rows of token 3 - w when its position is among this block's keys (the last warp has the
-    // fewest q rows). Then the q rows are normed and rotated into rs.q, the k row into rs.kv, and
-    // k / v are stored in the caches and, in the first S - 1 tiles, in the tiles.
+    // The global reads first (one round trip for up to 4 tokens): this warp's q rows (w, w + 4,
+    // ...) and the k / v rows of token 3 - w when its position is among this block's keys (the
+    // last warp has the fewest q rows); tokens 7 - w ... load theirs in the loop below. Then the
+    // q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in the
+    // caches and, in the first S - 1 tiles, in the tiles.
     float qv[kRows / kWarps][DJ];
 #pragma unroll
     for (int i = 0; i < kRows / kWarps; ++i)

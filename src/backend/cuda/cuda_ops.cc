@@ -206,7 +206,8 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
       kv_written_.op == ops_ && (kv_written_.k == k_cache.data || kv_written_.v == v_cache.data);
   const bool fusable = cuda::rope_kv_attention_supported(a, spec.rot_dims) && spec.head_dim == hd &&
                        spec.n_heads == attn.n_heads && (!q_norm || q_norm->n_elements() == hd) &&
-                       (!k_norm || k_norm->n_elements() == hd) && !after_cache_write;
+                       (!k_norm || k_norm->n_elements() == hd) && !after_cache_write &&
+                       reinterpret_cast<uintptr_t>(v.data) % 8 == 0;  // (v rows read as float2)
   if (!fusable) {
     Backend::rope_kv_attention(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
     return;

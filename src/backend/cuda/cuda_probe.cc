@@ -4,9 +4,11 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <vector>
+#ifdef SHOAL_CUDA_TIMELINE
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
+#endif
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
@@ -58,6 +60,39 @@ Status fill(void* p, int64_t n, cuda::FillKind kind, uint64_t seed, float scale,
 }
 
 CudaBackend* as_cuda(Backend& b) { return dynamic_cast<CudaBackend*>(&b); }
+
+#ifdef SHOAL_CUDA_TIMELINE
+// One more replay of graph `key` with every block's pass through its PDL wait recorded
+// (timeline.cuh), appended to the CSV at `path` under a "# graph <ms> ms" header.
+Status record_timeline(Backend& b, uint64_t key, const std::function<void()>& record, const char* path, double ms) {
+  cudaStream_t s = as_cuda(b)->stream();
+  constexpr unsigned kCap = 1u << 20;
+  const size_t bytes = sizeof(cuda::TimelineRecord) * kCap + 16;
+  Buffer buf;
+  PROBE_TRY(cudaMalloc(&buf.p, bytes));
+  struct Off {  // recording stops on every way out, before buf is freed
+    ~Off() { (void)cuda::timeline_start(nullptr, nullptr, 0); }
+  } off;
+  auto* recs = static_cast<cuda::TimelineRecord*>(buf.p);
+  auto* count = reinterpret_cast<unsigned*>(recs + kCap);
+  PROBE_TRY(cudaMemsetAsync(buf.p, 0, bytes, s));  // (unused mark slots stay zero)
+  PROBE_TRY(cuda::timeline_start(recs, count, kCap));
+  SHOAL_RETURN_IF_ERROR(b.run_graph(key, record));
+  PROBE_TRY(cudaStreamSynchronize(s));
+  unsigned n = 0;
+  PROBE_TRY(cudaMemcpy(&n, count, 4, cudaMemcpyDeviceToHost));
+  std::vector<cuda::TimelineRecord> host(std::min(n, kCap));
+  PROBE_TRY(cudaMemcpy(host.data(), recs, sizeof(cuda::TimelineRecord) * host.size(), cudaMemcpyDeviceToHost));
+  FILE* f = std::fopen(path, "a");
+  if (!f) return make_error(Code::kIoError, "cannot write the timeline to {}", path);
+  std::fprintf(f, "# graph %.4f ms\narrive,release,sm,block,grid,threads\n", ms);
+  for (const auto& r : host)
+    if (r.threads != 0)  // (unused mark slots)
+      std::fprintf(f, "%llu,%llu,%u,%u,%u,%u\n", r.arrive, r.release, r.sm, r.block, r.grid, r.threads);
+  std::fclose(f);
+  return Status::Ok();
+}
+#endif
 
 }  // namespace
 
@@ -127,35 +162,6 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps) {
   return 2.0 * m * n * double(k) / (t * 1e-3) / 1e12;
 }
 
-#ifdef SHOAL_CUDA_TIMELINE
-// One more replay of graph `key` with every block's pass through its PDL wait recorded
-// (timeline.cuh), appended to the CSV at `path` under a "# graph <ms> ms" header.
-Status record_timeline(Backend& b, uint64_t key, const std::function<void()>& record, const char* path, double ms) {
-  cudaStream_t s = as_cuda(b)->stream();
-  constexpr unsigned kCap = 1u << 20;
-  const size_t bytes = sizeof(cuda::TimelineRecord) * kCap + 16;
-  Buffer buf;
-  PROBE_TRY(cudaMalloc(&buf.p, bytes));
-  auto* recs = static_cast<cuda::TimelineRecord*>(buf.p);
-  auto* count = reinterpret_cast<unsigned*>(recs + kCap);
-  PROBE_TRY(cudaMemsetAsync(buf.p, 0, bytes, s));  // (unused mark slots stay zero)
-  PROBE_TRY(cuda::timeline_start(recs, count, kCap));
-  SHOAL_RETURN_IF_ERROR(b.run_graph(key, record));
-  PROBE_TRY(cudaStreamSynchronize(s));
-  PROBE_TRY(cuda::timeline_start(nullptr, nullptr, 0));
-  unsigned n = 0;
-  PROBE_TRY(cudaMemcpy(&n, count, 4, cudaMemcpyDeviceToHost));
-  std::vector<cuda::TimelineRecord> host(std::min(n, kCap));
-  PROBE_TRY(cudaMemcpy(host.data(), recs, sizeof(cuda::TimelineRecord) * host.size(), cudaMemcpyDeviceToHost));
-  FILE* f = std::fopen(path, "a");
-  if (!f) return make_error(Code::kIoError, "cannot write the timeline to {}", path);
-  std::fprintf(f, "# graph %.4f ms\narrive,release,sm,block,grid,threads\n", ms);
-  for (const auto& r : host)
-    if (r.threads != 0) std::fprintf(f, "%llu,%llu,%u,%u,%u,%u\n", r.arrive, r.release, r.sm, r.block, r.grid, r.threads);
-  std::fclose(f);
-  return Status::Ok();
-}
-#endif
 
 Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps) {
   CudaBackend* cb = as_cuda(b);

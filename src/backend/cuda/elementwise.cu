@@ -4,7 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#ifdef SHOAL_CUDA_TIMELINE
 #include <vector>
+#endif
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
@@ -95,7 +97,7 @@ cudaError_t timeline_start(TimelineRecord* recs, unsigned* count, unsigned cap) 
   const TimelineSink s{recs, count, cap};
   for (auto* set : timeline_setters())
     if (const cudaError_t e = set(s); e != cudaSuccess) return e;
-  return cudaSuccess;
+  return cudaDeviceSynchronize();  // (the copies run on the legacy stream, not the backend's)
 }
 #endif
 

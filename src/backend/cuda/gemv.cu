@@ -280,9 +280,9 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // the same loads in flight, so one block reduction serves more rows. Qwen3-0.6B decode step
     // 1054-1059 -> 1176-1184 tok/s (H200; q/k/v GEMV 7.9 -> 6.1 us, gate+up 8.7 -> 7.6).
     // gate+up of one-vector rows takes 8 rows too (16 loads per lane): its blocks then fit on the
-    // SMs in one wave (Qwen3-0.6B: 384 instead of 768), step 0.824 -> 0.805-0.809 ms (H200; 8
-    // rows for wo's two-vector rows or 4 rows of three vectors for its down projection measured
-    // slower; docs/cuda.md, v13).
+    // SMs in one wave (Qwen3-0.6B: 384 instead of 768), step 0.823-0.843 -> 0.802-0.815 ms
+    // (H200; 8 rows for wo's two-vector rows or 4 rows of three vectors for its down projection
+    // measured slower; docs/cuda.md, v13).
     if (a.nvec <= kThreads) return launch_plain<T, 8, 1, S, 1>(a, stream);
     if (a.nvec <= 2 * kThreads) return launch_plain<T, 4 / S, 1, S, 2>(a, stream);
     // Wide rows (F16 from 4096 columns): one vector per lane and row, 8 / S rows, several

@@ -33,8 +33,9 @@ void set_clusters(bool on);
 bool device_code_sm90();
 
 #ifdef SHOAL_CUDA_TIMELINE
-/// Diagnostic builds (timeline.cuh). One block's pass through pdl_prologue: %globaltimer (ns) on arrival and when the wait on the
-/// previous kernel returned, the SM, the block's linear index, the grid's blocks and threads.
+/// Diagnostic builds (timeline.cuh). One block's pass through pdl_prologue: %globaltimer (ns) on
+/// arrival and when the wait on the previous kernel returned, the SM, the block's linear index,
+/// the grid's blocks and threads.
 struct TimelineRecord {
   unsigned long long arrive, release;
   unsigned sm, block, grid, threads;
@@ -48,7 +49,8 @@ struct TimelineSink {
 /// Registers one .cu file's sink setter (timeline.cuh does it); returns 0.
 int timeline_register(cudaError_t (*set)(const TimelineSink&));
 /// Points every kernel's recording at recs (cap records; *count is the next free one, reset by
-/// the caller), or turns recording off (recs null).
+/// the caller), or turns recording off (recs null); synchronizes the device, so kernels started
+/// after it see the new sink.
 cudaError_t timeline_start(TimelineRecord* recs, unsigned* count, unsigned cap);
 #endif
 
@@ -232,7 +234,9 @@ bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);
 /// rope_kv_write() then attention() in one kernel (decode): q (raw, [n_tokens, n_heads *
 /// head_dim]) normed and rotated as it is read, never written back; k and v of `r` stored in
 /// the caches, the step's own rows also straight into the kernel's tiles. Saves the prologue
-/// kernel and its wait on the decode path. Errors: cudaErrorInvalidValue where
+/// kernel and its wait on the decode path. pos, inv_freq, the norm weights and the caches' older
+/// rows are read before the PDL wait (launch.cuh), so the kernel just before must write none of
+/// them; r.v rows are read as float2 (8-byte aligned). Errors: cudaErrorInvalidValue where
 /// rope_kv_attention_supported() is false.
 cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,
                               const AttnArgs& a, void* scratch, float* out, cudaStream_t stream);

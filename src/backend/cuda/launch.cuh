@@ -26,9 +26,14 @@ bool pdl_enabled();
 /// Called by every kernel started by launch() before it touches memory the previous kernel may
 /// write (at the start, or after loads that cannot depend on it): waits for the previous kernel's results
 /// (and for it to stop reading what this kernel writes), then lets the next kernel be scheduled.
-/// Returns 0, or in timeline builds (timeline.cuh) the block's record for SHOAL_MARK.
+/// Returns 0, or in timeline builds (timeline.cuh) the block's record for SHOAL_MARK (in thread
+/// 0; kNoTimelineSlot elsewhere and when not recording).
 __device__ __forceinline__ unsigned pdl_prologue() {
+#if defined(SHOAL_CUDA_TIMELINE)
+  unsigned slot = kNoTimelineSlot;
+#else
   unsigned slot = 0;
+#endif
 #if defined(SHOAL_CUDA_TIMELINE) && defined(__CUDA_ARCH__)
   const unsigned long long arrive = timeline_now();
   const TimelineSink sink = g_timeline;

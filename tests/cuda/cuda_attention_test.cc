@@ -1,5 +1,6 @@
 // RoPE, the KV cache write and attention (decode with sequence splits, prefill batches, GQA,
 // sliding window, softcap; f32 / f16 / Q8_0 caches) on CUDA against the CPU reference backend.
+#include <cstring>
 #include <numeric>
 
 #include "cuda/cuda_test_util.h"
@@ -154,7 +155,8 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       cpu_->kv_write(kc.c, vc.c, k0.c, v0.c, p0.c);
       gpu_->kv_write(kc.g, vc.g, k0.g, v0.g, p0.g);
     }
-    Dual q = make_f32({n, qw}, randn(n * qw, 2.0f)), k = make_f32({n, kw}, randn(n * kw, 2.0f));
+    const std::vector<float> q_raw = randn(n * qw, 2.0f);
+    Dual q = make_f32({n, qw}, q_raw), k = make_f32({n, kw}, randn(n * kw, 2.0f));
     Dual v = make_f32({n, kw}, randn(n * kw));
     Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
     Dual pos = make_i32(c.pos);
@@ -169,6 +171,13 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
                            g ? kc.g : kc.c, g ? vc.g : vc.c, as, g ? out.g : out.c);
     }
     EXPECT_LT(nerr(out), 1e-4);
+    // f16 caches take the fused kernel, which reads q and never writes it back (the composition
+    // rotates it in place): a fallback to the composition would leave q rotated here.
+    if (c.cache == DType::kF16) {
+      const std::vector<uint8_t> got = bytes_of(*gpu_, q.g);
+      ASSERT_EQ(got.size(), q_raw.size() * sizeof(float));
+      EXPECT_EQ(0, std::memcmp(got.data(), q_raw.data(), got.size())) << "q was written: not the fused kernel";
+    }
     // The caches (the step's rows included) equal the reference's.
     const int64_t rows = c.pos.back() + 1;
     for (Dual* cache : {&kc, &vc}) {

@@ -161,6 +161,33 @@ TEST_F(CudaMatmulsTest, WideRowsOfPlainTypes) {
   }
 }
 
+TEST_F(CudaMatmulsTest, ResidualReadEarlyOnlyWhereThePreviousOpLeftIt) {
+  // A GEMV reads its bias and old y before its PDL wait when the op launched just before recorded
+  // writes that miss them (CudaBackend::wrote): after an activation of another tensor it does;
+  // after an activation of y itself it must not (that kernel may still be writing y). 9000
+  // quantized rows: blocks that loop over units (later units load theirs at the unit's start).
+  for (DType t : kWeightTypes)
+    for (auto [in, rows] : {std::pair<int64_t, int64_t>{256, 200}, {4096, 200}, {1024, 9000}})
+      for (bool into_y : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} in={} rows={} activation of y first: {}", dtype_name(t), in, rows, into_y));
+        Dual x = make_f32({1, in}, randn(in));
+        Dual w = make_weight(t, {rows, in});
+        Dual b = make_f32({rows}, randn(rows));
+        Dual y = make_f32({1, rows}, randn(rows));
+        Dual z = make_f32({1, 64}, randn(64));
+        Dual tmp = output(DType::kF32, {1, rows});
+        for (Backend* be : {cpu_.get(), gpu_.get()}) {
+          const bool gp = be == gpu_.get();
+          Tensor& first = into_y ? (gp ? y.g : y.c) : (gp ? z.g : z.c);
+          be->activation(first, Activation::kSilu, first);
+          MatmulOut o = out_for(gp, w, y, tmp, true);
+          o.bias = gp ? &b.g : &b.c;
+          be->matmuls(gp ? x.g : x.c, InputNorm{}, {&o, 1});
+        }
+        EXPECT_LT(nerr(y), tolerance(t, 1));
+      }
+}
+
 TEST_F(CudaMatmulsTest, MixedKindsAndModesSplitIntoLaunches) {
   check_mixed({DType::kQ4_0, DType::kQ4_0, DType::kF16, DType::kQ8_0}, 2);
 }

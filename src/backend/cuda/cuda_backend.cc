@@ -119,6 +119,27 @@ bool CudaBackend::note_cublas(cublasStatus_t s, const char* what) {
   return false;
 }
 
+void CudaBackend::wrote(std::span<const Tensor* const> ts) {
+  written_.op = ops_;
+  written_.n = 0;
+  for (const Tensor* t : ts) {
+    if (written_.n == int(written_.ranges.size())) {  // more than we keep: as if unrecorded
+      written_.op = 0;
+      return;
+    }
+    const auto b = reinterpret_cast<uintptr_t>(t->data);
+    written_.ranges[size_t(written_.n++)] = {b, b + t->nbytes()};
+  }
+}
+
+bool CudaBackend::last_op_may_write(const void* p, uint64_t n) const {
+  if (written_.op == 0 || written_.op != ops_) return true;
+  const auto b = reinterpret_cast<uintptr_t>(p), e = b + n;
+  for (int i = 0; i < written_.n; ++i)
+    if (b < written_.ranges[size_t(i)].second && written_.ranges[size_t(i)].first < e) return true;
+  return false;
+}
+
 bool CudaBackend::use_device() {
   ++ops_;
   int current = -1;

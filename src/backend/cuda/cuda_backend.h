@@ -13,7 +13,9 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -146,9 +148,23 @@ class CudaBackend final : public Backend {
   std::vector<void*> retired_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   bool capturing_ = false;
+  /// Records the device bytes of `ts` as written by the op just launched (ops_). Ops that a
+  /// residual-adding GEMV follows in a decode step record theirs (matmuls, attention,
+  /// rope_kv_attention, activation, glu); an op that records nothing counts as writing anything.
+  void wrote(std::span<const Tensor* const> ts);
+  void wrote(std::initializer_list<const Tensor*> ts) { wrote(std::span<const Tensor* const>(ts.begin(), ts.size())); }
+  /// Whether the op launched last (before the next use_device()) may have written any of the
+  /// `n` bytes at p: true unless it recorded its writes and none overlaps them.
+  bool last_op_may_write(const void* p, uint64_t n) const;
+
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
+  struct {
+    uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)
+    int n = 0;
+    std::array<std::pair<uintptr_t, uintptr_t>, 2 * 3> ranges{};  // [begin, end) of each write
+  } written_;
   struct {
     uint64_t op = 0;
     const void *k = nullptr, *v = nullptr, *pos = nullptr;

@@ -193,6 +193,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
+  wrote({&out});
 }
 
 void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
@@ -231,12 +232,14 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   if (!s) return;
   note(cuda::rope_kv_attention(f32(q), r, k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_),
        "rope_kv_attention");
+  wrote({&out, &k_cache, &v_cache});
 }
 
 void CudaBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {
   SHOAL_CHECK(gate.n_elements() == up.n_elements() && out.n_elements() == up.n_elements(), "glu shapes");
   if (failed() || !use_device()) return;
   note(cuda::glu(f32(gate), f32(up), act_of(act), f32(out), gate.n_elements(), stream_), "glu");
+  wrote({&out});
 }
 
 void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act,
@@ -296,9 +299,22 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   cuda::GemvOpts opts;
   opts.norm_w = norm.w ? f32(*norm.w) : nullptr;
   opts.eps = norm.eps;
+  const MatmulOut* launched[cuda::kGemvMaxOuts];
+  const Tensor* ys[cuda::kGemvMaxOuts];
   int count = 0;
   auto flush = [&] {
-    if (count > 0 && !failed() && use_device()) note(cuda::gemv_multi(g, count, xs, int(n), opts, stream_), "gemv");
+    if (count == 0 || failed()) return;
+    // Bias and old y before the kernel's PDL wait: only if the kernel before writes neither.
+    opts.early_epilogue = true;
+    for (int i = 0; i < count; ++i) {
+      const MatmulOut& o = *launched[i];
+      if ((o.accumulate && last_op_may_write(o.y->data, o.y->nbytes())) ||
+          (o.bias && last_op_may_write(o.bias->data, o.bias->nbytes())))
+        opts.early_epilogue = false;
+    }
+    if (use_device()) note(cuda::gemv_multi(g, count, xs, int(n), opts, stream_), "gemv");
+    for (int i = 0; i < count; ++i) ys[i] = launched[i]->y;
+    wrote(std::span<const Tensor* const>(ys, size_t(count)));
     count = 0;
   };
   for (const MatmulOut& o : outs) {
@@ -311,6 +327,7 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
       flush();
     if (o.up) ups[count] = weight_ref(*o.up);
     g[count] = cuda::GemvOut{wr, o.up ? &ups[count] : nullptr, o.bias ? f32(*o.bias) : nullptr, f32(*o.y)};
+    launched[count] = &o;
     opts.accumulate = o.accumulate;
     opts.act = act_of(o.act);
     ++count;
@@ -362,6 +379,7 @@ void CudaBackend::activation(const Tensor& x, Activation act, Tensor& out) {
   SHOAL_CHECK(out.n_elements() == x.n_elements(), "activation shapes");
   if (failed() || !use_device()) return;
   note(cuda::activation(f32(x), act_of(act), f32(out), x.n_elements(), stream_), "activation");
+  wrote({&out});
 }
 
 void CudaBackend::convert(const Tensor& src, Tensor& dst) {

@@ -41,6 +41,7 @@ struct GemvArgs {
   const float* norm_w;  // RMSNorm weight [cols] applied to x first, or null
   float eps;
   bool accumulate;  // y += result
+  bool early_epilogue;  // bias and old y may be read before the PDL wait (GemvOpts)
   Act act;
 };
 
@@ -109,12 +110,24 @@ __device__ __forceinline__ void load_x(const GemvArgs& a, int t, int64_t k, floa
   }
 }
 
+// The EpilogueIn of output element threadIdx.x = r * NT + t (row row0 + r, token t) of a block
+// of R rows, loaded when it exists and the backend allows an early load (else not ready).
+template <int R, int NT>
+__device__ __forceinline__ EpilogueIn early_epilogue(const GemvArgs& a, const GemvSeg& sg, int64_t row0) {
+  static_assert(R * NT <= kThreads, "a thread per output element");
+  const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+  const int64_t row = row0 + r;
+  if (!a.early_epilogue || threadIdx.x >= R * NT || row >= sg.rows || t >= a.n) return EpilogueIn{};
+  return load_epilogue(sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row);
+}
+
 // Reduces acc[S][R][NT] (and the squares ss[NT] of a fused norm) over the block and writes y:
 // the dot, times 1 / rms(x) with a fused norm, plus bias, or act(gate) * up when S == 2; added
-// to y when accumulating.
+// to y when accumulating. e: thread i's EpilogueIn (early_epilogue()).
 template <int S, int R, int NT>
 __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (&ss)[NT], const GemvArgs& a,
-                                                 const GemvSeg& sg, int64_t row0) {
+                                                 const GemvSeg& sg, int64_t row0, const EpilogueIn& e) {
+  static_assert(R * NT <= kThreads, "a thread per output element");
   constexpr int kSq = S * R * NT;  // offset of the squares in red
   __shared__ float red[kWarps][kSq + NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -135,13 +148,12 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < R * NT; i += kThreads) {
-    const int r = i / NT, t = i % NT;
-    const int64_t row = row0 + r;
-    if (row >= sg.rows || t >= a.n) continue;
-    reduce_store<S, kWarps>(&red[0][i], kSq + NT, R * NT, a.norm_w ? &red[0][kSq + t] : nullptr, kSq + NT, a.cols,
-                            a.eps, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row);
-  }
+  const int i = threadIdx.x;  // (R * NT <= kThreads: early_epilogue())
+  const int r = i / NT, t = i % NT;
+  const int64_t row = row0 + r;
+  if (i >= R * NT || row >= sg.rows || t >= a.n) return;
+  reduce_store<S, kWarps>(&red[0][i], kSq + NT, R * NT, a.norm_w ? &red[0][kSq + t] : nullptr, kSq + NT, a.cols,
+                          a.eps, a.act, sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row, e);
 }
 
 // The plain kernel: R rows per block, NT tokens, S = 2 for the gate/up fusion, U vectors
@@ -172,6 +184,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
     }
   };
   load(threadIdx.x);  // before the wait: weights never depend on the previous kernel
+  const EpilogueIn e = early_epilogue<R, NT>(a, sg, row0);
   pdl_prologue();
   float acc[S][R][NT], ss[NT];
 #pragma unroll
@@ -201,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
       }
     }
   }
-  reduce_and_store<S, R, NT>(acc, ss, a, sg, row0);
+  reduce_and_store<S, R, NT>(acc, ss, a, sg, row0, e);
 }
 
 // Element loaders for the scalar path (plain weights whose rows are not whole 16-byte vectors).
@@ -246,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) gemv_scalar_kernel(const GemvArgs a,
       for (int t = 0; t < NT; ++t) acc[s][0][t] = fmaf(w, xv[t], acc[s][0][t]);
     }
   }
-  reduce_and_store<S, 1, NT>(acc, ss, a, sg, row);
+  reduce_and_store<S, 1, NT>(acc, ss, a, sg, row, EpilogueIn{});
 }
 
 int g_rows_override = 0;
@@ -353,6 +366,7 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
   a.norm_w = o.norm_w;
   a.eps = o.eps;
   a.accumulate = o.accumulate;
+  a.early_epilogue = o.early_epilogue;
   a.act = o.act;
   const bool vec_ok = cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       (!o.norm_w || reinterpret_cast<uintptr_t>(o.norm_w) % 16 == 0);

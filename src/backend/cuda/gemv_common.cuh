@@ -32,18 +32,37 @@ __device__ __forceinline__ float inv_rms(float sumsq, int64_t cols, float eps) {
   return 1.0f / sqrtf(sumsq / float(cols) + eps);
 }
 
+/// The inputs of an output element's epilogue that no product computes: bias[row] and, when
+/// accumulating, the old y. `ready`: loaded early (before the PDL wait, where the backend allows
+/// it: GemvOpts::early_epilogue), so the store does not wait for one more round trip to memory;
+/// otherwise store_output() reads them itself.
+struct EpilogueIn {
+  float bias = 0.0f, y = 0.0f;
+  bool ready = false;
+};
+
+/// Loads the EpilogueIn of row `row` (bias may be null; y: the output element).
+__device__ __forceinline__ EpilogueIn load_epilogue(const float* bias, int64_t row, bool accumulate, const float* y) {
+  EpilogueIn e;
+  if (bias) e.bias = bias[row];
+  if (accumulate) e.y = *y;
+  e.ready = true;
+  return e;
+}
+
 /// The epilogue of one output element: v holds the finished dot product(s), already times
 /// 1 / rms; with S == 2 (gate, up) act(gate) * up, else v[0] + bias[row] (bias may be null);
-/// written to *y, or added to it when accumulating.
+/// written to *y, or added to it when accumulating. Bias and old y come from `e` when it is
+/// ready.
 template <int S>
 __device__ __forceinline__ void store_output(const float (&v)[S], Act act, const float* bias, int64_t row,
-                                             bool accumulate, float* y) {
+                                             bool accumulate, float* y, const EpilogueIn& e) {
   float out;
   if constexpr (S == 2)
     out = apply_act(v[0], act) * v[1];
   else
-    out = bias ? v[0] + bias[row] : v[0];
-  *y = accumulate ? *y + out : out;
+    out = bias ? v[0] + (e.ready ? e.bias : bias[row]) : v[0];
+  *y = accumulate ? (e.ready ? e.y : *y) + out : out;
 }
 
 /// The reduction and epilogue of output element (row, token) of a block whose W warps left
@@ -54,7 +73,7 @@ __device__ __forceinline__ void store_output(const float (&v)[S], Act act, const
 template <int S, int W>
 __device__ __forceinline__ void reduce_store(const float* dots, int warp_stride, int s_stride, const float* sq,
                                              int sq_stride, int64_t cols, float eps, Act act, const float* bias,
-                                             int64_t row, bool accumulate, float* y) {
+                                             int64_t row, bool accumulate, float* y, const EpilogueIn& e) {
   float inv = 1.0f;
   if (sq) {
     float q = 0.0f;
@@ -70,7 +89,7 @@ __device__ __forceinline__ void reduce_store(const float* dots, int warp_stride,
     for (int w = 0; w < W; ++w) sum += dots[w * warp_stride + s * s_stride];
     v[s] = sum * inv;
   }
-  store_output(v, act, bias, row, accumulate, y);
+  store_output(v, act, bias, row, accumulate, y, e);
 }
 
 /// Gives each of the n segments div_up(units, units_per_block) blocks, where units() is its

@@ -82,6 +82,7 @@ struct QArgs {
   const float* norm_w;  // [cols] or null
   float eps;
   bool accumulate;
+  bool early_epilogue;  // bias and old y may be read before the PDL wait (GemvOpts)
   Act act;
 };
 
@@ -177,6 +178,17 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
     tile0 = (u - base) * RT;
   };
+  // The EpilogueIn of output element threadIdx.x = rl * NT + j (row rl of the unit, token j).
+  static_assert(RT * 16 * NT <= kThreads, "a thread per output element of a unit");
+  auto unit_epilogue = [&](int64_t u) {
+    QSeg sg;
+    int64_t tile0;
+    unit_of(u, sg, tile0);
+    const int rl = int(threadIdx.x) / NT, j = int(threadIdx.x) % NT;
+    const int64_t row = tile0 * 16 + rl;
+    if (int(threadIdx.x) >= RT * 16 * NT || row >= sg.rows || j >= a.n) return EpilogueIn{};
+    return load_epilogue(sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
+  };
 
   // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
   // block's units in turn, by pairs (c, c + 8), copied slots - 1 pairs ahead of the
@@ -232,6 +244,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   if (p_unit < a.units) point(p_unit);
 #pragma unroll 1
   for (int i = 0; i < slots - 1; ++i) issue();  // before the wait: weights never depend on it
+  EpilogueIn e;  // of the unit: loaded at its start (the first one's before the wait, if allowed)
+  if (a.early_epilogue && blockIdx.x < a.units) e = unit_epilogue(blockIdx.x);
   pdl_prologue();
 
   float ss[NT];  // this thread's share of each token's sum of squares (RMSNorm)
@@ -250,6 +264,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
     QSeg sg;
     int64_t tile0;
     unit_of(unit, sg, tile0);
+    if (unit != blockIdx.x || !a.early_epilogue) e = unit_epilogue(unit);
     float acc[S][RT][kSets][4];
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -434,13 +449,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < RT * 16 * NT; i += kThreads) {
-      const int rl = i / NT, j = i % NT;
+    {
+      const int i = threadIdx.x, rl = i / NT, j = i % NT;  // (a thread per output element)
       const int64_t row = tile0 * 16 + rl;
-      if (row >= sg.rows || j >= a.n) continue;
-      reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
-                              a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act, sg.bias, row, a.accumulate,
-                              sg.y + int64_t(j) * sg.rows + row);
+      if (i < RT * 16 * NT && row < sg.rows && j < a.n)
+        reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
+                                a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act, sg.bias, row, a.accumulate,
+                                sg.y + int64_t(j) * sg.rows + row, e);
     }
     parity ^= 1;  // (red[parity] of two units ago was read before this unit's barrier)
     if (!single_stage) {
@@ -592,6 +607,7 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
   a.norm_w = o.norm_w;
   a.eps = o.eps;
   a.accumulate = o.accumulate;
+  a.early_epilogue = o.early_epilogue;
   a.act = o.act;
   const bool glu = outs[0].up != nullptr;
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);

@@ -88,6 +88,9 @@ struct GemvOpts {
   float eps = 0.0f;
   bool accumulate = false;  // y += result (a residual add)
   Act act = Act::kSilu;     // of the GLU products
+  // The bias and, when accumulating, the old y may be read before the PDL wait (launch.cuh):
+  // only when the kernel launched just before writes neither. Off: read after it.
+  bool early_epilogue = false;
 };
 constexpr int kGemvMaxOuts = 3;
 /// Up to kGemvMaxOuts products of the same input in one launch (q, k and v of a layer): every

@@ -157,8 +157,10 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
 }
 
 // The plain kernel: R rows per block, NT tokens, S = 2 for the gate/up fusion, U vectors
-// per row loaded per lane before use.
-template <class T, int R, int NT, int S, int U>
+// per row loaded per lane before use. Late: the next kernel may start only once this block's
+// products are done (not right after its PDL wait), so its early blocks do not take the SMs
+// this kernel's later blocks need.
+template <class T, int R, int NT, int S, int U, bool Late = false>
 __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
   int64_t local;
   const GemvSeg sg = block_seg(a, local);
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
   };
   load(threadIdx.x);  // before the wait: weights never depend on the previous kernel
   const EpilogueIn e = early_epilogue<R, NT>(a, sg, row0);
-  pdl_prologue();
+  pdl_prologue<!Late>();
   float acc[S][R][NT], ss[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
@@ -214,6 +216,7 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
       }
     }
   }
+  if constexpr (Late) pdl_trigger();
   reduce_and_store<S, R, NT>(acc, ss, a, sg, row0, e);
 }
 
@@ -274,10 +277,10 @@ unsigned assign_blocks(GemvArgs& a, int64_t rows_per_block) {
   return assign_seg_blocks(a.seg, a.n_segs, rows_per_block, [](const GemvSeg& s) { return s.rows; });
 }
 
-template <class T, int R, int NT, int S, int U = 4>
+template <class T, int R, int NT, int S, int U = 4, bool Late = false>
 cudaError_t launch_plain(GemvArgs a, cudaStream_t stream) {
   const unsigned grid = assign_blocks(a, R);
-  SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, U>, grid, kThreads, 0, stream, a));
+  SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, U, Late>, grid, kThreads, 0, stream, a));
   return cudaGetLastError();
 }
 
@@ -301,8 +304,10 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // Wide rows (F16 from 4096 columns): one vector per lane and row, 8 / S rows, several
     // passes per row. Llama-3-8B F16 decode step 4.24 -> 4.12 ms (H200; 4096x14336 alone 72% ->
     // 82% of read; docs/cuda.md, v12); rows of 3 passes (Qwen3-0.6B down, 3072 columns) measured
-    // slower, and R = 4, U = 2 or R = 8, U = 2 gained less or lost.
-    if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1>(a, stream);
+    // slower, and R = 4, U = 2 or R = 8, U = 2 gained less or lost. The next kernel starts late
+    // (after this block's products): step 3.906 -> 3.85 ms; Qwen3-0.6B's narrow rows measured
+    // 0.718 -> 0.745 that way, and no trigger before the exit slower for both (docs/cuda.md, v14).
+    if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1, true>(a, stream);
   }
   return launch_plain<T, kDefault, NT, S>(a, stream);
 }

@@ -23,11 +23,20 @@ namespace shoal::cuda {
 /// compute capability; see kernels.h set_pdl()).
 bool pdl_enabled();
 
+/// Lets the next kernel be scheduled (after pdl_prologue<false>()).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /// Called by every kernel started by launch() before it touches memory the previous kernel may
 /// write (at the start, or after loads that cannot depend on it): waits for the previous kernel's results
 /// (and for it to stop reading what this kernel writes), then lets the next kernel be scheduled.
 /// Returns 0, or in timeline builds (timeline.cuh) the block's record for SHOAL_MARK (in thread
-/// 0; kNoTimelineSlot elsewhere and when not recording).
+/// 0; kNoTimelineSlot elsewhere and when not recording). kTrigger = false: only the wait; the
+/// kernel then calls pdl_trigger() later itself (or the next kernel starts as this one exits).
+template <bool kTrigger = true>
 __device__ __forceinline__ unsigned pdl_prologue() {
 #if defined(SHOAL_CUDA_TIMELINE)
   unsigned slot = kNoTimelineSlot;
@@ -45,9 +54,7 @@ __device__ __forceinline__ unsigned pdl_prologue() {
   if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && sink.recs)
     slot = timeline_record(sink, arrive, timeline_now(), blockDim.x * blockDim.y * blockDim.z);
 #endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  if constexpr (kTrigger) pdl_trigger();
   return slot;
 }
 

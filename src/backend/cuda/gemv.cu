@@ -305,8 +305,9 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // passes per row. Llama-3-8B F16 decode step 4.24 -> 4.12 ms (H200; 4096x14336 alone 72% ->
     // 82% of read; docs/cuda.md, v12); rows of 3 passes (Qwen3-0.6B down, 3072 columns) measured
     // slower, and R = 4, U = 2 or R = 8, U = 2 gained less or lost. The next kernel starts late
-    // (after this block's products): step 3.906 -> 3.85 ms; Qwen3-0.6B's narrow rows measured
-    // 0.718 -> 0.745 that way, and no trigger before the exit slower for both (docs/cuda.md, v14).
+    // (after this block's products): step 3.907-3.910 -> 3.854 ms and 3.947-3.955 -> 3.901-3.906
+    // (two machines); late narrow rows made Qwen3-0.6B slower (0.718 -> 0.738-0.748), as did a
+    // trigger at the last pass's start or none before the exit (docs/cuda.md, v14).
     if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1, true>(a, stream);
   }
   return launch_plain<T, kDefault, NT, S>(a, stream);

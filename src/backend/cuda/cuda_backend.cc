@@ -123,7 +123,9 @@ void CudaBackend::wrote(std::span<const Tensor* const> ts) {
   written_.op = ops_;
   written_.n = 0;
   for (const Tensor* t : ts) {
-    if (written_.n == int(written_.ranges.size())) {  // more than we keep: as if unrecorded
+    // More ranges than we keep, or an empty one (an op with nothing to do may launch nothing,
+    // and then the kernel before it is still the last): as if unrecorded.
+    if (written_.n == int(written_.ranges.size()) || t->nbytes() == 0) {
       written_.op = 0;
       return;
     }

@@ -32,6 +32,11 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
+  /// GEMV launches so far whose bias / old y were read before their PDL wait (for tests).
+  uint64_t early_epilogue_launches() const { return early_epilogues_; }
+  /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
+  /// anything early behind it (see last_op_may_write).
+  void forget_writes() { written_.op = 0; }
   std::string name() const override { return name_; }
   uint64_t free_memory() const override;
 
@@ -148,7 +153,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> retired_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   bool capturing_ = false;
-  /// Records the device bytes of `ts` as written by the op just launched (ops_). Ops that a
+  /// Records the device bytes of `ts` as written by the op just launched (ops_); an empty tensor
+  /// among them leaves the op unrecorded. Ops that a
   /// residual-adding GEMV follows in a decode step record theirs (matmuls, attention,
   /// rope_kv_attention, activation, glu); an op that records nothing counts as writing anything.
   void wrote(std::span<const Tensor* const> ts);
@@ -160,6 +166,7 @@ class CudaBackend final : public Backend {
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
+  uint64_t early_epilogues_ = 0;
   struct {
     uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)
     int n = 0;

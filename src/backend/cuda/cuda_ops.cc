@@ -303,7 +303,11 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   const Tensor* ys[cuda::kGemvMaxOuts];
   int count = 0;
   auto flush = [&] {
-    if (count == 0 || failed()) return;
+    if (count == 0) return;
+    if (failed()) {
+      count = 0;
+      return;
+    }
     // Bias and old y before the kernel's PDL wait: only if the kernel before writes neither.
     opts.early_epilogue = true;
     for (int i = 0; i < count; ++i) {
@@ -312,7 +316,12 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
           (o.bias && last_op_may_write(o.bias->data, o.bias->nbytes())))
         opts.early_epilogue = false;
     }
-    if (use_device()) note(cuda::gemv_multi(g, count, xs, int(n), opts, stream_), "gemv");
+    if (!use_device()) {
+      count = 0;
+      return;
+    }
+    note(cuda::gemv_multi(g, count, xs, int(n), opts, stream_), "gemv");
+    if (opts.early_epilogue) ++early_epilogues_;
     for (int i = 0; i < count; ++i) ys[i] = launched[i]->y;
     wrote(std::span<const Tensor* const>(ys, size_t(count)));
     count = 0;

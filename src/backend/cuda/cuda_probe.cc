@@ -183,6 +183,7 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
   if (!cb) return make_error(Code::kInvalidArgument, "fill_random needs a CUDA backend, got {}", b.name());
   const int64_t n = t.n_elements();
   cudaStream_t s = cb->stream();
+  cb->forget_writes();  // (these kernels write t behind the backend's back)
   switch (t.dtype) {
     case DType::kF32:
       return fill(t.data, n, cuda::FillKind::kF32, seed, scale, s);
@@ -204,6 +205,11 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
       break;
   }
   return make_error(Code::kUnsupported, "fill_random of a {} tensor", dtype_name(t.dtype));
+}
+
+int64_t early_epilogue_launches(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->early_epilogue_launches()) : -1;
 }
 
 void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }

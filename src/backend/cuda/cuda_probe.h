@@ -42,6 +42,10 @@ Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, in
 /// [-scale, scale]; quantized blocks random quants with scales near scale / 64.
 Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale = 1.0f);
 
+/// GEMV launches of the CUDA backend b so far that read their bias / old y before the PDL wait
+/// (GemvOpts::early_epilogue); -1 if b is not a CUDA backend. For tests.
+int64_t early_epilogue_launches(Backend& b);
+
 /// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
 /// quantized weights 16 or 32 (one or two tensor-core tiles).
 void set_gemv_rows(int rows_per_block);

@@ -301,13 +301,14 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // measured slower; docs/cuda.md, v13).
     if (a.nvec <= kThreads) return launch_plain<T, 8, 1, S, 1>(a, stream);
     if (a.nvec <= 2 * kThreads) return launch_plain<T, 4 / S, 1, S, 2>(a, stream);
-    // Wide rows (F16 from 4096 columns): one vector per lane and row, 8 / S rows, several
-    // passes per row. Llama-3-8B F16 decode step 4.24 -> 4.12 ms (H200; 4096x14336 alone 72% ->
-    // 82% of read; docs/cuda.md, v12); rows of 3 passes (Qwen3-0.6B down, 3072 columns) measured
-    // slower, and R = 4, U = 2 or R = 8, U = 2 gained less or lost. The next kernel starts late
-    // (after this block's products): step 3.907-3.910 -> 3.854 ms and 3.947-3.955 -> 3.901-3.906
-    // (two machines); late narrow rows made Qwen3-0.6B slower (0.718 -> 0.738-0.748), as did a
-    // trigger at the last pass's start or none before the exit (docs/cuda.md, v14).
+    // Wide rows (F16 / BF16 from 4096 columns, F32 from 2048): one vector per lane and row,
+    // 8 / S rows, several passes per row. Llama-3-8B F16 decode step 4.24 -> 4.12 ms (H200;
+    // 4096x14336 alone 72% -> 82% of read; docs/cuda.md, v12); rows of 3 passes (Qwen3-0.6B
+    // down, 3072 columns) measured slower, and R = 4, U = 2 or R = 8, U = 2 gained less or lost.
+    // The next kernel starts late (after this block's products): F16 step 3.907-3.910 -> 3.854
+    // ms and 3.947-3.955 -> 3.901-3.906 (two machines; BF16 / F32 not measured). Late narrow
+    // rows made Qwen3-0.6B slower (0.718 -> 0.738-0.748), as did, for F16, a trigger at the last
+    // pass's start or none before the exit (docs/cuda.md, v14).
     if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1, true>(a, stream);
   }
   return launch_plain<T, kDefault, NT, S>(a, stream);

@@ -33,9 +33,10 @@ __device__ __forceinline__ float inv_rms(float sumsq, int64_t cols, float eps) {
 }
 
 /// The inputs of an output element's epilogue that no product computes: bias[row] and, when
-/// accumulating, the old y. `ready`: loaded early (before the PDL wait, where the backend allows
-/// it: GemvOpts::early_epilogue), so the store does not wait for one more round trip to memory;
-/// otherwise store_output() reads them itself.
+/// accumulating, the old y. `ready`: loaded ahead of the store (before the PDL wait where the
+/// backend allows it: GemvOpts::early_epilogue; at a unit's start for the later units of a
+/// persistent block), so the store does not wait for one more round trip to memory; otherwise
+/// store_output() reads them itself.
 struct EpilogueIn {
   float bias = 0.0f, y = 0.0f;
   bool ready = false;

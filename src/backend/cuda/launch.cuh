@@ -7,9 +7,11 @@
 // first weights before it: weights are written only by uploads, i.e. copies and repack kernels
 // that are never directly followed by a GEMV. Decode attention reads pos, and with
 // AttnArgs::early_kv or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies)
-// the cache rows of earlier steps, before it: a kernel may start only once the previous one
-// passed its own wait, so everything before the previous kernel is complete; the backend takes
-// these paths only when the previous kernel did not write the caches.)
+// the cache rows of earlier steps, before it; the GEMVs with GemvOpts::early_epilogue their bias
+// and the old y of a residual add: a kernel may start only once the previous one passed its own
+// wait, so everything before the previous kernel is complete; the backend takes these paths only
+// when the previous kernel did not write those bytes: kv_written_ and last_op_may_write() in
+// cuda_backend.h.)
 // Only included by .cu files of src/backend/cuda/.
 #pragma once
 

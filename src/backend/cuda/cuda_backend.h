@@ -32,11 +32,6 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
-  /// GEMV launches so far whose bias / old y were read before their PDL wait (for tests).
-  uint64_t early_epilogue_launches() const { return early_epilogues_; }
-  /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
-  /// anything early behind it (see last_op_may_write).
-  void forget_writes() { written_.op = 0; }
   std::string name() const override { return name_; }
   uint64_t free_memory() const override;
 
@@ -91,6 +86,11 @@ class CudaBackend final : public Backend {
   /// The stream every op is enqueued on (benchmarks time it with events).
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
+  /// GEMV launches so far whose bias / old y were read before their PDL wait (for tests).
+  uint64_t early_epilogue_launches() const { return early_epilogues_; }
+  /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
+  /// anything early behind it (see last_op_may_write).
+  void forget_writes() { written_.op = 0; }
 
  private:
   CudaBackend() = default;
@@ -154,9 +154,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   bool capturing_ = false;
   /// Records the device bytes of `ts` as written by the op just launched (ops_); an empty tensor
-  /// among them leaves the op unrecorded. Ops that a
-  /// residual-adding GEMV follows in a decode step record theirs (matmuls, attention,
-  /// rope_kv_attention, activation, glu); an op that records nothing counts as writing anything.
+  /// among them leaves the op unrecorded. The ops a residual-adding GEMV follows in a decode step
+  /// record theirs (matmuls, attention, rope_kv_attention, activation, glu); an op that records
+  /// nothing counts as writing anything.
   void wrote(std::span<const Tensor* const> ts);
   void wrote(std::initializer_list<const Tensor*> ts) { wrote(std::span<const Tensor* const>(ts.begin(), ts.size())); }
   /// Whether the op launched last (before the next use_device()) may have written any of the
@@ -170,7 +170,7 @@ class CudaBackend final : public Backend {
   struct {
     uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)
     int n = 0;
-    std::array<std::pair<uintptr_t, uintptr_t>, 2 * 3> ranges{};  // [begin, end) of each write
+    std::array<std::pair<uintptr_t, uintptr_t>, 3> ranges{};  // [begin, end) of each write (<= 3 per op)
   } written_;
   struct {
     uint64_t op = 0;

@@ -148,7 +148,7 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
     }
   }
   __syncthreads();
-  const int i = threadIdx.x;  // (R * NT <= kThreads: early_epilogue())
+  const int i = threadIdx.x;  // (a thread per output element)
   const int r = i / NT, t = i % NT;
   const int64_t row = row0 + r;
   if (i >= R * NT || row >= sg.rows || t >= a.n) return;

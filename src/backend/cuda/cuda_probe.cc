@@ -162,7 +162,6 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps) {
   return 2.0 * m * n * double(k) / (t * 1e-3) / 1e12;
 }
 
-
 Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps) {
   CudaBackend* cb = as_cuda(b);
   if (!cb) return make_error(Code::kInvalidArgument, "time_graph_ms needs a CUDA backend, got {}", b.name());

@@ -114,7 +114,6 @@ __device__ __forceinline__ void load_x(const GemvArgs& a, int t, int64_t k, floa
 // of R rows, loaded when it exists and the backend allows an early load (else not ready).
 template <int R, int NT>
 __device__ __forceinline__ EpilogueIn early_epilogue(const GemvArgs& a, const GemvSeg& sg, int64_t row0) {
-  static_assert(R * NT <= kThreads, "a thread per output element");
   const int r = threadIdx.x / NT, t = threadIdx.x % NT;
   const int64_t row = row0 + r;
   if (!a.early_epilogue || threadIdx.x >= R * NT || row >= sg.rows || t >= a.n) return EpilogueIn{};

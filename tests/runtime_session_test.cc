@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/local_model.h"
+#include "runtime/pipeline.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -130,6 +131,44 @@ TEST(Session, BadTokenIdIsRejected) {
   const std::vector<int32_t> ids = {1, 99999};
   Status st = m.pipeline->forward(ids, 0, out);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
+}
+
+// Greedy decoding chained in the slice (Slice::decode_greedy) gives the ids of one forward() per
+// step (Pipeline's default), and a stop leaves the cache where the next call continues.
+TEST(Session, ChainedGreedyDecodingEqualsOneForwardPerStep) {
+  auto m = load("models/stories260K.gguf", "cpu", 0, 32);
+  Pipeline& p = *m.pipeline;
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  StepOutput out;
+  out.mode = HeadMode::kArgmaxLast;
+  ASSERT_TRUE(p.forward(prompt, 0, out).ok());
+  const int32_t first = out.ids.at(0);
+  const int64_t pos0 = int64_t(prompt.size());
+  auto collect = [](std::vector<int32_t>& v, size_t stop_at) {
+    return [&v, stop_at](int32_t id) {
+      v.push_back(id);
+      return v.size() < stop_at;
+    };
+  };
+  std::vector<int32_t> stepwise, chained, resumed;
+  auto r = p.Pipeline::decode_greedy(first, pos0, 12, collect(stepwise, 99));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, 12);
+  r = p.decode_greedy(first, pos0, 12, collect(chained, 99));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, 12);
+  EXPECT_EQ(chained, stepwise);
+  r = p.decode_greedy(first, pos0, 12, collect(resumed, 5));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, 5);
+  r = p.decode_greedy(resumed.back(), pos0 + 5, 7, collect(resumed, 99));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(resumed, stepwise);
+  // Past the context (32 positions), and no steps at all: clear errors.
+  r = p.decode_greedy(first, pos0, 28, collect(resumed, 99));
+  EXPECT_EQ(r.status().code(), Code::kOutOfRange);
+  r = p.decode_greedy(first, pos0, 0, collect(resumed, 99));
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
 }
 
 class QuantGenerate : public ::testing::TestWithParam<std::string> {};

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <charconv>
+#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 
@@ -10,6 +11,33 @@ namespace shoal {
 // Defined in src/backend/cuda/ (the shoal_cuda library).
 Result<std::unique_ptr<Backend>> create_cuda_backend(int device, const BackendOptions& opts);
 #endif
+
+namespace {
+Status check_read(int slot, uint64_t nbytes) {
+  if (slot < 0 || slot >= Backend::kReadSlots)
+    return make_error(Code::kInvalidArgument, "read slot {} (0..{})", slot, Backend::kReadSlots - 1);
+  if (nbytes > Backend::kReadSlotBytes)
+    return make_error(Code::kInvalidArgument, "read of {} bytes (at most {} per slot)", nbytes, Backend::kReadSlotBytes);
+  return Status::Ok();
+}
+}  // namespace
+
+Status Backend::read_async(int slot, const Tensor& t, uint64_t nbytes) {
+  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes));
+  auto& [n, bytes] = read_slots_[size_t(slot)];
+  n = 0;
+  SHOAL_RETURN_IF_ERROR(to_host(bytes.data(), t, nbytes));
+  n = nbytes;
+  return Status::Ok();
+}
+
+Status Backend::read_wait(int slot, void* dst, uint64_t nbytes) {
+  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes));
+  const auto& [n, bytes] = read_slots_[size_t(slot)];
+  if (nbytes > n) return make_error(Code::kFailedPrecondition, "read_wait of {} bytes from slot {} holding {}", nbytes, slot, n);
+  std::memcpy(dst, bytes.data(), nbytes);
+  return Status::Ok();
+}
 
 void Backend::add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) {
   add(x, delta, x);

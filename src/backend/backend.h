@@ -12,6 +12,7 @@
 //   Status because they meet the outside world (out of memory, device lost).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,6 +92,8 @@ class Backend {
   virtual std::string name() const = 0;
   /// Bytes of memory this backend can still allocate (device memory; host RAM for the CPU).
   virtual uint64_t free_memory() const = 0;
+  /// True when ops are queued and run later (CUDA); false when each op is done on return (CPU).
+  virtual bool asynchronous() const { return false; }
 
   // ---- memory -------------------------------------------------------------------------------
   /// A tensor for activations, caches or state, contents undefined. Errors: kOutOfMemory saying
@@ -107,6 +110,16 @@ class Backend {
   virtual Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset = 0) = 0;
   /// Waits for every queued op. Errors: kInternal (device fault).
   virtual Status synchronize() = 0;
+  /// Read-back without waiting (pipelined decoding: the host reads step N's token id while step
+  /// N + 1 runs). read_async enqueues a copy of t's first nbytes (<= kReadSlotBytes) into
+  /// host-side slot `slot` (< kReadSlots) after every op queued so far and returns at once;
+  /// read_wait waits for the latest read into `slot` and copies its nbytes to dst. The default
+  /// (backends that run ops eagerly) copies at read_async. Errors: kInvalidArgument (slot or size
+  /// out of range), kFailedPrecondition (read_wait of a slot never read), copy errors.
+  static constexpr int kReadSlots = 4;
+  static constexpr uint64_t kReadSlotBytes = 256;
+  virtual Status read_async(int slot, const Tensor& t, uint64_t nbytes);
+  virtual Status read_wait(int slot, void* dst, uint64_t nbytes);
 
   // ---- ops ------------------------------------------------------------------------------------
   /// out[i, :] = table[ids[i], :] as f32. table: [vocab, d] any weight dtype; ids: i32 [n];
@@ -147,6 +160,10 @@ class Backend {
   /// The k largest logits of row 0, sorted descending (ties: lower index first).
   /// logits: f32 [1, V]; ids: i32 [k]; vals: f32 [k].
   virtual void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) = 0;
+  /// The inputs of the next decode step, made on the device (chained greedy decoding: a step
+  /// feeds its own argmax to the next without the host): ids[i] = next[i], pos[i] += n.
+  /// next, ids, pos: i32 [n]; next may not alias ids.
+  virtual void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) = 0;
 
   // ---- fused ops (defaults compose the ops above; fast backends override) ---------------------
   /// x += delta; y = rms_norm(x, w). x, delta, y: f32 [n, d].
@@ -185,6 +202,10 @@ class Backend {
   }
   /// Drops recordings (after buffers were reallocated).
   virtual void reset_graphs() {}
+
+ private:
+  // The default read_async's slots: [slot] = {bytes read, bytes}.
+  std::array<std::pair<uint64_t, std::array<uint8_t, kReadSlotBytes>>, kReadSlots> read_slots_{};
 };
 
 /// Creates a backend from a device string: "cpu", "cpu-ref" (the reference path), "cuda",

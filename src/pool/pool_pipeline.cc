@@ -142,6 +142,12 @@ Status PoolPipeline::forward(std::span<const int32_t> ids, int64_t pos0, StepOut
   return st;
 }
 
+Result<int> PoolPipeline::decode_greedy(int32_t id, int64_t pos0, int max_steps,
+                                        const std::function<bool(int32_t)>& on_token) {
+  if (ready() && alone_) return host_->decode_greedy(id, pos0, max_steps, on_token);
+  return Pipeline::decode_greedy(id, pos0, max_steps, on_token);
+}
+
 Status PoolPipeline::send_frame(std::span<const int32_t> ids, int64_t pos, FrameKind kind, uint8_t flags) {
   const int n = int(ids.size());
   FrameHeader h;

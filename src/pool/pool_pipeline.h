@@ -54,6 +54,9 @@ class PoolPipeline final : public Pipeline {
   Status forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) override;
   /// Rewinds the host's slices and sends REWIND along the chain.
   Status rewind(int64_t pos) override;
+  /// Chained on the device when the host runs the whole model alone; per step over the chain.
+  Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps,
+                            const std::function<bool(int32_t)>& on_token) override;
 
   /// Loads the host's part: the embedding and layers [0, n_local), plus the head when `alone`
   /// (no workers). Slices whose layer range is unchanged are kept (their caches rewound).

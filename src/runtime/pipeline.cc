@@ -29,6 +29,19 @@ Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_toke
   return Status::Ok();
 }
 
+Result<int> Pipeline::decode_greedy(int32_t id, int64_t pos0, int max_steps,
+                                    const std::function<bool(int32_t)>& on_token) {
+  if (max_steps < 1) return make_error(Code::kInvalidArgument, "{} decode steps (at least 1)", max_steps);
+  for (int k = 0; k < max_steps; ++k) {
+    StepOutput out;
+    out.mode = HeadMode::kArgmaxLast;
+    SHOAL_RETURN_IF_ERROR(forward(std::span<const int32_t>(&id, 1), pos0 + k, out));
+    id = out.ids.at(0);
+    if (!on_token(id)) return k + 1;
+  }
+  return max_steps;
+}
+
 Status LocalPipeline::forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) {
   return forward_whole_slice(*slice_, ids, pos0, out);
 }

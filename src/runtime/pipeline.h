@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -22,6 +23,13 @@ class Pipeline {
   virtual Status forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) = 0;
   /// Drops positions >= pos in every stage.
   virtual Status rewind(int64_t pos) = 0;
+  /// Greedy decoding from `id` at pos0: each step's argmax is the next step's input, for at
+  /// most max_steps steps; on_token gets each id in order and returns false to stop. Returns
+  /// the steps whose ids were delivered (positions pos0 .. pos0 + steps - 1 are then cached).
+  /// This default runs forward() per step; a pipeline whose whole model is one slice chains the
+  /// steps on its device instead (Slice::decode_greedy: no host round trip between steps).
+  /// Errors: as forward().
+  virtual Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token);
 };
 
 /// One slice holding the embedding, every layer and the head.
@@ -34,6 +42,10 @@ class LocalPipeline final : public Pipeline {
   Status rewind(int64_t pos) override {
     slice_->rewind(pos);
     return Status::Ok();
+  }
+  Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps,
+                            const std::function<bool(int32_t)>& on_token) override {
+    return slice_->decode_greedy(id, pos0, max_steps, on_token);
   }
   Slice& slice() { return *slice_; }
 

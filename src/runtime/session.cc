@@ -1,11 +1,14 @@
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace shoal {
 
 namespace {
 constexpr int kDeviceTopK = 256;  // the largest top-k the slice computes on the device
+// The next token is the argmax: greedy, with nothing that needs every logit (penalties).
+bool argmax_only(const Sampler& sampler) { return sampler.greedy() && !sampler.needs_full_logits(kDeviceTopK); }
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -20,7 +23,7 @@ Status Session::step(std::span<const int32_t> ids, int64_t pos0, Sampler& sample
   StepOutput out;
   if (sampler.needs_full_logits(kDeviceTopK)) {
     out.mode = HeadMode::kLogitsLast;
-  } else if (sampler.greedy()) {
+  } else if (argmax_only(sampler)) {
     out.mode = HeadMode::kArgmaxLast;
   } else {
     out.mode = HeadMode::kTopKLast;
@@ -72,19 +75,40 @@ Result<std::vector<int32_t>> Session::generate(std::span<const int32_t> prompt, 
   cached_.assign(prompt.begin(), prompt.end());
   st.prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  while (opts.n_predict < 0 || int(generated.size()) < opts.n_predict) {  // -n 0: the prompt only
-    if (opts.stop_at_eog && is_eog_ && is_eog_(next)) {
+  // Hands `id` to the caller; true when decoding should go on (room left, not stopped).
+  auto deliver = [&](int32_t id) {
+    if (opts.stop_at_eog && is_eog_ && is_eog_(id)) {
       st.hit_eog = true;
-      break;
+      return false;
     }
-    generated.push_back(next);
-    sampler.accept(next);
-    const bool more = on_token ? on_token(next) : true;
-    if (!more || (opts.n_predict >= 0 && int(generated.size()) >= opts.n_predict)) break;
+    generated.push_back(id);
+    sampler.accept(id);
+    const bool more = on_token ? on_token(id) : true;
+    if (!more || (opts.n_predict >= 0 && int(generated.size()) >= opts.n_predict)) return false;
     if (int64_t(cached_.size()) >= n_ctx) {  // no room for the next position
       st.hit_context = true;
-      break;
+      return false;
     }
+    return true;
+  };
+  bool more = opts.n_predict != 0 && deliver(next);  // -n 0: the prompt only
+  if (more && argmax_only(sampler)) {
+    // Greedy: the pipeline feeds each argmax back itself (on one device, without the host).
+    int64_t steps = n_ctx - int64_t(cached_.size());
+    if (opts.n_predict >= 0) steps = std::min<int64_t>(steps, opts.n_predict - int64_t(generated.size()));
+    int32_t fed = next;
+    auto r = pipeline_.decode_greedy(next, int64_t(cached_.size()), int(steps), [&](int32_t id) {
+      cached_.push_back(fed);
+      fed = id;
+      return deliver(id);
+    });
+    if (!r.ok()) {
+      reset();
+      return r.status();
+    }
+    more = false;
+  }
+  while (more) {
     const int32_t id = next;
     s = step(std::span<const int32_t>(&id, 1), int64_t(cached_.size()), sampler, next);
     if (!s.ok()) {
@@ -92,6 +116,7 @@ Result<std::vector<int32_t>> Session::generate(std::span<const int32_t> prompt, 
       return s;
     }
     cached_.push_back(id);
+    more = deliver(next);
   }
   st.n_generated = int(generated.size());
   st.decode_s = seconds_since(t0);

@@ -235,7 +235,7 @@ Status Slice::run_head(int n, StepOutput& out) {
   return Status::Ok();
 }
 
-Status Slice::forward(const StepInput& in, StepOutput& out) {
+Status Slice::upload_step(const StepInput& in) {
   const int n = in.n;
   const int64_t d = cfg_.d_model;
   if (n < 1 || n > opts_.max_tokens)
@@ -249,46 +249,54 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   std::vector<int32_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), int32_t(in.pos0));
   SHOAL_RETURN_IF_ERROR(be.to_device(act_.pos, pos.data(), uint64_t(n) * 4));
-  Tensor x = act_.x.rows_view(0, n);
   if (spec_.embed) {
     if (!in.ids) return make_error(Code::kInvalidArgument, "this slice embeds: token ids expected");
     for (int i = 0; i < n; ++i)
       if (in.ids[i] < 0 || in.ids[i] >= cfg_.vocab_size)
         return make_error(Code::kInvalidArgument, "token id {} outside the vocabulary of {}", in.ids[i], cfg_.vocab_size);
-    SHOAL_RETURN_IF_ERROR(be.to_device(act_.ids, in.ids, uint64_t(n) * 4));
-  } else {
-    if (!in.hidden) return make_error(Code::kInvalidArgument, "hidden state expected");
-    if (in.hidden_dtype == DType::kF32) {
-      SHOAL_RETURN_IF_ERROR(be.to_device(act_.x, in.hidden, uint64_t(n) * uint64_t(d) * 4));
-    } else if (in.hidden_dtype == DType::kF16) {
-      SHOAL_RETURN_IF_ERROR(be.to_device(hop_, in.hidden, uint64_t(n) * uint64_t(d) * 2));
-    } else {
-      return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(in.hidden_dtype));
-    }
+    return be.to_device(act_.ids, in.ids, uint64_t(n) * 4);
   }
-  const bool graph_head = spec_.head && out.mode != HeadMode::kLogitsAll;
+  if (!in.hidden) return make_error(Code::kInvalidArgument, "hidden state expected");
+  if (in.hidden_dtype == DType::kF32) return be.to_device(act_.x, in.hidden, uint64_t(n) * uint64_t(d) * 4);
+  if (in.hidden_dtype == DType::kF16) return be.to_device(hop_, in.hidden, uint64_t(n) * uint64_t(d) * 2);
+  return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(in.hidden_dtype));
+}
+
+uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained) const {
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  const uint64_t key = uint64_t(n) | (uint64_t(spec_.head ? int(out.mode) + 1 : 0) << 16) |
-                       (uint64_t(out.top_k) << 24) | (uint64_t(in.hidden_dtype == DType::kF16) << 40) |
-                       (uint64_t(hop_f16) << 41);
+  return uint64_t(in.n) | (uint64_t(spec_.head ? int(out.mode) + 1 : 0) << 16) | (uint64_t(out.top_k) << 24) |
+         (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
+}
+
+void Slice::record_step(const StepInput& in, StepOutput& out, Status& head_status) {
+  Backend& be = backend_;
+  const int n = in.n;
+  Tensor x = act_.x.rows_view(0, n);
+  ForwardContext ctx{&be, &cfg_, &act_};
+  if (spec_.embed) {
+    Tensor ids = act_.ids.rows_view(0, n).reshaped({n});
+    be.embed(global_.token_embd, ids, x);
+    if (cfg_.embed_scale != 1.0f) be.scale(x, cfg_.embed_scale);
+  } else if (in.hidden_dtype == DType::kF16) {
+    Tensor hop = hop_.rows_view(0, n);
+    be.convert(hop, x);
+  }
+  forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n);
+  if (spec_.head && out.mode != HeadMode::kLogitsAll) head_status = run_head(n, out);
+  if (!spec_.head && out.hidden_dtype == DType::kF16) {
+    Tensor hop = hop_.rows_view(0, n);
+    be.convert(x, hop);
+  }
+}
+
+Status Slice::forward(const StepInput& in, StepOutput& out) {
+  const int n = in.n;
+  const int64_t d = cfg_.d_model;
+  SHOAL_RETURN_IF_ERROR(upload_step(in));
+  Backend& be = backend_;
+  const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
   Status head_status;
-  SHOAL_RETURN_IF_ERROR(be.run_graph(key, [&] {
-    ForwardContext ctx{&be, &cfg_, &act_};
-    if (spec_.embed) {
-      Tensor ids = act_.ids.rows_view(0, n).reshaped({n});
-      be.embed(global_.token_embd, ids, x);
-      if (cfg_.embed_scale != 1.0f) be.scale(x, cfg_.embed_scale);
-    } else if (in.hidden_dtype == DType::kF16) {
-      Tensor hop = hop_.rows_view(0, n);
-      be.convert(hop, x);
-    }
-    forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n);
-    if (graph_head) head_status = run_head(n, out);
-    if (hop_f16) {
-      Tensor hop = hop_.rows_view(0, n);
-      be.convert(x, hop);
-    }
-  }));
+  SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, out, false), [&] { record_step(in, out, head_status); }));
   SHOAL_RETURN_IF_ERROR(head_status);
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
@@ -329,6 +337,45 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
     }
   }
   return Status::Ok();
+}
+
+Result<int> Slice::decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token) {
+  if (!spec_.embed || !spec_.head)
+    return make_error(Code::kFailedPrecondition, "chained greedy decoding needs the embedding and the head in one slice");
+  if (max_steps < 1) return make_error(Code::kInvalidArgument, "{} decode steps (at least 1)", max_steps);
+  if (pos0 + max_steps > opts_.n_ctx)
+    return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", pos0, pos0 + max_steps - 1,
+                      opts_.n_ctx);
+  const StepInput in{1, pos0, &id};
+  SHOAL_RETURN_IF_ERROR(upload_step(in));
+  Backend& be = backend_;
+  StepOutput head;
+  head.mode = HeadMode::kArgmaxLast;
+  Tensor next = argmax_.rows_view(0, 1).reshaped({1});
+  Tensor ids = act_.ids.rows_view(0, 1).reshaped({1});
+  Tensor pos = act_.pos.rows_view(0, 1).reshaped({1});
+  Status head_status;
+  auto launch = [&](int k) -> Status {
+    SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, head, true), [&] {
+      record_step(in, head, head_status);
+      be.advance_decode(next, ids, pos);
+    }));
+    SHOAL_RETURN_IF_ERROR(head_status);
+    return be.read_async(k % Backend::kReadSlots, argmax_, 4);
+  };
+  // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
+  // would compute it before the caller could stop, so it runs one step at a time.
+  const int ahead = be.asynchronous() ? 1 : 0;
+  int launched = 0, steps = 0;
+  for (int k = 0; k < max_steps; ++k) {
+    for (; launched < std::min(max_steps, k + 1 + ahead); ++launched) SHOAL_RETURN_IF_ERROR(launch(launched));
+    int32_t out_id = 0;
+    SHOAL_RETURN_IF_ERROR(be.read_wait(k % Backend::kReadSlots, &out_id, 4));
+    n_past_ = pos0 + k + 1;
+    ++steps;
+    if (!on_token(out_id)) break;
+  }
+  return steps;
 }
 
 Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -74,6 +75,15 @@ class Slice {
   /// Runs in.n (<= max_tokens) tokens. Positions must continue the cache: pos0 <= n_past().
   /// Errors: kOutOfRange (context full, batch too large), kInvalidArgument (bad ids), backend errors.
   Status forward(const StepInput& in, StepOutput& out);
+  /// Greedy decoding chained on the device (a slice with the embedding and the head): feeds `id`
+  /// at pos0, then each step's argmax back as the next step's input (Backend::advance_decode),
+  /// for at most max_steps steps. on_token gets each step's id in order and returns false to
+  /// stop. On an asynchronous backend step k + 1 runs while the host reads step k's id, so no
+  /// host round trip sits between steps; after a stop that step has written the KV row after the
+  /// last cached position, which the next forward overwrites. Returns the steps whose ids were
+  /// delivered (positions pos0 .. pos0 + steps - 1 are then cached). Errors: as forward(), and
+  /// kFailedPrecondition for a slice without embedding or head.
+  Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token);
   /// Drops cached positions >= pos (the next forward starts at pos).
   void rewind(int64_t pos) { n_past_ = std::min(n_past_, pos); }
   int64_t n_past() const { return n_past_; }
@@ -92,6 +102,12 @@ class Slice {
   Status plan_weights(WeightLoader& loader, const WeightMap& weights);
   Status alloc_buffers();
   Status run_head(int n, StepOutput& out);
+  /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).
+  Status upload_step(const StepInput& in);
+  /// The graph key of a step: its size, head output and hop types; `chained`: decode_greedy's step.
+  uint64_t step_key(const StepInput& in, const StepOutput& out, bool chained) const;
+  /// Enqueues a step's ops: embedding (or hop conversion), the layers, the head, the hop out.
+  void record_step(const StepInput& in, StepOutput& out, Status& head_status);
   Result<Tensor> alloc(std::initializer_list<int64_t> shape, DType dtype = DType::kF32);
 
   ModelConfig cfg_;

@@ -111,16 +111,52 @@ TEST_F(CudaGraphTest, ReplayFollowsNewIdsAndPositions) { replay(DType::kF32, 1e-
 // (2^-11 relative) apart, and every later step attends to it: seed 3511891844 gave 6.4e-4.
 TEST_F(CudaGraphTest, ReplayWithAnF16Cache) { replay(DType::kF16, 3e-3); }
 
+// Chained greedy decoding: the step ends with advance_decode (its argmax becomes the next id,
+// the position moves on), so every replay after the first runs on inputs the device made; each
+// step's id comes back through read_async, waited for once the next step is queued.
+TEST_F(CudaGraphTest, ChainedReplayFeedsItsArgmaxBack) {
+  build(DType::kF32);
+  set_inputs(3, 0);
+  int32_t want_prev = -1;
+  for (int p = 0; p < 7; ++p) {
+    SCOPED_TRACE(fmt::format("step {}", p));
+    poison(logits_);
+    step(*cpu_, false);
+    cpu_->advance_decode(best_.c, ids_.c, pos_.c);
+    const Status s = gpu_->run_graph(3, [&] {
+      step(*gpu_, true);
+      gpu_->advance_decode(best_.g, ids_.g, pos_.g);
+    });
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_TRUE(gpu_->read_async(p % 2, best_.g, 4).ok());
+    if (p > 0) {  // the previous step's id, read while this one is queued
+      int32_t prev = -1;
+      ASSERT_TRUE(gpu_->read_wait((p - 1) % 2, &prev, 4).ok());
+      EXPECT_EQ(prev, want_prev);
+    }
+    EXPECT_LT(nerr(logits_), 1e-4);
+    EXPECT_EQ(bytes_of(*cpu_, ids_.c), bytes_of(*gpu_, ids_.g));
+    EXPECT_EQ(bytes_of(*cpu_, pos_.c), bytes_of(*gpu_, pos_.g));
+    std::memcpy(&want_prev, bytes_of(*cpu_, best_.c).data(), 4);
+  }
+  const std::vector<uint8_t> pos = bytes_of(*gpu_, pos_.g);
+  int32_t last_pos = -1;
+  std::memcpy(&last_pos, pos.data(), 4);
+  EXPECT_EQ(last_pos, 7);
+}
+
 TEST_F(CudaGraphTest, HostCopiesAreRefusedWhileRecording) {
   Dual a = make_f32({4}, {1, 2, 3, 4});
-  Status inner;
+  Status inner, read;
   const Status s = gpu_->run_graph(2, [&] {
     const float v = 5.0f;
     inner = gpu_->to_device(a.g, &v, 4, 0);
+    read = gpu_->read_async(0, a.g, 4);
     gpu_->scale(a.g, 2.0f);
   });
   EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(inner.code(), Code::kFailedPrecondition);
+  EXPECT_EQ(read.code(), Code::kFailedPrecondition);
   EXPECT_EQ(floats(*gpu_, a.g), (std::vector<float>{2, 4, 6, 8}));
   ASSERT_TRUE(gpu_->run_graph(2, [] {}).ok());  // replay: the recording, not the new lambda
   EXPECT_EQ(floats(*gpu_, a.g), (std::vector<float>{4, 8, 12, 16}));

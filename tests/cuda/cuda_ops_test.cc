@@ -162,6 +162,42 @@ TEST_F(CudaOpsTest, TopKSortedWithTiesByIndex) {
   }
 }
 
+TEST_F(CudaOpsTest, AdvanceDecodeCopiesIdsAndMovesPositionsOn) {
+  for (const std::vector<int32_t>& next : {std::vector<int32_t>{7}, std::vector<int32_t>{5, 6, 9, 128000}}) {
+    const int32_t n = int32_t(next.size());
+    std::vector<int32_t> old_pos(next.size());
+    for (int32_t i = 0; i < n; ++i) old_pos[size_t(i)] = 40 + i;
+    Dual nx = make_i32(next), ids = make_i32(std::vector<int32_t>(next.size(), -1)), pos = make_i32(old_pos);
+    cpu_->advance_decode(nx.c, ids.c, pos.c);
+    gpu_->advance_decode(nx.g, ids.g, pos.g);
+    EXPECT_EQ(bytes_of(*cpu_, ids.c), bytes_of(*gpu_, ids.g));
+    EXPECT_EQ(bytes_of(*cpu_, pos.c), bytes_of(*gpu_, pos.g));
+    std::vector<int32_t> got(next.size());
+    std::memcpy(got.data(), bytes_of(*gpu_, pos.g).data(), got.size() * 4);
+    for (int32_t i = 0; i < n; ++i) EXPECT_EQ(got[size_t(i)], 40 + i + n);
+  }
+}
+
+// read_async copies after the ops queued before it, read_wait returns that copy; bad slots and
+// sizes are clear errors.
+TEST_F(CudaOpsTest, ReadAsyncSeesTheOpsQueuedBeforeIt) {
+  Dual a = make_f32({64}, randn(64));
+  const std::vector<float> start = floats(*gpu_, a.g);
+  gpu_->scale(a.g, 2.0f);
+  ASSERT_TRUE(gpu_->read_async(0, a.g, 256).ok());
+  gpu_->scale(a.g, 2.0f);
+  ASSERT_TRUE(gpu_->read_async(3, a.g, 8).ok());
+  float first[64] = {}, second[2] = {};
+  ASSERT_TRUE(gpu_->read_wait(3, second, 8).ok());
+  ASSERT_TRUE(gpu_->read_wait(0, first, 256).ok());
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(first[i], 2.0f * start[size_t(i)]);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(second[i], 4.0f * start[size_t(i)]);
+  EXPECT_EQ(gpu_->read_async(Backend::kReadSlots, a.g, 4).code(), Code::kInvalidArgument);
+  EXPECT_EQ(gpu_->read_async(0, a.g, 260).code(), Code::kInvalidArgument);
+  EXPECT_EQ(gpu_->read_wait(1, first, 4).code(), Code::kFailedPrecondition);  // never read
+  EXPECT_EQ(gpu_->read_wait(3, first, 12).code(), Code::kFailedPrecondition);  // 8 bytes read
+}
+
 TEST_F(CudaOpsTest, OutOfMemorySaysNeededAndFree) {
   auto r = gpu_->alloc(DType::kF32, {int64_t(1) << 40});
   ASSERT_FALSE(r.ok());

@@ -47,6 +47,7 @@ class CpuBackend final : public Backend {
   void convert(const Tensor& src, Tensor& dst) override;
   void argmax(const Tensor& logits, Tensor& out) override;
   void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) override;
+  void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) override;
 
  private:
   bool reference_;

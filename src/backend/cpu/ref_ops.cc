@@ -287,4 +287,15 @@ void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) {
   }
 }
 
+void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
+  const int64_t n = next.n_elements();
+  SHOAL_CHECK(next.dtype == DType::kI32 && ids.dtype == DType::kI32 && pos.dtype == DType::kI32 &&
+                  ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data,
+              "advance_decode shapes");
+  for (int64_t i = 0; i < n; ++i) {
+    static_cast<int32_t*>(ids.data)[i] = static_cast<const int32_t*>(next.data)[i];
+    static_cast<int32_t*>(pos.data)[i] += int32_t(n);
+  }
+}
+
 }  // namespace shoal::ref

@@ -77,6 +77,8 @@ Status CudaBackend::init(int device) {
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&read_pinned_), kReadSlots * kReadSlotBytes));
+  for (auto& ev : read_done_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   const cublasStatus_t s = cublasCreate(&cublas_);
   if (s != CUBLAS_STATUS_SUCCESS)
     return make_error(Code::kInternal, "cublasCreate failed: {}", cublasGetStatusString(s));
@@ -95,6 +97,9 @@ CudaBackend::~CudaBackend() {
   for (void* p : raw_) cudaFree(p);
   for (auto ev : staged_)
     if (ev) cudaEventDestroy(ev);
+  for (auto ev : read_done_)
+    if (ev) cudaEventDestroy(ev);
+  if (read_pinned_) cudaFreeHost(read_pinned_);
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   if (pinned_) cudaFreeHost(pinned_);
@@ -306,6 +311,35 @@ Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_
     if (!note(e, "cudaStreamSynchronize (to_host)")) return error_;
     std::memcpy(static_cast<uint8_t*>(dst) + off, pinned_, len);
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::read_async(int slot, const Tensor& t, uint64_t nbytes) {
+  if (slot < 0 || slot >= kReadSlots || nbytes > kReadSlotBytes || nbytes > t.nbytes())
+    return make_error(Code::kInvalidArgument, "read of {} bytes of a {}-byte tensor into slot {} ({} slots of {} bytes)",
+                      nbytes, t.nbytes(), slot, kReadSlots, kReadSlotBytes);
+  if (capturing_) return make_error(Code::kFailedPrecondition, "read_async inside run_graph");
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  read_bytes_[size_t(slot)] = 0;
+  SHOAL_CUDA_TRY(cudaMemcpyAsync(read_pinned_ + uint64_t(slot) * kReadSlotBytes, t.data, nbytes,
+                                 cudaMemcpyDeviceToHost, stream_));
+  SHOAL_CUDA_TRY(cudaEventRecord(read_done_[size_t(slot)], stream_));
+  read_bytes_[size_t(slot)] = nbytes;
+  return Status::Ok();
+}
+
+Status CudaBackend::read_wait(int slot, void* dst, uint64_t nbytes) {
+  if (slot < 0 || slot >= kReadSlots || nbytes > kReadSlotBytes)
+    return make_error(Code::kInvalidArgument, "read_wait of {} bytes from slot {} ({} slots of {} bytes)", nbytes, slot,
+                      kReadSlots, kReadSlotBytes);
+  if (nbytes > read_bytes_[size_t(slot)])
+    return make_error(Code::kFailedPrecondition, "read_wait of {} bytes from slot {} holding {}", nbytes, slot,
+                      read_bytes_[size_t(slot)]);
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  if (!note(cudaEventSynchronize(read_done_[size_t(slot)]), "cudaEventSynchronize (read_wait)")) return error_;
+  std::memcpy(dst, read_pinned_ + uint64_t(slot) * kReadSlotBytes, nbytes);
   return Status::Ok();
 }
 

@@ -41,7 +41,11 @@ class CudaBackend final : public Backend {
   void free(Tensor& t) override;
   Status to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) override;
   Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset) override;
+  bool asynchronous() const override { return true; }
   Status synchronize() override;
+  /// A copy into a pinned slot and an event; read_wait waits for that event only.
+  Status read_async(int slot, const Tensor& t, uint64_t nbytes) override;
+  Status read_wait(int slot, void* dst, uint64_t nbytes) override;
 
   void embed(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) override;
@@ -58,6 +62,7 @@ class CudaBackend final : public Backend {
   void convert(const Tensor& src, Tensor& dst) override;
   void argmax(const Tensor& logits, Tensor& out) override;
   void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) override;
+  void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) override;
 
   /// One kernel for the residual add and the norm.
   void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) override;
@@ -149,6 +154,11 @@ class CudaBackend final : public Backend {
   uint8_t* raw_[2] = {nullptr, nullptr};
   cudaEvent_t staged_[2] = {nullptr, nullptr};
   int next_half_ = 0;
+  // read_async: kReadSlots pinned slots of kReadSlotBytes, each with the event of its last copy
+  // and the bytes that copy brings (0: none yet).
+  uint8_t* read_pinned_ = nullptr;
+  std::array<cudaEvent_t, kReadSlots> read_done_{};
+  std::array<uint64_t, kReadSlots> read_bytes_{};
   std::array<std::pair<void*, uint64_t>, kScratchCount> scratch_{};
   std::vector<void*> retired_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;

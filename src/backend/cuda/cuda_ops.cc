@@ -406,6 +406,17 @@ void CudaBackend::argmax(const Tensor& logits, Tensor& out) {
   note(cuda::argmax(f32(logits), logits.rows(), logits.cols(), s, static_cast<int32_t*>(out.data), stream_), "argmax");
 }
 
+void CudaBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
+  const int64_t n = next.n_elements();
+  SHOAL_CHECK(next.dtype == DType::kI32 && ids.dtype == DType::kI32 && pos.dtype == DType::kI32 &&
+                  ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data && n <= INT32_MAX,
+              "advance_decode shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::advance_decode(static_cast<const int32_t*>(next.data), int(n), static_cast<int32_t*>(ids.data),
+                            static_cast<int32_t*>(pos.data), stream_),
+       "advance_decode");
+}
+
 void CudaBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) {
   const int64_t v = logits.cols();
   SHOAL_CHECK(k > 0 && k <= v && ids.n_elements() >= k && vals.n_elements() >= k && ids.dtype == DType::kI32,

@@ -254,6 +254,8 @@ cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scrat
 constexpr int kTopKMax = 1024;
 cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
                   cudaStream_t stream);
+/// The next decode step's inputs: ids[i] = next[i], pos[i] += n for i < n (one small block).
+cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, cudaStream_t stream);
 
 // ---- probe_kernels.cu: for benchmarks (cuda_probe.h) ------------------------------------------
 enum class FillKind : int { kF32, kF16, kBF16, kBytes, kScales };

@@ -1,7 +1,8 @@
-// Sampling on the GPU: argmax (greedy reads back 4 bytes) and top-k (k candidates back).
+// Sampling on the GPU: argmax (greedy reads back 4 bytes), top-k (k candidates back), and the
+// next decode step's inputs from the argmax (chained greedy decoding).
 // Both are two-stage, deterministic reductions over (value desc, index asc): slices of the
 // vocabulary per block, then one block over the per-slice winners.
-// Twins: ref::argmax, ref::top_k; tests: tests/cuda/cuda_ops_test.cc.
+// Twins: ref::argmax, ref::top_k, ref::advance_decode; tests: tests/cuda/cuda_ops_test.cc.
 #include <cmath>
 #include <cstdint>
 
@@ -81,6 +82,16 @@ __global__ void argmax_final_kernel(const Cand* __restrict__ partial, int slices
   }
   best = warp_best(best);
   if (threadIdx.x == 0) out[row] = best.i < 0 ? 0 : best.i;
+}
+
+// ---- the next decode step's inputs ------------------------------------------------------------
+__global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, int32_t* __restrict__ ids,
+                                      int32_t* __restrict__ pos) {
+  pdl_prologue();
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
+    ids[i] = next[i];
+    pos[i] += n;
+  }
 }
 
 // ---- top-k ----------------------------------------------------------------------------------
@@ -182,6 +193,12 @@ cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int3
   SHOAL_TRY_LAUNCH(launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, k, cands));
   SHOAL_TRY_LAUNCH(launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k,
                           cands + slices * k, ids, vals));
+  return cudaGetLastError();
+}
+
+cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  SHOAL_TRY_LAUNCH(launch(advance_decode_kernel, 1, 32, 0, stream, next, n, ids, pos));
   return cudaGetLastError();
 }
 

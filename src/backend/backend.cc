@@ -13,17 +13,20 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(int device, const BackendOp
 #endif
 
 namespace {
-Status check_read(int slot, uint64_t nbytes) {
+// Errors of read_async (t set) and read_wait (t null).
+Status check_read(int slot, uint64_t nbytes, const Tensor* t) {
   if (slot < 0 || slot >= Backend::kReadSlots)
     return make_error(Code::kInvalidArgument, "read slot {} (0..{})", slot, Backend::kReadSlots - 1);
   if (nbytes > Backend::kReadSlotBytes)
     return make_error(Code::kInvalidArgument, "read of {} bytes (at most {} per slot)", nbytes, Backend::kReadSlotBytes);
+  if (t && nbytes > t->nbytes())
+    return make_error(Code::kInvalidArgument, "read of {} bytes from a tensor of {}", nbytes, t->nbytes());
   return Status::Ok();
 }
 }  // namespace
 
 Status Backend::read_async(int slot, const Tensor& t, uint64_t nbytes) {
-  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes));
+  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes, &t));
   auto& [n, bytes] = read_slots_[size_t(slot)];
   n = 0;
   SHOAL_RETURN_IF_ERROR(to_host(bytes.data(), t, nbytes));
@@ -32,7 +35,7 @@ Status Backend::read_async(int slot, const Tensor& t, uint64_t nbytes) {
 }
 
 Status Backend::read_wait(int slot, void* dst, uint64_t nbytes) {
-  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes));
+  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes, nullptr));
   const auto& [n, bytes] = read_slots_[size_t(slot)];
   if (nbytes > n) return make_error(Code::kFailedPrecondition, "read_wait of {} bytes from slot {} holding {}", nbytes, slot, n);
   std::memcpy(dst, bytes.data(), nbytes);

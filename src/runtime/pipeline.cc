@@ -31,7 +31,7 @@ Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_toke
 
 Result<int> Pipeline::decode_greedy(int32_t id, int64_t pos0, int max_steps,
                                     const std::function<bool(int32_t)>& on_token) {
-  if (max_steps < 1) return make_error(Code::kInvalidArgument, "{} decode steps (at least 1)", max_steps);
+  SHOAL_RETURN_IF_ERROR(check_decode_steps(pos0, max_steps, n_ctx()));
   for (int k = 0; k < max_steps; ++k) {
     StepOutput out;
     out.mode = HeadMode::kArgmaxLast;

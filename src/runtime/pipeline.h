@@ -28,7 +28,8 @@ class Pipeline {
   /// the steps whose ids were delivered (positions pos0 .. pos0 + steps - 1 are then cached).
   /// This default runs forward() per step; a pipeline whose whole model is one slice chains the
   /// steps on its device instead (Slice::decode_greedy: no host round trip between steps).
-  /// Errors: as forward().
+  /// Errors: kOutOfRange when pos0 + max_steps exceeds the context (before any step runs),
+  /// kInvalidArgument for max_steps < 1, and as forward().
   virtual Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token);
 };
 

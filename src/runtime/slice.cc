@@ -339,13 +339,18 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   return Status::Ok();
 }
 
+Status check_decode_steps(int64_t pos0, int max_steps, int64_t n_ctx) {
+  if (max_steps < 1) return make_error(Code::kInvalidArgument, "{} decode steps (at least 1)", max_steps);
+  if (pos0 + max_steps > n_ctx)
+    return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", pos0, pos0 + max_steps - 1,
+                      n_ctx);
+  return Status::Ok();
+}
+
 Result<int> Slice::decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token) {
   if (!spec_.embed || !spec_.head)
     return make_error(Code::kFailedPrecondition, "chained greedy decoding needs the embedding and the head in one slice");
-  if (max_steps < 1) return make_error(Code::kInvalidArgument, "{} decode steps (at least 1)", max_steps);
-  if (pos0 + max_steps > opts_.n_ctx)
-    return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", pos0, pos0 + max_steps - 1,
-                      opts_.n_ctx);
+  SHOAL_RETURN_IF_ERROR(check_decode_steps(pos0, max_steps, opts_.n_ctx));
   const StepInput in{1, pos0, &id};
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;

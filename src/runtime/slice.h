@@ -126,6 +126,10 @@ class Slice {
   uint64_t weight_bytes_ = 0, file_bytes_ = 0;
 };
 
+/// The errors of a greedy decode of max_steps steps from pos0 (decode_greedy): kInvalidArgument
+/// for max_steps < 1, kOutOfRange past the context of n_ctx positions.
+Status check_decode_steps(int64_t pos0, int max_steps, int64_t n_ctx);
+
 /// Bytes layers [first, end) take on a backend (weights after load-time conversion + KV cache at
 /// n_ctx), for the planner. Errors as Slice::load for missing/unsupported tensors.
 Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype);

@@ -48,6 +48,32 @@ TEST_P(CudaDecodeTest, SessionGreedyMatchesLlamaCpp) {
   }
 }
 
+// The caller stops after 5 tokens (the device has run the step after), then sends the prompt
+// with those tokens: the session reuses its cache and the two answers make the fixture's.
+TEST_P(CudaDecodeTest, SessionStoppedByTheCallerResumesFromItsCache) {
+  Session session(*model_->pipeline, [&](int32_t id) { return model_->tokenizer->is_eog(id); });
+  const auto prompt = want_[0]["prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = want_[0]["generated_ids"].get<std::vector<int32_t>>();
+  ASSERT_GT(want.size(), 6u);
+  GenerateOptions g;
+  g.n_predict = int(want.size());
+  g.sampling.temperature = 0;
+  int seen = 0;
+  auto first = session.generate(prompt, g, [&](int32_t) { return ++seen < 5; });
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_EQ(first->size(), 5u);
+  std::vector<int32_t> more = prompt;
+  more.insert(more.end(), first->begin(), first->end());
+  g.n_predict = int(want.size()) - 5;
+  GenerateStats st;
+  auto rest = session.generate(more, g, {}, &st);
+  ASSERT_TRUE(rest.ok()) << rest.status().to_string();
+  EXPECT_EQ(st.n_reused, int(more.size()) - 1);
+  std::vector<int32_t> both = *first;
+  both.insert(both.end(), rest->begin(), rest->end());
+  EXPECT_EQ(both, want);
+}
+
 TEST_P(CudaDecodeTest, StopAndResumeEqualsOneForwardPerStep) {
   Pipeline& p = *model_->pipeline;
   const auto prompt = want_[0]["prompt_ids"].get<std::vector<int32_t>>();
@@ -65,7 +91,8 @@ TEST_P(CudaDecodeTest, StopAndResumeEqualsOneForwardPerStep) {
   std::vector<int32_t> stepwise, resumed;
   auto r = p.Pipeline::decode_greedy(first, pos0, 40, collect(stepwise, 99));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  // Stops after 1, 2 and 17 ids: each time the device has already run the step after.
+  // Calls that deliver 1, 2, 17 and 20 ids; the first three stop early, after the device has
+  // already run the step after.
   size_t stop = 0;
   for (size_t at : {size_t(1), size_t(3), size_t(20), size_t(40)}) {
     const int32_t id = resumed.empty() ? first : resumed.back();

@@ -178,6 +178,32 @@ TEST_F(CudaOpsTest, AdvanceDecodeCopiesIdsAndMovesPositionsOn) {
   }
 }
 
+// Decode attention reads pos before its PDL wait, so an attention right after advance_decode of
+// its positions would race with that kernel: the backend refuses it (a bug, SHOAL_CHECK); after
+// any other op in between it runs.
+TEST_F(CudaOpsTest, AttentionRightAfterAdvanceDecodeOfItsPositionsIsRefused) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const AttentionSpec spec{4, 2, 64, 0.125f, 0, 0.0f};
+  Dual q = make_f32({1, 256}, randn(256)), out = output(DType::kF32, {1, 256});
+  std::vector<uint16_t> kv[2];
+  for (auto& c : kv)
+    for (float f : randn(16 * 128)) c.push_back(f32_to_f16(f));
+  Dual kc = make(DType::kF16, {16, 128}, kv[0].data()), vc = make(DType::kF16, {16, 128}, kv[1].data());
+  Dual next = make_i32({3}), ids = make_i32({0}), pos = make_i32({4});
+  EXPECT_DEATH(
+      {
+        gpu_->advance_decode(next.g, ids.g, pos.g);
+        gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
+      },
+      "advance_decode");
+  cpu_->advance_decode(next.c, ids.c, pos.c);
+  cpu_->attention(q.c, kc.c, vc.c, pos.c, spec, out.c);
+  gpu_->advance_decode(next.g, ids.g, pos.g);
+  gpu_->scale(q.g, 1.0f);
+  gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
+  EXPECT_LT(nerr(out), 1e-5);
+}
+
 // read_async copies after the ops queued before it, read_wait returns that copy; bad slots and
 // sizes are clear errors.
 TEST_F(CudaOpsTest, ReadAsyncSeesTheOpsQueuedBeforeIt) {

@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   auto row_token = [&](int r) { return (p0 + r) / G; };
   auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
 
-  // Before the PDL wait: pos (never written by kernels) and, with P.early_kv, the keys of earlier
+  // Before the PDL wait: pos (written by copies, and by advance_decode at the end of a chained
+  // step, which never directly precedes attention: CudaBackend checks) and, with P.early_kv, the keys of earlier
   // steps: the previous kernel (the step's KV write) writes only the rows at pos, and every
   // kernel before it finished before it could start this one (each kernel lets the next start
   // only after its own wait). Their loads then overlap the KV write.

@@ -336,6 +336,7 @@ Status CudaBackend::read_wait(int slot, void* dst, uint64_t nbytes) {
   if (nbytes > read_bytes_[size_t(slot)])
     return make_error(Code::kFailedPrecondition, "read_wait of {} bytes from slot {} holding {}", nbytes, slot,
                       read_bytes_[size_t(slot)]);
+  if (capturing_) return make_error(Code::kFailedPrecondition, "read_wait inside run_graph");
   if (failed()) return error_;
   if (!use_device()) return error_;
   if (!note(cudaEventSynchronize(read_done_[size_t(slot)]), "cudaEventSynchronize (read_wait)")) return error_;

@@ -182,6 +182,16 @@ class CudaBackend final : public Backend {
     int n = 0;
     std::array<std::pair<uintptr_t, uintptr_t>, 3> ranges{};  // [begin, end) of each write (<= 3 per op)
   } written_;
+  // The positions advance_decode last wrote ([begin, end)) and its op. Decode attention reads
+  // pos before its PDL wait, so it must not directly follow that kernel (a SHOAL_CHECK: in a
+  // chained step advance_decode is the graph's last op).
+  struct {
+    uint64_t op = 0;
+    uintptr_t begin = 0, end = 0;
+  } pos_advanced_;
+  /// SHOAL_CHECKs that op `prev` (the op before decode attention) was not an advance_decode
+  /// writing `pos`.
+  void check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) const;
   struct {
     uint64_t op = 0;
     const void *k = nullptr, *v = nullptr, *pos = nullptr;

@@ -184,9 +184,16 @@ cuda::AttnArgs attn_args(const Tensor& q, const Tensor& k_cache, const Tensor& v
 
 }  // namespace
 
+void CudaBackend::check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) const {
+  const auto b = reinterpret_cast<uintptr_t>(pos.data), e = b + pos.nbytes();
+  SHOAL_CHECK(pos_advanced_.op != prev || prev == 0 || e <= pos_advanced_.begin || pos_advanced_.end <= b,
+              "decode attention reads pos before its PDL wait: it cannot directly follow advance_decode of pos");
+}
+
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                             const AttentionSpec& spec, Tensor& out) {
   cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, spec, out);
+  check_pos_not_just_advanced(pos, ops_);
   if (failed() || !use_device()) return;
   a.early_kv = kv_written_.op + 1 == ops_ && kv_written_.k == k_cache.data && kv_written_.v == v_cache.data &&
                kv_written_.pos == pos.data && kv_written_.n == a.n_tokens;
@@ -200,6 +207,7 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
                                     float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                                     Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) {
   const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out);
+  check_pos_not_just_advanced(pos, ops_);
   const int64_t hd = attn.head_dim, width = int64_t(attn.n_kv_heads) * hd;
   // The kernel loads the caches' older rows before its PDL wait: not right after an op that wrote
   // these caches (that kernel may still be running). ops_ counts up to the previous op here.
@@ -412,6 +420,8 @@ void CudaBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
                   ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data && n <= INT32_MAX,
               "advance_decode shapes");
   if (failed() || !use_device()) return;
+  const auto b = reinterpret_cast<uintptr_t>(pos.data);
+  pos_advanced_ = {ops_, b, b + pos.nbytes()};
   note(cuda::advance_decode(static_cast<const int32_t*>(next.data), int(n), static_cast<int32_t*>(ids.data),
                             static_cast<int32_t*>(pos.data), stream_),
        "advance_decode");

@@ -5,7 +5,8 @@
 // touches memory that the previous kernel may write, and never lets the next kernel start before
 // its own wait (pdl_prologue waits first). (The vector and tensor-core GEMVs load their
 // first weights before it: weights are written only by uploads, i.e. copies and repack kernels
-// that are never directly followed by a GEMV. Decode attention reads pos, and with
+// that are never directly followed by a GEMV. Decode attention reads pos (the backend checks
+// that advance_decode, the one kernel writing it, did not run just before), and with
 // AttnArgs::early_kv or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies)
 // the cache rows of earlier steps, before it; the GEMVs with GemvOpts::early_epilogue their bias
 // and the old y of a residual add: a kernel may start only once the previous one passed its own

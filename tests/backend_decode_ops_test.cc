@@ -1,11 +1,14 @@
-// The backend pieces of chained greedy decoding on the CPU backends, against hand-computed
-// values: advance_decode (the next step's ids and positions) and the default read_async /
-// read_wait (values as of the read, and clear errors for bad slots and sizes).
+// The backend pieces of chained decoding on the CPU backends, against hand-computed values:
+// advance_decode (the next step's ids and positions), sample (a draw from top-k candidates),
+// and the default read_async / read_wait (values as of the read, clear errors for bad slots and
+// sizes).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/sampling_math.h"
 
 namespace shoal {
 namespace {
@@ -45,6 +48,30 @@ TEST_P(CpuDecodeOps, AdvanceDecodeCopiesIdsAndMovesPositionsOn) {
   be_->advance_decode(next3, ids3, pos3);
   EXPECT_EQ(values(ids3), (std::vector<int32_t>{5, 6, 9}));
   EXPECT_EQ(values(pos3), (std::vector<int32_t>{13, 14, 15}));
+}
+
+// Candidates 7, 3, 9 with logits log 3, log 2, 0 (weights 1, 2/3, 1/3 at temperature 1) and
+// seed 42: splitmix64 gives the draws 0.7416 (x = 1.483: the second candidate) and 0.1599
+// (x = 0.320: the first); the state's draw counts on.
+TEST_P(CpuDecodeOps, SampleDrawsFromTheCandidatesAndCountsTheDraw) {
+  Tensor ids = i32({7, 3, 9});
+  auto vals = be_->alloc(DType::kF32, {3});
+  ASSERT_TRUE(vals.ok());
+  tensors_.push_back(*vals);
+  const float l[3] = {std::log(3.0f), std::log(2.0f), 0.0f};
+  ASSERT_TRUE(be_->to_device(*vals, l, sizeof l).ok());
+  DeviceSampling s{1.0f, 1.0f, 0.0f, 0, 42, 0};
+  std::vector<int32_t> words(8);
+  std::memcpy(words.data(), &s, sizeof s);
+  Tensor state = i32(words), out = i32({-1});
+  be_->sample(ids, *vals, state, out);
+  EXPECT_EQ(values(out), std::vector<int32_t>{3});
+  be_->sample(ids, *vals, state, out);
+  EXPECT_EQ(values(out), std::vector<int32_t>{7});
+  std::vector<int32_t> after = values(state);
+  std::memcpy(&s, after.data(), sizeof s);
+  EXPECT_EQ(s.draw, 2u);
+  EXPECT_EQ(s.seed, 42u);
 }
 
 TEST_P(CpuDecodeOps, ReadAsyncKeepsTheValueAsOfTheRead) {

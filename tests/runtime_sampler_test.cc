@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "backend/sampling_math.h"
 #include "runtime/sampler.h"
 
 namespace shoal {
@@ -53,6 +54,51 @@ TEST(Sampler, DrawFrequenciesFollowTheSoftmax) {
   EXPECT_NEAR(count[0] / double(n), 1.0 / 6, 0.01);
   EXPECT_NEAR(count[1] / double(n), 2.0 / 6, 0.01);
   EXPECT_NEAR(count[2] / double(n), 3.0 / 6, 0.01);
+}
+
+// The shared pick (backend/sampling_math.h) by hand: logits log 3, log 2, log 1 (sorted) are
+// probabilities 1/2, 1/3, 1/6; the draw u picks where u * sum(w) falls in the running sum.
+TEST(SamplingMath, PickCandidateByHand) {
+  const float l[3] = {std::log(3.0f), std::log(2.0f), 0.0f};
+  // No cut: w = 1, 2/3, 1/3 (sum 2); u 0.4 -> 0.8 < 1; u 0.6 -> 1.2 in [1, 5/3); u 0.9 -> 1.8.
+  EXPECT_EQ(pick_candidate(l, 3, 1.0f, 1.0f, 0.0f, 0.4), 0);
+  EXPECT_EQ(pick_candidate(l, 3, 1.0f, 1.0f, 0.0f, 0.6), 1);
+  EXPECT_EQ(pick_candidate(l, 3, 1.0f, 1.0f, 0.0f, 0.9), 2);
+  // top_p 0.4: the first candidate alone reaches it; 0.8 needs two (0.5 + 0.33).
+  EXPECT_EQ(pick_candidate(l, 3, 1.0f, 0.4f, 0.0f, 0.99), 0);
+  EXPECT_EQ(pick_candidate(l, 3, 1.0f, 0.8f, 0.0f, 0.99), 1);
+  // min_p 0.5 keeps l >= log 3 + log 0.5 = log 1.5: two candidates.
+  EXPECT_EQ(pick_candidate(l, 3, 1.0f, 1.0f, 0.5f, 0.99), 1);
+  // Temperature 0.5 squares the ratios: w = 1, 4/9, 1/9 (sum 14/9); u 0.7 -> 1.089 in [1, 13/9).
+  EXPECT_EQ(pick_candidate(l, 3, 0.5f, 1.0f, 0.0f, 0.7), 1);
+  EXPECT_EQ(pick_candidate(l, 3, 0.5f, 1.0f, 0.0f, 0.6), 0);
+  // Precomputed terms give the same picks.
+  double e[3], w[3];
+  for (int i = 0; i < 3; ++i) e[i] = top_p_term(l, i), w[i] = draw_term(l, i, 0.5f);
+  EXPECT_EQ(pick_candidate(l, 3, 0.5f, 1.0f, 0.0f, 0.7, e, w), 1);
+  EXPECT_EQ(pick_candidate(l, 3, 0.5f, 0.4f, 0.0f, 0.7, e, w), 0);
+}
+
+TEST(SamplingMath, UniformDrawsAreCounterBasedAndInRange) {
+  std::map<double, int> seen;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const double u = uniform_draw(42, i);
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+    EXPECT_EQ(u, uniform_draw(42, i));  // the same index, the same number
+    seen[u]++;
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+  EXPECT_NE(uniform_draw(42, 0), uniform_draw(43, 0));
+  // splitmix64 of 42 + golden gamma, by hand: 0xBDD732262FEB6E95 >> 11, times 2^-53.
+  EXPECT_EQ(uniform_draw(42, 0), double(0xBDD732262FEB6E95ull >> 11) * 0x1.0p-53);
+  // A sampler's draws: uniform_draw(seed, 0), (seed, 1), ...; skip_draws moves past some.
+  SamplingParams p;
+  p.seed = 5;
+  Sampler s(p);
+  EXPECT_EQ(s.draws(), 0u);
+  s.skip_draws(3);
+  EXPECT_EQ(s.draws(), 3u);
 }
 
 TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {

@@ -6,6 +6,7 @@
 
 #include "runtime/local_model.h"
 #include "runtime/pipeline.h"
+#include "stepwise_pipeline.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -133,42 +134,74 @@ TEST(Session, BadTokenIdIsRejected) {
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
 }
 
-// Greedy decoding chained in the slice (Slice::decode_greedy) gives the ids of one forward() per
-// step (Pipeline's default), and a stop leaves the cache where the next call continues.
-TEST(Session, ChainedGreedyDecodingEqualsOneForwardPerStep) {
+// Decoding chained in the slice (Slice::decode) gives the ids of one forward() per step
+// (Pipeline's default), greedy and sampled, and a stop leaves the cache (and the draws) where
+// the next call continues.
+TEST(Session, ChainedDecodingEqualsOneForwardPerStep) {
   auto m = load("models/stories260K.gguf", "cpu", 0, 32);
   Pipeline& p = *m.pipeline;
+  test::StepwisePipeline stepwise_p(p);
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
   StepOutput out;
   out.mode = HeadMode::kArgmaxLast;
   ASSERT_TRUE(p.forward(prompt, 0, out).ok());
   const int32_t first = out.ids.at(0);
   const int64_t pos0 = int64_t(prompt.size());
-  auto collect = [](std::vector<int32_t>& v, size_t stop_at) {
-    return [&v, stop_at](int32_t id) {
-      v.push_back(id);
-      return v.size() < stop_at;
-    };
-  };
-  std::vector<int32_t> stepwise, chained, resumed;
-  auto r = p.Pipeline::decode_greedy(first, pos0, 12, collect(stepwise, 99));
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(*r, 12);
-  r = p.decode_greedy(first, pos0, 12, collect(chained, 99));
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(*r, 12);
-  EXPECT_EQ(chained, stepwise);
-  r = p.decode_greedy(first, pos0, 12, collect(resumed, 5));
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(*r, 5);
-  r = p.decode_greedy(resumed.back(), pos0 + 5, 7, collect(resumed, 99));
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(resumed, stepwise);
-  // Past the context (32 positions), and no steps at all: clear errors.
-  r = p.decode_greedy(first, pos0, 28, collect(resumed, 99));
-  EXPECT_EQ(r.status().code(), Code::kOutOfRange);
-  r = p.decode_greedy(first, pos0, 0, collect(resumed, 99));
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  using test::collect;
+  for (bool greedy : {true, false}) {
+    SCOPED_TRACE(greedy ? "greedy" : "sampled");
+    const DecodeSampling how = greedy ? DecodeSampling{} : test::sampled(1234, 0);
+    std::vector<int32_t> stepwise, chained, resumed;
+    auto r = stepwise_p.decode(first, pos0, 12, how, collect(stepwise, 99));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(*r, 12);
+    r = p.decode(first, pos0, 12, how, collect(chained, 99));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(*r, 12);
+    EXPECT_EQ(chained, stepwise);
+    r = p.decode(first, pos0, 12, how, collect(resumed, 5));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(*r, 5);
+    const DecodeSampling rest = greedy ? DecodeSampling{} : test::sampled(1234, 5);
+    r = p.decode(resumed.back(), pos0 + 5, 7, rest, collect(resumed, 99));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(resumed, stepwise);
+    if (!greedy) EXPECT_NE(chained, std::vector<int32_t>(12, chained[0]));  // it samples something
+  }
+  // Past the context (32 positions), no steps, a top-k the device path cannot give, no
+  // temperature: clear errors.
+  std::vector<int32_t> v;
+  for (Pipeline* q : {static_cast<Pipeline*>(&stepwise_p), &p}) {
+    EXPECT_EQ(q->decode(first, pos0, 28, {}, collect(v, 99)).status().code(), Code::kOutOfRange);
+    EXPECT_EQ(q->decode(first, pos0, 0, {}, collect(v, 99)).status().code(), Code::kInvalidArgument);
+    DecodeSampling bad = test::sampled(1234, 0);
+    bad.top_k = 300;
+    EXPECT_EQ(q->decode(first, pos0, 4, bad, collect(v, 99)).status().code(), Code::kInvalidArgument);
+  }
+  DecodeSampling cold = test::sampled(1234, 0);
+  cold.draw.temperature = 0;
+  EXPECT_EQ(p.decode(first, pos0, 4, cold, collect(v, 99)).status().code(), Code::kInvalidArgument);
+}
+
+// A sampled generation (top-k on the device) draws the same tokens whether the pipeline chains
+// the steps or runs one forward per step, and the same seed gives the same text twice.
+TEST(Session, SampledGenerationIsTheSameChainedOrStepwise) {
+  auto m = load("models/stories260K.gguf", "cpu", 0, 128);
+  test::StepwisePipeline stepwise_p(*m.pipeline);
+  GenerateOptions g;
+  g.n_predict = 40;
+  g.stop_at_eog = false;
+  g.sampling.seed = 99;
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  Session chained(*m.pipeline, {}), stepwise(stepwise_p, {});
+  auto a = chained.generate(prompt, g, {});
+  auto b = stepwise.generate(prompt, g, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  chained.reset();
+  auto again = chained.generate(prompt, g, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *a);
 }
 
 class QuantGenerate : public ::testing::TestWithParam<std::string> {};

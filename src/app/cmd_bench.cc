@@ -62,7 +62,7 @@ int bench(const BenchOptions& o) {
     double t1 = now_s();
     const int32_t id = o.n_prompt > 0 ? out.ids.at(0) : 1;
     if (o.n_gen > 0) {  // greedy, as generation decodes it (chained on the device)
-      auto steps = p.decode_greedy(id, int64_t(o.n_prompt), o.n_gen, [](int32_t) { return true; });
+      auto steps = p.decode(id, int64_t(o.n_prompt), o.n_gen, DecodeSampling{}, [](int32_t) { return true; });
       if (!steps.ok()) return fail(steps.status());
     }
     double t2 = now_s();

@@ -160,6 +160,11 @@ class Backend {
   /// The k largest logits of row 0, sorted descending (ties: lower index first).
   /// logits: f32 [1, V]; ids: i32 [k]; vals: f32 [k].
   virtual void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) = 0;
+  /// Draws a token from the k candidates of top_k (ids i32 [k], vals f32 [k], sorted descending,
+  /// k <= 1024) as the host Sampler does: pick_candidate (sampling_math.h) with the settings of
+  /// `state` (a DeviceSampling: i32 [8]) and uniform_draw(seed, draw); writes out i32 [1] and
+  /// adds 1 to state's draw.
+  virtual void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) = 0;
   /// The inputs of the next decode step, made on the device (chained greedy decoding: a step
   /// feeds its own argmax to the next without the host): ids[i] = next[i], pos[i] += n.
   /// next, ids, pos: i32 [n]; next may not alias ids.

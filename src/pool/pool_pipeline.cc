@@ -84,7 +84,7 @@ Status PoolPipeline::stage_error() {
     auto m = s.control->recv(Millis(0));
     if (!m.ok()) continue;
     if (m->type == MsgType::kError) {
-      auto e = decode<ErrorMsg>(*m);
+      auto e = pool::decode<ErrorMsg>(*m);
       return e.ok() ? e->to_status(s.label) : e.status().with_context(s.label);
     }
     spdlog::warn("{}: ignoring a {} message during a request", s.label, msg_type_name(m->type));
@@ -142,10 +142,10 @@ Status PoolPipeline::forward(std::span<const int32_t> ids, int64_t pos0, StepOut
   return st;
 }
 
-Result<int> PoolPipeline::decode_greedy(int32_t id, int64_t pos0, int max_steps,
-                                        const std::function<bool(int32_t)>& on_token) {
-  if (ready() && alone_) return host_->decode_greedy(id, pos0, max_steps, on_token);
-  return Pipeline::decode_greedy(id, pos0, max_steps, on_token);
+Result<int> PoolPipeline::decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                                 const std::function<bool(int32_t)>& on_token) {
+  if (ready() && alone_) return host_->decode(id, pos0, max_steps, how, on_token);
+  return Pipeline::decode(id, pos0, max_steps, how, on_token);
 }
 
 Status PoolPipeline::send_frame(std::span<const int32_t> ids, int64_t pos, FrameKind kind, uint8_t flags) {

@@ -55,8 +55,8 @@ class PoolPipeline final : public Pipeline {
   /// Rewinds the host's slices and sends REWIND along the chain.
   Status rewind(int64_t pos) override;
   /// Chained on the device when the host runs the whole model alone; per step over the chain.
-  Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps,
-                            const std::function<bool(int32_t)>& on_token) override;
+  Result<int> decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                     const std::function<bool(int32_t)>& on_token) override;
 
   /// Loads the host's part: the embedding and layers [0, n_local), plus the head when `alone`
   /// (no workers). Slices whose layer range is unchanged are kept (their caches rewound).

@@ -29,14 +29,22 @@ Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_toke
   return Status::Ok();
 }
 
-Result<int> Pipeline::decode_greedy(int32_t id, int64_t pos0, int max_steps,
-                                    const std::function<bool(int32_t)>& on_token) {
+Result<int> Pipeline::decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                             const std::function<bool(int32_t)>& on_token) {
   SHOAL_RETURN_IF_ERROR(check_decode_steps(pos0, max_steps, n_ctx()));
+  DeviceSampling draw = how.draw;
   for (int k = 0; k < max_steps; ++k) {
     StepOutput out;
-    out.mode = HeadMode::kArgmaxLast;
+    out.mode = how.greedy ? HeadMode::kArgmaxLast : HeadMode::kTopKLast;
+    out.top_k = how.greedy ? 0 : how.top_k;
     SHOAL_RETURN_IF_ERROR(forward(std::span<const int32_t>(&id, 1), pos0 + k, out));
-    id = out.ids.at(0);
+    if (how.greedy) {
+      id = out.ids.at(0);
+    } else {
+      if (out.ids.empty() || out.ids.size() != out.logits.size())
+        return make_error(Code::kInternal, "top-k step returned {} ids and {} logits", out.ids.size(), out.logits.size());
+      id = draw_token(out.ids.data(), out.logits.data(), int(out.ids.size()), draw);
+    }
     if (!on_token(id)) return k + 1;
   }
   return max_steps;

@@ -23,14 +23,15 @@ class Pipeline {
   virtual Status forward(std::span<const int32_t> ids, int64_t pos0, StepOutput& out) = 0;
   /// Drops positions >= pos in every stage.
   virtual Status rewind(int64_t pos) = 0;
-  /// Greedy decoding from `id` at pos0: each step's argmax is the next step's input, for at
-  /// most max_steps steps; on_token gets each id in order and returns false to stop. Returns
-  /// the steps whose ids were delivered (positions pos0 .. pos0 + steps - 1 are then cached).
-  /// This default runs forward() per step; a pipeline whose whole model is one slice chains the
-  /// steps on its device instead (Slice::decode_greedy: no host round trip between steps).
-  /// Errors: kOutOfRange when pos0 + max_steps exceeds the context (before any step runs),
-  /// kInvalidArgument for max_steps < 1, and as forward().
-  virtual Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token);
+  /// Decoding from `id` at pos0: each step's token (the argmax, or a draw from its top-k as
+  /// `how` says) is the next step's input, for at most max_steps steps; on_token gets each id in
+  /// order and returns false to stop. Returns the steps whose ids were delivered (positions
+  /// pos0 .. pos0 + steps - 1 are then cached; a sampled step k used draw how.draw.draw + k).
+  /// This default runs forward() per step and draws on the host; a pipeline whose whole model is
+  /// one slice chains the steps on its device instead (Slice::decode: no host round trip
+  /// between steps). Errors: check_decode_steps (before any step runs), and as forward().
+  virtual Result<int> decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                             const std::function<bool(int32_t)>& on_token);
 };
 
 /// One slice holding the embedding, every layer and the head.
@@ -44,9 +45,9 @@ class LocalPipeline final : public Pipeline {
     slice_->rewind(pos);
     return Status::Ok();
   }
-  Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps,
-                            const std::function<bool(int32_t)>& on_token) override {
-    return slice_->decode_greedy(id, pos0, max_steps, on_token);
+  Result<int> decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                     const std::function<bool(int32_t)>& on_token) override {
+    return slice_->decode(id, pos0, max_steps, how, on_token);
   }
   Slice& slice() { return *slice_; }
 

@@ -1,14 +1,16 @@
 #include "runtime/sampler.h"
 
+#include "backend/sampling_math.h"
+
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <unordered_set>
 
 namespace shoal {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   seed_ = params.seed == 0xFFFFFFFFu ? std::random_device{}() : params.seed;
-  rng_.seed(seed_);
 }
 
 bool Sampler::needs_full_logits(int max_device_k) const {
@@ -49,46 +51,16 @@ int32_t Sampler::sample(std::vector<Candidate> c) {
   } else {
     std::sort(c.begin(), c.end(), by_logit);
   }
-  // softmax of the (untempered) logits for top-p and min-p
-  auto probs = [&] {
-    std::vector<double> p(c.size());
-    const double mx = c[0].logit;
-    double sum = 0;
-    for (size_t i = 0; i < c.size(); ++i) sum += (p[i] = std::exp(double(c[i].logit) - mx));
-    for (double& x : p) x /= sum;
-    return p;
-  };
-  if (params_.top_p < 1.0f) {
-    auto p = probs();
-    double cum = 0;
-    size_t keep = c.size();
-    for (size_t i = 0; i < c.size(); ++i) {
-      cum += p[i];
-      if (cum >= params_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-    c.resize(std::max<size_t>(1, keep));
-  }
-  if (params_.min_p > 0.0f) {
-    const double cut = double(c[0].logit) + std::log(double(params_.min_p));
-    size_t keep = 1;
-    while (keep < c.size() && double(c[keep].logit) >= cut) ++keep;
-    c.resize(keep);
-  }
-  // temperature, then a draw from the softmax
-  std::vector<double> w(c.size());
-  const double t = params_.temperature;
-  double sum = 0;
-  for (size_t i = 0; i < c.size(); ++i) sum += (w[i] = std::exp((double(c[i].logit) - c[0].logit) / t));
-  const double u = double(rng_() >> 11) * 0x1.0p-53 * sum;
-  double acc = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    acc += w[i];
-    if (u < acc) return c[i].id;
-  }
-  return c.back().id;
+  std::vector<int32_t> ids(c.size());
+  std::vector<float> l(c.size());
+  for (size_t i = 0; i < c.size(); ++i) ids[i] = c[i].id, l[i] = c[i].logit;
+  std::vector<double> e;  // top-p's terms, each computed once
+  if (params_.top_p < 1.0f)
+    for (size_t i = 0; i < c.size(); ++i) e.push_back(top_p_term(l.data(), int(i)));
+  DeviceSampling s{params_.temperature, params_.top_p, params_.min_p, 0, seed_, draws_};
+  const int32_t id = draw_token(ids.data(), l.data(), int(c.size()), s, e.empty() ? nullptr : e.data());
+  draws_ = s.draw;
+  return id;
 }
 
 }  // namespace shoal

@@ -1,11 +1,11 @@
 // Token sampling, as llama.cpp's default chain orders it (common/sampling.cpp): repetition
 // penalty, top-k, top-p (nucleus, Holtzman et al. 2019), min-p, temperature, then a draw.
-// Greedy when temperature <= 0. The same seed gives the same draws.
+// Greedy when temperature <= 0. The same seed gives the same draws; draws are counter-based so
+// that a device sampling for a chained decode (Backend::sample) draws the same numbers.
 #pragma once
 
 #include <cstdint>
 #include <deque>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -37,6 +37,10 @@ class Sampler {
   bool needs_full_logits(int max_device_k) const;
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }
+  /// Draws are counter-based (uniform_draw(seed, index), backend/sampling_math.h): the index of
+  /// the next one, and a skip past n draws made elsewhere (by a device sampling for us).
+  uint64_t draws() const { return draws_; }
+  void skip_draws(uint64_t n) { draws_ += n; }
 
   /// Picks a token from full logits [vocab].
   int32_t sample(std::span<const float> logits);
@@ -50,7 +54,7 @@ class Sampler {
  private:
   SamplingParams params_;
   uint64_t seed_;
-  std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
   std::deque<int32_t> history_;
 };
 

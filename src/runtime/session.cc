@@ -7,8 +7,6 @@ namespace shoal {
 
 namespace {
 constexpr int kDeviceTopK = 256;  // the largest top-k the slice computes on the device
-// The next token is the argmax: greedy, with nothing that needs every logit (penalties).
-bool argmax_only(const Sampler& sampler) { return sampler.greedy() && !sampler.needs_full_logits(kDeviceTopK); }
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -23,7 +21,7 @@ Status Session::step(std::span<const int32_t> ids, int64_t pos0, Sampler& sample
   StepOutput out;
   if (sampler.needs_full_logits(kDeviceTopK)) {
     out.mode = HeadMode::kLogitsLast;
-  } else if (argmax_only(sampler)) {
+  } else if (sampler.greedy()) {
     out.mode = HeadMode::kArgmaxLast;
   } else {
     out.mode = HeadMode::kTopKLast;
@@ -92,14 +90,23 @@ Result<std::vector<int32_t>> Session::generate(std::span<const int32_t> prompt, 
     return true;
   };
   bool more = opts.n_predict != 0 && deliver(next);  // -n 0: the prompt only
-  if (more && argmax_only(sampler)) {
-    // Greedy: the pipeline feeds each argmax back itself (on one device, without the host).
+  if (more && !sampler.needs_full_logits(kDeviceTopK)) {
+    // The argmax or a draw from the device's top-k: the pipeline feeds each token back itself
+    // (on one device, without the host), drawing the numbers the sampler would.
+    DecodeSampling how;
+    how.greedy = sampler.greedy();
+    if (!how.greedy) {
+      const SamplingParams& sp = sampler.params();
+      how.top_k = sp.top_k;
+      how.draw = DeviceSampling{sp.temperature, sp.top_p, sp.min_p, 0, sampler.seed(), sampler.draws()};
+    }
     int64_t steps = n_ctx - int64_t(cached_.size());
     if (opts.n_predict >= 0) steps = std::min<int64_t>(steps, opts.n_predict - int64_t(generated.size()));
     int32_t fed = next;
-    auto r = pipeline_.decode_greedy(next, int64_t(cached_.size()), int(steps), [&](int32_t id) {
+    auto r = pipeline_.decode(next, int64_t(cached_.size()), int(steps), how, [&](int32_t id) {
       cached_.push_back(fed);
       fed = id;
+      if (!how.greedy) sampler.skip_draws(1);  // the draw the device made for this id
       return deliver(id);
     });
     if (!r.ok()) {

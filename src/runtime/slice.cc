@@ -168,6 +168,8 @@ Status Slice::alloc_buffers() {
     SHOAL_ASSIGN_OR_RETURN(argmax_, alloc({B, 1}, DType::kI32));
     SHOAL_ASSIGN_OR_RETURN(topk_ids_, alloc({256, 1}, DType::kI32));
     SHOAL_ASSIGN_OR_RETURN(topk_vals_, alloc({256, 1}));
+    SHOAL_ASSIGN_OR_RETURN(sampled_, alloc({1}, DType::kI32));
+    SHOAL_ASSIGN_OR_RETURN(sampling_, alloc({int64_t(sizeof(DeviceSampling) / 4)}, DType::kI32));
   }
   return Status::Ok();
 }
@@ -192,10 +194,15 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   return s;
 }
 
-Status Slice::run_head(int n, StepOutput& out) {
+Status Slice::check_head(const StepOutput& out) const {
+  if (spec_.head && out.mode == HeadMode::kTopKLast && (out.top_k < 1 || out.top_k > 256 || out.top_k > cfg_.vocab_size))
+    return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
+  return Status::Ok();
+}
+
+void Slice::run_head(int n, const StepOutput& out) {
   Backend& be = backend_;
   ForwardContext ctx{&be, &cfg_, &act_};
-  const int64_t V = cfg_.vocab_size;
   switch (out.mode) {
     case HeadMode::kLogitsLast: {
       Tensor l = logits_.rows_view(0, 1);
@@ -203,8 +210,6 @@ Status Slice::run_head(int n, StepOutput& out) {
       break;
     }
     case HeadMode::kTopKLast: {
-      if (out.top_k < 1 || out.top_k > 256 || out.top_k > V)
-        return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
       Tensor l = logits_.rows_view(0, 1);
       forward_head(ctx, global_, n - 1, 1, l);
       Tensor ids = topk_ids_.rows_view(0, out.top_k).reshaped({out.top_k});
@@ -232,7 +237,6 @@ Status Slice::run_head(int n, StepOutput& out) {
     case HeadMode::kLogitsAll:  // chunked with copies in forward()
       break;
   }
-  return Status::Ok();
 }
 
 Status Slice::upload_step(const StepInput& in) {
@@ -268,7 +272,7 @@ uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chaine
          (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
 }
 
-void Slice::record_step(const StepInput& in, StepOutput& out, Status& head_status) {
+void Slice::record_step(const StepInput& in, const StepOutput& out) {
   Backend& be = backend_;
   const int n = in.n;
   Tensor x = act_.x.rows_view(0, n);
@@ -282,7 +286,7 @@ void Slice::record_step(const StepInput& in, StepOutput& out, Status& head_statu
     be.convert(hop, x);
   }
   forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n);
-  if (spec_.head && out.mode != HeadMode::kLogitsAll) head_status = run_head(n, out);
+  if (spec_.head && out.mode != HeadMode::kLogitsAll) run_head(n, out);
   if (!spec_.head && out.hidden_dtype == DType::kF16) {
     Tensor hop = hop_.rows_view(0, n);
     be.convert(x, hop);
@@ -292,12 +296,11 @@ void Slice::record_step(const StepInput& in, StepOutput& out, Status& head_statu
 Status Slice::forward(const StepInput& in, StepOutput& out) {
   const int n = in.n;
   const int64_t d = cfg_.d_model;
+  SHOAL_RETURN_IF_ERROR(check_head(out));
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  Status head_status;
-  SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, out, false), [&] { record_step(in, out, head_status); }));
-  SHOAL_RETURN_IF_ERROR(head_status);
+  SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, out, false), [&] { record_step(in, out); }));
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
     if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
@@ -347,26 +350,35 @@ Status check_decode_steps(int64_t pos0, int max_steps, int64_t n_ctx) {
   return Status::Ok();
 }
 
-Result<int> Slice::decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token) {
+Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                          const std::function<bool(int32_t)>& on_token) {
   if (!spec_.embed || !spec_.head)
-    return make_error(Code::kFailedPrecondition, "chained greedy decoding needs the embedding and the head in one slice");
+    return make_error(Code::kFailedPrecondition, "chained decoding needs the embedding and the head in one slice");
   SHOAL_RETURN_IF_ERROR(check_decode_steps(pos0, max_steps, opts_.n_ctx));
+  if (!how.greedy && !(how.draw.temperature > 0.0f))
+    return make_error(Code::kInvalidArgument, "a sampled decode needs a temperature > 0, got {}", how.draw.temperature);
+  StepOutput head;
+  head.mode = how.greedy ? HeadMode::kArgmaxLast : HeadMode::kTopKLast;
+  head.top_k = how.greedy ? 0 : how.top_k;
+  SHOAL_RETURN_IF_ERROR(check_head(head));
   const StepInput in{1, pos0, &id};
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
-  StepOutput head;
-  head.mode = HeadMode::kArgmaxLast;
-  Tensor next = argmax_.rows_view(0, 1).reshaped({1});
+  if (!how.greedy) SHOAL_RETURN_IF_ERROR(be.to_device(sampling_, &how.draw, sizeof(DeviceSampling)));
+  Tensor next = how.greedy ? argmax_.rows_view(0, 1).reshaped({1}) : sampled_;
   Tensor ids = act_.ids.rows_view(0, 1).reshaped({1});
   Tensor pos = act_.pos.rows_view(0, 1).reshaped({1});
-  Status head_status;
   auto launch = [&](int k) -> Status {
     SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, head, true), [&] {
-      record_step(in, head, head_status);
+      record_step(in, head);
+      if (!how.greedy) {
+        Tensor cand_ids = topk_ids_.rows_view(0, how.top_k).reshaped({how.top_k});
+        Tensor cand_vals = topk_vals_.rows_view(0, how.top_k).reshaped({how.top_k});
+        be.sample(cand_ids, cand_vals, sampling_, next);
+      }
       be.advance_decode(next, ids, pos);
     }));
-    SHOAL_RETURN_IF_ERROR(head_status);
-    return be.read_async(k % Backend::kReadSlots, argmax_, 4);
+    return be.read_async(k % Backend::kReadSlots, next, 4);
   };
   // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
   // would compute it before the caller could stop, so it runs one step at a time.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/sampling_math.h"
 #include "format/model_file.h"
 #include "model/arch.h"
 #include "model/forward.h"
@@ -49,6 +50,15 @@ enum class HeadMode {
   kTopKLast,    // the top_k (id, logit) candidates of the last position
 };
 
+/// How a chained decode (Slice::decode, Pipeline::decode) picks each step's token: the argmax
+/// (greedy), or a draw from the top_k candidates with draw's settings (draw_token,
+/// backend/sampling_math.h; draw.draw is the first step's draw index).
+struct DecodeSampling {
+  bool greedy = true;
+  int top_k = 0;  // 1..256 when not greedy
+  DeviceSampling draw;
+};
+
 /// Output of one forward step.
 struct StepOutput {
   // Slices without a head: the hidden state [n, d_model] of hidden_dtype (host memory).
@@ -75,15 +85,18 @@ class Slice {
   /// Runs in.n (<= max_tokens) tokens. Positions must continue the cache: pos0 <= n_past().
   /// Errors: kOutOfRange (context full, batch too large), kInvalidArgument (bad ids), backend errors.
   Status forward(const StepInput& in, StepOutput& out);
-  /// Greedy decoding chained on the device (a slice with the embedding and the head): feeds `id`
-  /// at pos0, then each step's argmax back as the next step's input (Backend::advance_decode),
-  /// for at most max_steps steps. on_token gets each step's id in order and returns false to
-  /// stop. On an asynchronous backend step k + 1 runs while the host reads step k's id, so no
-  /// host round trip sits between steps; after a stop that step has written the KV row after the
-  /// last cached position, which the next forward overwrites. Returns the steps whose ids were
-  /// delivered (positions pos0 .. pos0 + steps - 1 are then cached). Errors: as forward(), and
-  /// kFailedPrecondition for a slice without embedding or head.
-  Result<int> decode_greedy(int32_t id, int64_t pos0, int max_steps, const std::function<bool(int32_t)>& on_token);
+  /// Decoding chained on the device (a slice with the embedding and the head): feeds `id` at
+  /// pos0, then each step's token (the argmax, or a draw on the device: Backend::sample) back as
+  /// the next step's input (Backend::advance_decode), for at most max_steps steps. on_token gets
+  /// each step's id in order and returns false to stop. On an asynchronous backend step k + 1
+  /// runs while the host reads step k's id, so no host round trip sits between steps; after a
+  /// stop that step has written the KV row after the last cached position, which the next
+  /// forward overwrites. Returns the steps whose ids were delivered (positions pos0 .. pos0 +
+  /// steps - 1 are then cached; a sampled step k used draw how.draw.draw + k). Errors: as
+  /// forward(), check_decode_steps, kInvalidArgument (top_k, temperature), kFailedPrecondition
+  /// for a slice without embedding or head.
+  Result<int> decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
+                     const std::function<bool(int32_t)>& on_token);
   /// Drops cached positions >= pos (the next forward starts at pos).
   void rewind(int64_t pos) { n_past_ = std::min(n_past_, pos); }
   int64_t n_past() const { return n_past_; }
@@ -101,13 +114,16 @@ class Slice {
       : cfg_(cfg), spec_(spec), opts_(opts), backend_(backend) {}
   Status plan_weights(WeightLoader& loader, const WeightMap& weights);
   Status alloc_buffers();
-  Status run_head(int n, StepOutput& out);
+  /// kInvalidArgument for a head output the device path cannot give (top-k outside 1..256 or
+  /// past the vocabulary); checked before a step is recorded or replayed.
+  Status check_head(const StepOutput& out) const;
+  void run_head(int n, const StepOutput& out);
   /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).
   Status upload_step(const StepInput& in);
-  /// The graph key of a step: its size, head output and hop types; `chained`: decode_greedy's step.
+  /// The graph key of a step: its size, head output and hop types; `chained`: decode()'s step.
   uint64_t step_key(const StepInput& in, const StepOutput& out, bool chained) const;
   /// Enqueues a step's ops: embedding (or hop conversion), the layers, the head, the hop out.
-  void record_step(const StepInput& in, StepOutput& out, Status& head_status);
+  void record_step(const StepInput& in, const StepOutput& out);
   Result<Tensor> alloc(std::initializer_list<int64_t> shape, DType dtype = DType::kF32);
 
   ModelConfig cfg_;
@@ -121,12 +137,13 @@ class Slice {
   Activations act_;
   Tensor hop_;                        // [B, d_model] hidden-state staging in the hop dtype
   Tensor logits_, argmax_, topk_ids_, topk_vals_;
+  Tensor sampled_, sampling_;  // decode(): the drawn id (i32 [1]) and the DeviceSampling (i32 [8])
   int logits_rows_ = 0;
   int64_t n_past_ = 0;
   uint64_t weight_bytes_ = 0, file_bytes_ = 0;
 };
 
-/// The errors of a greedy decode of max_steps steps from pos0 (decode_greedy): kInvalidArgument
+/// The errors of a chained decode of max_steps steps from pos0 (decode()): kInvalidArgument
 /// for max_steps < 1, kOutOfRange past the context of n_ctx positions.
 Status check_decode_steps(int64_t pos0, int max_steps, int64_t n_ctx);
 

@@ -1,7 +1,7 @@
-// Chained greedy decoding on CUDA with a real model (stories260K): the pipelined steps (step
-// k + 1 queued before step k's id is read) give llama.cpp's greedy output from the fixtures, a
-// stop in the middle leaves the cache where the next call resumes, and the ids equal those of
-// one forward() per step.
+// Chained decoding on CUDA with a real model (stories260K): the pipelined steps (step k + 1
+// queued before step k's id is read) give llama.cpp's greedy output from the fixtures, a stop in
+// the middle leaves the cache where the next call resumes, and greedy or sampled ids equal
+// those of one forward() per step with the host drawing.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +10,7 @@
 
 #include "runtime/local_model.h"
 #include "runtime/session.h"
+#include "stepwise_pipeline.h"
 #include "test_util.h"
 
 namespace shoal {
@@ -82,26 +83,44 @@ TEST_P(CudaDecodeTest, StopAndResumeEqualsOneForwardPerStep) {
   ASSERT_TRUE(p.forward(prompt, 0, out).ok());
   const int32_t first = out.ids.at(0);
   const int64_t pos0 = int64_t(prompt.size());
-  auto collect = [](std::vector<int32_t>& v, size_t stop_at) {
-    return [&v, stop_at](int32_t id) {
-      v.push_back(id);
-      return v.size() < stop_at;
-    };
-  };
-  std::vector<int32_t> stepwise, resumed;
-  auto r = p.Pipeline::decode_greedy(first, pos0, 40, collect(stepwise, 99));
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  // Calls that deliver 1, 2, 17 and 20 ids; the first three stop early, after the device has
-  // already run the step after.
-  size_t stop = 0;
-  for (size_t at : {size_t(1), size_t(3), size_t(20), size_t(40)}) {
-    const int32_t id = resumed.empty() ? first : resumed.back();
-    r = p.decode_greedy(id, pos0 + int64_t(resumed.size()), int(40 - resumed.size()), collect(resumed, at));
+  using test::collect;
+  for (bool greedy : {true, false}) {
+    SCOPED_TRACE(greedy ? "greedy" : "sampled");
+    auto how = [&](size_t first_draw) { return greedy ? DecodeSampling{} : test::sampled(77, first_draw); };
+    std::vector<int32_t> stepwise, resumed;
+    auto r = p.Pipeline::decode(first, pos0, 40, how(0), collect(stepwise, 99));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
-    EXPECT_EQ(*r, int(at - stop));
-    stop = at;
+    // Calls that deliver 1, 2, 17 and 20 ids; the first three stop early, after the device has
+    // already run the step after (and, sampling, made its draw).
+    size_t stop = 0;
+    for (size_t at : {size_t(1), size_t(3), size_t(20), size_t(40)}) {
+      const int32_t id = resumed.empty() ? first : resumed.back();
+      r = p.decode(id, pos0 + int64_t(resumed.size()), int(40 - resumed.size()), how(resumed.size()),
+                   collect(resumed, at));
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(*r, int(at - stop));
+      stop = at;
+    }
+    EXPECT_EQ(resumed, stepwise);
   }
-  EXPECT_EQ(resumed, stepwise);
+}
+
+// Sampled generation (the CLI's defaults, top-k on the device): the device's draws give the
+// tokens the host's draws give from the same candidates.
+TEST_P(CudaDecodeTest, SampledGenerationIsTheSameChainedOrStepwise) {
+  test::StepwisePipeline stepwise_p(*model_->pipeline);
+  Session chained(*model_->pipeline, {}), stepwise(stepwise_p, {});
+  GenerateOptions g;
+  g.n_predict = 100;
+  g.stop_at_eog = false;
+  const auto prompt = want_[0]["prompt_ids"].get<std::vector<int32_t>>();
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    g.sampling.seed = seed;
+    auto a = chained.generate(prompt, g, {});
+    auto b = stepwise.generate(prompt, g, {});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b) << "seed " << seed;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, CudaDecodeTest, ::testing::Values(DType::kF16, DType::kQ8_0),

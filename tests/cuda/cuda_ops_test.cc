@@ -1,7 +1,10 @@
 // Norms, elementwise ops, conversion, embedding and sampling on CUDA against the CPU reference
 // backend on fresh random inputs (several shapes, odd sizes included), GPU outputs poisoned first.
 #include <algorithm>
+#include <functional>
+#include <tuple>
 
+#include "backend/sampling_math.h"
 #include "cuda/cuda_test_util.h"
 
 namespace shoal::test {
@@ -159,6 +162,33 @@ TEST_F(CudaOpsTest, TopKSortedWithTiesByIndex) {
     gpu_->top_k(logits.g, k, ids.g, vals.g);
     EXPECT_EQ(bytes_of(*cpu_, ids.c), bytes_of(*gpu_, ids.g));
     EXPECT_EQ(bytes_of(*cpu_, vals.c), bytes_of(*gpu_, vals.g));
+  }
+}
+
+// The device's draw from top-k candidates (double math as the host, splitmix64 draws) picks what
+// the reference picks, over candidate counts up to kTopKMax, ties, and every cut.
+TEST_F(CudaOpsTest, SampleDrawsWhatTheReferenceDraws) {
+  int round = 0;
+  for (int k : {1, 3, 40, 256, 1024}) {
+    for (auto [temp, top_p, min_p] : {std::tuple<float, float, float>{0.8f, 0.95f, 0.05f}, {1.5f, 1.0f, 0.0f},
+                                      {0.3f, 0.5f, 0.0f}, {1.0f, 1.0f, 0.2f}}) {
+      SCOPED_TRACE(fmt::format("k {} temperature {} top-p {} min-p {}", k, temp, top_p, min_p));
+      std::vector<float> l = randn(k, 2.0f);
+      if (k > 3) l[1] = l[2];  // a tie
+      std::sort(l.begin(), l.end(), std::greater<float>());
+      std::vector<int32_t> id(static_cast<size_t>(k));
+      for (int i = 0; i < k; ++i) id[size_t(i)] = 1000 + 7 * i;
+      DeviceSampling s{temp, top_p, min_p, 0, uint64_t(1234567 + round++), 5};
+      std::vector<int32_t> words(8);
+      std::memcpy(words.data(), &s, sizeof s);
+      Dual ids = make_i32(id), vals = make_f32({k}, l), state = make_i32(words), out = output(DType::kI32, {1});
+      for (int draw = 0; draw < 30; ++draw) {
+        cpu_->sample(ids.c, vals.c, state.c, out.c);
+        gpu_->sample(ids.g, vals.g, state.g, out.g);
+        ASSERT_EQ(bytes_of(*cpu_, out.c), bytes_of(*gpu_, out.g)) << "draw " << draw;
+      }
+      EXPECT_EQ(bytes_of(*cpu_, state.c), bytes_of(*gpu_, state.g));
+    }
   }
 }
 

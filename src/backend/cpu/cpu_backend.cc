@@ -136,6 +136,9 @@ void CpuBackend::activation(const Tensor& x, Activation act, Tensor& out) { ref:
 void CpuBackend::convert(const Tensor& src, Tensor& dst) { ref::convert(src, dst); }
 
 void CpuBackend::argmax(const Tensor& logits, Tensor& out) { ref::argmax(logits, out); }
+void CpuBackend::sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) {
+  ref::sample(ids, vals, state, out);
+}
 void CpuBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) { ref::advance_decode(next, ids, pos); }
 
 void CpuBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) { ref::top_k(logits, k, ids, vals); }

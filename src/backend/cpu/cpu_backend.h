@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   void argmax(const Tensor& logits, Tensor& out) override;
   void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) override;
   void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) override;
+  void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) override;
 
  private:
   bool reference_;

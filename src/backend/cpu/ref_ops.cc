@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/sampling_math.h"
 #include "core/half.h"
 #include "tensor/quant.h"
 
@@ -285,6 +286,17 @@ void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) {
     static_cast<int32_t*>(ids.data)[i] = idx[size_t(i)];
     static_cast<float*>(vals.data)[i] = l[idx[size_t(i)]];
   }
+}
+
+void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) {
+  const int64_t k = ids.n_elements();
+  SHOAL_CHECK(k >= 1 && k <= 1024 && vals.n_elements() == k && ids.dtype == DType::kI32 && vals.dtype == DType::kF32 &&
+                  state.nbytes() == sizeof(DeviceSampling) && out.n_elements() == 1 && out.dtype == DType::kI32,
+              "sample shapes");
+  DeviceSampling s;
+  std::memcpy(&s, state.data, sizeof s);
+  static_cast<int32_t*>(out.data)[0] = draw_token(static_cast<const int32_t*>(ids.data), f32(vals), int(k), s);
+  std::memcpy(state.data, &s, sizeof s);
 }
 
 void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {

@@ -24,6 +24,7 @@ void convert(const Tensor& src, Tensor& dst);
 void argmax(const Tensor& logits, Tensor& out);
 void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals);
 void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos);
+void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out);
 
 /// act(x) for one value (shared by the fast path).
 float apply_activation(float x, Activation act);

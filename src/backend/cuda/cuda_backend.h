@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
   void argmax(const Tensor& logits, Tensor& out) override;
   void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) override;
   void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) override;
+  void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) override;
 
   /// One kernel for the residual add and the norm.
   void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) override;

@@ -414,6 +414,18 @@ void CudaBackend::argmax(const Tensor& logits, Tensor& out) {
   note(cuda::argmax(f32(logits), logits.rows(), logits.cols(), s, static_cast<int32_t*>(out.data), stream_), "argmax");
 }
 
+void CudaBackend::sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) {
+  const int64_t k = ids.n_elements();
+  SHOAL_CHECK(k >= 1 && k <= cuda::kTopKMax && vals.n_elements() == k && ids.dtype == DType::kI32 &&
+                  vals.dtype == DType::kF32 && state.nbytes() == sizeof(DeviceSampling) && out.n_elements() == 1 &&
+                  out.dtype == DType::kI32,
+              "sample shapes");
+  if (failed() || !use_device()) return;
+  note(cuda::sample(static_cast<const int32_t*>(ids.data), f32(vals), int(k), static_cast<DeviceSampling*>(state.data),
+                    static_cast<int32_t*>(out.data), stream_),
+       "sample");
+}
+
 void CudaBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
   const int64_t n = next.n_elements();
   SHOAL_CHECK(next.dtype == DType::kI32 && ids.dtype == DType::kI32 && pos.dtype == DType::kI32 &&

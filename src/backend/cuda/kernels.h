@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "backend/sampling_math.h"
+
 namespace shoal::cuda {
 
 /// How a weight (or embedding table) is stored on the device.
@@ -254,6 +256,10 @@ cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scrat
 constexpr int kTopKMax = 1024;
 cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
                   cudaStream_t stream);
+/// out[0] = ids[pick_candidate(vals, k, ...)] with the settings and draw of *state, then
+/// state->draw += 1 (sampling_math.h; one block). k <= kTopKMax.
+cudaError_t sample(const int32_t* ids, const float* vals, int k, shoal::DeviceSampling* state, int32_t* out,
+                   cudaStream_t stream);
 /// The next decode step's inputs: ids[i] = next[i], pos[i] += n for i < n (one small block).
 cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, cudaStream_t stream);
 

@@ -1,8 +1,9 @@
-// Sampling on the GPU: argmax (greedy reads back 4 bytes), top-k (k candidates back), and the
-// next decode step's inputs from the argmax (chained greedy decoding).
+// Sampling on the GPU: argmax (greedy reads back 4 bytes), top-k (k candidates back), a draw
+// from the top-k candidates (sampling_math.h, as the host Sampler), and the next decode step's
+// inputs from the chosen id (chained decoding).
 // Both are two-stage, deterministic reductions over (value desc, index asc): slices of the
 // vocabulary per block, then one block over the per-slice winners.
-// Twins: ref::argmax, ref::top_k, ref::advance_decode; tests: tests/cuda/cuda_ops_test.cc.
+// Twins: ref::argmax, ref::top_k, ref::sample, ref::advance_decode; tests: tests/cuda/cuda_ops_test.cc.
 #include <cmath>
 #include <cstdint>
 
@@ -10,6 +11,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/sampling_math.h"
 
 namespace shoal::cuda {
 namespace {
@@ -82,6 +84,26 @@ __global__ void argmax_final_kernel(const Cand* __restrict__ partial, int slices
   }
   best = warp_best(best);
   if (threadIdx.x == 0) out[row] = best.i < 0 ? 0 : best.i;
+}
+
+// ---- a draw from the top-k candidates ---------------------------------------------------------
+constexpr int kSampleThreads = 256;
+
+// The softmax terms in parallel, then thread 0 walks the candidates as the host does.
+__global__ void sample_kernel(const int32_t* __restrict__ ids, const float* __restrict__ vals, int k,
+                              DeviceSampling* state, int32_t* __restrict__ out) {
+  pdl_prologue();
+  __shared__ double e[kTopKMax], w[kTopKMax];
+  DeviceSampling s = *state;
+  for (int i = int(threadIdx.x); i < k; i += kSampleThreads) {
+    e[i] = top_p_term(vals, i);
+    w[i] = draw_term(vals, i, s.temperature);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    out[0] = draw_token(ids, vals, k, s, e, w);
+    state->draw = s.draw;
+  }
 }
 
 // ---- the next decode step's inputs ------------------------------------------------------------
@@ -193,6 +215,13 @@ cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int3
   SHOAL_TRY_LAUNCH(launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, k, cands));
   SHOAL_TRY_LAUNCH(launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k,
                           cands + slices * k, ids, vals));
+  return cudaGetLastError();
+}
+
+cudaError_t sample(const int32_t* ids, const float* vals, int k, DeviceSampling* state, int32_t* out,
+                   cudaStream_t stream) {
+  if (k <= 0 || k > kTopKMax) return cudaErrorInvalidValue;
+  SHOAL_TRY_LAUNCH(launch(sample_kernel, 1, kSampleThreads, 0, stream, ids, vals, k, state, out));
   return cudaGetLastError();
 }
 

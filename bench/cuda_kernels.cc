@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/sampling_math.h"
 #include "core/log.h"
 
 #ifdef SHOAL_HAVE_CUDA
@@ -160,6 +161,40 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
     b.free(pos);
     b.reset_graphs();
   }
+}
+
+// ---- sampling ------------------------------------------------------------------------------
+// The head's sampling ops of one decode step, each alone in a graph: argmax (greedy), top-k,
+// and top-k with the draw from its candidates (a sampled step of a chained decode).
+void bench_sampling(Backend& b, int reps) {
+  std::printf("\n## Sampling ops of a decode step (us)\n| vocab | argmax | top-k 40 | top-k 40 + draw | top-k 256 + draw |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (int64_t vocab : {128256, 151936}) {
+    Tensor logits = act(b, DType::kF32, {1, vocab}, 11);
+    Tensor best = must(b.alloc(DType::kI32, {1})), ids = must(b.alloc(DType::kI32, {256, 1}));
+    Tensor vals = must(b.alloc(DType::kF32, {256, 1})), out = must(b.alloc(DType::kI32, {1}));
+    Tensor state = must(b.alloc(DType::kI32, {8}));
+    const DeviceSampling s{0.8f, 0.95f, 0.05f, 0, 1, 0};
+    if (Status st = b.to_device(state, &s, sizeof s, 0); !st.ok()) die(st);
+    auto us = [&](const std::function<void()>& f) { return must(probe::time_graph_ms(b, f, reps)) * 1e3; };
+    auto draw = [&](int k) {
+      return [&, k] {
+        Tensor i = ids.rows_view(0, k).reshaped({k}), v = vals.rows_view(0, k).reshaped({k});
+        b.top_k(logits, k, i, v);
+        b.sample(i, v, state, out);
+      };
+    };
+    const double am = us([&] { b.argmax(logits, best); });
+    const double t40 = us([&] {
+      Tensor i = ids.rows_view(0, 40).reshaped({40}), v = vals.rows_view(0, 40).reshaped({40});
+      b.top_k(logits, 40, i, v);
+    });
+    const double d40 = us(draw(40)), d256 = us(draw(256));
+    std::printf("| %lld | %.1f | %.1f | %.1f | %.1f |\n", (long long)vocab, am, t40, d40, d256);
+    for (Tensor* t : {&logits, &best, &ids, &vals, &out, &state}) b.free(*t);
+    b.reset_graphs();
+  }
+  std::fflush(stdout);
 }
 
 // ---- prefill GEMM --------------------------------------------------------------------------
@@ -428,6 +463,7 @@ int run(int device, int reps, bool quick, bool prefill, const std::string& only)
     bench_attention(b, c, reps);
     bench_gemm(b, c, reps);
   }
+  bench_sampling(b, reps);
   std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position 576\n");
   std::printf(
       "| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");

@@ -7,6 +7,7 @@
 #include "runtime/local_model.h"
 #include "runtime/pipeline.h"
 #include "stepwise_pipeline.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -180,11 +181,14 @@ TEST(Session, ChainedDecodingEqualsOneForwardPerStep) {
   }
   DecodeSampling cold = test::sampled(1234, 0);
   cold.draw.temperature = 0;
-  EXPECT_EQ(p.decode(first, pos0, 4, cold, collect(v, 99)).status().code(), Code::kInvalidArgument);
+  for (Pipeline* q : {static_cast<Pipeline*>(&stepwise_p), &p})
+    EXPECT_EQ(q->decode(first, pos0, 4, cold, collect(v, 99)).status().code(), Code::kInvalidArgument);
 }
 
 // A sampled generation (top-k on the device) draws the same tokens whether the pipeline chains
-// the steps or runs one forward per step, and the same seed gives the same text twice.
+// the steps, runs one forward per step, or the caller steps by hand with a Sampler (the path
+// before chaining: the device's top-k, then Sampler::sample), and the same seed gives the same
+// text twice.
 TEST(Session, SampledGenerationIsTheSameChainedOrStepwise) {
   auto m = load("models/stories260K.gguf", "cpu", 0, 128);
   test::StepwisePipeline stepwise_p(*m.pipeline);
@@ -198,6 +202,21 @@ TEST(Session, SampledGenerationIsTheSameChainedOrStepwise) {
   auto b = stepwise.generate(prompt, g, {});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
+  Sampler sampler(g.sampling);
+  std::vector<int32_t> by_hand, fed = prompt;
+  int64_t pos = 0;
+  while (by_hand.size() < a->size()) {
+    StepOutput out;
+    out.mode = HeadMode::kTopKLast;
+    out.top_k = g.sampling.top_k;
+    ASSERT_TRUE(m.pipeline->forward(fed, pos, out).ok());
+    std::vector<Candidate> c;
+    for (size_t i = 0; i < out.ids.size(); ++i) c.push_back({out.ids[i], out.logits[i]});
+    pos += int64_t(fed.size());
+    fed = {sampler.sample(std::move(c))};
+    by_hand.push_back(fed[0]);
+  }
+  EXPECT_EQ(by_hand, *a);
   chained.reset();
   auto again = chained.generate(prompt, g, {});
   ASSERT_TRUE(again.ok());

@@ -1,10 +1,14 @@
 // The math of drawing a token from sorted candidates, in one place for the host Sampler
 // (src/runtime/sampler.cc), the CPU backend's sample op and the CUDA sample kernel
-// (src/backend/cuda/sampling.cu): every path picks the same token for the same draw. The chain is
+// (src/backend/cuda/sampling.cu): every path picks the same token for the same draw (up to the
+// last-ulp rounding of exp and log, which differs between the C library and CUDA's: a pick can
+// differ only where a draw falls within an ulp of a boundary, ~1e-15 per draw). The chain is
 // llama.cpp's (common/sampling.cpp): top-k (done before: the candidates), top-p (nucleus,
 // Holtzman et al. 2019), min-p, temperature, then a draw. Doubles throughout, as the host did.
 // Compiled by the C++ compiler and by nvcc (SHOAL_HD functions run on both).
 #pragma once
+
+#include <math.h>
 
 #include <cmath>
 #include <cstdint>
@@ -31,7 +35,8 @@ static_assert(sizeof(DeviceSampling) == 32, "DeviceSampling is a tensor of 8 i32
 
 /// The index-th uniform draw in [0, 1) of `seed`: splitmix64 (Steele, Lea and Flood 2014) of
 /// seed + (index + 1) * golden gamma, top 53 bits. Counter-based, so a device draws exactly the
-/// numbers the host would.
+/// numbers the host would. (Shoal's earlier Sampler drew from mt19937_64: a seed gives other
+/// text than in versions before the chained decode.)
 SHOAL_HD inline double uniform_draw(uint64_t seed, uint64_t index) {
   uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -54,13 +59,14 @@ SHOAL_HD inline double draw_term(const float* l, int i, float temperature) {
 /// (a device does them in parallel), or null: computed here, only where needed.
 SHOAL_HD inline int pick_candidate(const float* l, int k, float temperature, float top_p, float min_p, double u,
                                    const double* e = nullptr, const double* w = nullptr) {
-  if (top_p < 1.0f) {
+  if (top_p < 1.0f) {  // (the mass compared unnormalised: no division per candidate)
     double sum = 0;
     for (int i = 0; i < k; ++i) sum += e ? e[i] : top_p_term(l, i);
+    const double reach = double(top_p) * sum;
     double cum = 0;
     for (int i = 0; i < k; ++i) {
-      cum += (e ? e[i] : top_p_term(l, i)) / sum;
-      if (cum >= double(top_p)) {
+      cum += e ? e[i] : top_p_term(l, i);
+      if (cum >= reach) {
         k = i + 1;
         break;
       }

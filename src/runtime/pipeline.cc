@@ -32,6 +32,7 @@ Status forward_in_steps(std::span<const int32_t> ids, int64_t pos0, int max_toke
 Result<int> Pipeline::decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
                              const std::function<bool(int32_t)>& on_token) {
   SHOAL_RETURN_IF_ERROR(check_decode_steps(pos0, max_steps, n_ctx()));
+  SHOAL_RETURN_IF_ERROR(check_decode_sampling(how));
   DeviceSampling draw = how.draw;
   for (int k = 0; k < max_steps; ++k) {
     StepOutput out;

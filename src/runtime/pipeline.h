@@ -29,7 +29,8 @@ class Pipeline {
   /// pos0 .. pos0 + steps - 1 are then cached; a sampled step k used draw how.draw.draw + k).
   /// This default runs forward() per step and draws on the host; a pipeline whose whole model is
   /// one slice chains the steps on its device instead (Slice::decode: no host round trip
-  /// between steps). Errors: check_decode_steps (before any step runs), and as forward().
+  /// between steps). Errors: check_decode_steps and check_decode_sampling (before any step runs),
+  /// and as forward().
   virtual Result<int> decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
                              const std::function<bool(int32_t)>& on_token);
 };

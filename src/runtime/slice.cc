@@ -342,6 +342,15 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   return Status::Ok();
 }
 
+Status check_decode_sampling(const DecodeSampling& how) {
+  if (how.greedy) return Status::Ok();
+  if (!(how.draw.temperature > 0.0f))
+    return make_error(Code::kInvalidArgument, "a sampled decode needs a temperature > 0, got {}", how.draw.temperature);
+  if (how.top_k < 1 || how.top_k > 256)
+    return make_error(Code::kInvalidArgument, "a sampled decode draws from a top-k of 1..256, got {}", how.top_k);
+  return Status::Ok();
+}
+
 Status check_decode_steps(int64_t pos0, int max_steps, int64_t n_ctx) {
   if (max_steps < 1) return make_error(Code::kInvalidArgument, "{} decode steps (at least 1)", max_steps);
   if (pos0 + max_steps > n_ctx)
@@ -355,8 +364,7 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   if (!spec_.embed || !spec_.head)
     return make_error(Code::kFailedPrecondition, "chained decoding needs the embedding and the head in one slice");
   SHOAL_RETURN_IF_ERROR(check_decode_steps(pos0, max_steps, opts_.n_ctx));
-  if (!how.greedy && !(how.draw.temperature > 0.0f))
-    return make_error(Code::kInvalidArgument, "a sampled decode needs a temperature > 0, got {}", how.draw.temperature);
+  SHOAL_RETURN_IF_ERROR(check_decode_sampling(how));
   StepOutput head;
   head.mode = how.greedy ? HeadMode::kArgmaxLast : HeadMode::kTopKLast;
   head.top_k = how.greedy ? 0 : how.top_k;

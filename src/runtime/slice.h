@@ -93,8 +93,8 @@ class Slice {
   /// stop that step has written the KV row after the last cached position, which the next
   /// forward overwrites. Returns the steps whose ids were delivered (positions pos0 .. pos0 +
   /// steps - 1 are then cached; a sampled step k used draw how.draw.draw + k). Errors: as
-  /// forward(), check_decode_steps, kInvalidArgument (top_k, temperature), kFailedPrecondition
-  /// for a slice without embedding or head.
+  /// forward(), check_decode_steps, check_decode_sampling, kFailedPrecondition for a slice
+  /// without embedding or head.
   Result<int> decode(int32_t id, int64_t pos0, int max_steps, const DecodeSampling& how,
                      const std::function<bool(int32_t)>& on_token);
   /// Drops cached positions >= pos (the next forward starts at pos).
@@ -146,6 +146,8 @@ class Slice {
 /// The errors of a chained decode of max_steps steps from pos0 (decode()): kInvalidArgument
 /// for max_steps < 1, kOutOfRange past the context of n_ctx positions.
 Status check_decode_steps(int64_t pos0, int max_steps, int64_t n_ctx);
+/// kInvalidArgument for a sampled DecodeSampling without a temperature > 0 or a top-k in 1..256.
+Status check_decode_sampling(const DecodeSampling& how);
 
 /// Bytes layers [first, end) take on a backend (weights after load-time conversion + KV cache at
 /// n_ctx), for the planner. Errors as Slice::load for missing/unsupported tensors.

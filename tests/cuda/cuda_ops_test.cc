@@ -2,6 +2,7 @@
 // backend on fresh random inputs (several shapes, odd sizes included), GPU outputs poisoned first.
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <tuple>
 
 #include "backend/sampling_math.h"
@@ -151,7 +152,8 @@ TEST_F(CudaOpsTest, ArgmaxLowestIndexOnTies) {
 }
 
 TEST_F(CudaOpsTest, TopKSortedWithTiesByIndex) {
-  for (auto [vocab, k] : {std::pair<int64_t, int>{10, 10}, {1000, 1}, {32000, 40}, {128256, 50}, {151936, 1024}}) {
+  for (auto [vocab, k] : {std::pair<int64_t, int>{10, 10}, {1000, 1}, {32000, 40}, {128256, 50}, {151936, 256},
+                          {151936, 1024}, {9000, 700}}) {
     SCOPED_TRACE(fmt::format("vocab {} k {}", vocab, k));
     std::vector<float> v = randn(vocab);
     // Ties across slices and inside the top k.
@@ -162,6 +164,35 @@ TEST_F(CudaOpsTest, TopKSortedWithTiesByIndex) {
     gpu_->top_k(logits.g, k, ids.g, vals.g);
     EXPECT_EQ(bytes_of(*cpu_, ids.c), bytes_of(*gpu_, ids.g));
     EXPECT_EQ(bytes_of(*cpu_, vals.c), bytes_of(*gpu_, vals.g));
+  }
+}
+
+// Logits a radix select must not trip over: all equal (the k lowest ids), +0 and -0 (equal:
+// by id) above negatives, -inf masks with fewer finite values than k, huge and tiny magnitudes.
+TEST_F(CudaOpsTest, TopKOfTiesZerosAndMasks) {
+  const int64_t vocab = 40000;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int kind = 0; kind < 4; ++kind) {
+    SCOPED_TRACE(fmt::format("kind {}", kind));
+    std::vector<float> v(size_t(vocab), 1.0f);
+    if (kind == 1)
+      for (int64_t j = 0; j < vocab; ++j) v[size_t(j)] = j % 3 == 0 ? (j % 2 ? -0.0f : 0.0f) : -1.0f - float(j % 7);
+    if (kind == 2) {
+      std::fill(v.begin(), v.end(), -inf);
+      for (int64_t j = 5; j < vocab; j += 997) v[size_t(j)] = float(j % 5);
+    }
+    if (kind == 3) {
+      v = randn(vocab);
+      for (int64_t j = 0; j < vocab; j += 11) v[size_t(j)] = (j % 2 ? 1e30f : 1e-30f) * (j % 3 ? 1.0f : -1.0f);
+    }
+    for (int k : {1, 64, 1024}) {
+      Dual logits = make_f32({1, vocab}, v);
+      Dual ids = output(DType::kI32, {k}), vals = output(DType::kF32, {k});
+      cpu_->top_k(logits.c, k, ids.c, vals.c);
+      gpu_->top_k(logits.g, k, ids.g, vals.g);
+      EXPECT_EQ(bytes_of(*cpu_, ids.c), bytes_of(*gpu_, ids.g)) << "k " << k;
+      EXPECT_EQ(bytes_of(*cpu_, vals.c), bytes_of(*gpu_, vals.g)) << "k " << k;
+    }
   }
 }
 

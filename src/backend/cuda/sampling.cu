@@ -117,41 +117,140 @@ __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, i
 }
 
 // ---- top-k ----------------------------------------------------------------------------------
-// Selection by repeated block-wide best: each thread owns up to 32 strided elements and keeps
-// its own best untaken one; after each round only the winner's owner rescans.
-constexpr int kOwned = 32;
+// Two stages: each block takes a slice of 8192 logits and keeps its k best, sorted; one block
+// then takes the k best of those. A stage finds its k-th best by radix select on an
+// order-preserving key of the value (MSB first, 8 bits a pass, stopping once the boundary digit's
+// elements are all in), takes every element above it and, of those equal to it on the bits
+// seen, the first ones by position (position order is index order: slices are contiguous, their
+// lists sorted), then sorts the k taken by rank (value desc, index asc). About six block
+// barriers a pass; the earlier selection by k rounds of block-wide best took ~2 us a round.
 constexpr int kSliceThreads = 256;
-constexpr int64_t kSlice = int64_t(kSliceThreads) * kOwned;  // 8192 logits per first-stage block
+constexpr int64_t kSlice = 8192;  // logits per first-stage block
 constexpr int kFinalThreads = 1024;
-constexpr int64_t kMaxCandidates = int64_t(kFinalThreads) * kOwned;
+constexpr int64_t kMaxCandidates = 32768;
 
-// The k best of n candidates get(p), p < n <= kThreads * kOwned, into out (padded with i = -1).
+// Larger value, larger key; -0 and +0 one key (better() ranks them equal).
+__device__ __forceinline__ uint32_t key_of(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum of v over the block's threads (kThreads a multiple of 32, <= 1024).
+template <int kThreads>
+__device__ int block_exclusive_sum(int v, int* smem /* 33 */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  __syncthreads();
+  if (lane == 31) smem[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < kThreads / 32 ? smem[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += t;
+    }
+    smem[lane] = w;  // inclusive sums of warps
+  }
+  __syncthreads();
+  return incl - v + (warp > 0 ? smem[warp - 1] : 0);
+}
+
+// The k best of the n candidates get(p) (i < 0: none), sorted, into out[0, k) (padded with i =
+// -1). Every thread of the block calls it.
 template <int kThreads, class Get>
 __device__ void select_top_k(Get get, int n, int k, Cand* out) {
-  __shared__ Cand smem[33];
-  uint32_t taken = 0;
-  Cand mine{0.0f, -1};
-  int slot = -1;
-  auto rescan = [&]() {
-    mine = Cand{0.0f, -1};
-    slot = -1;
-    for (int j = 0; j < kOwned; ++j) {
-      const int p = threadIdx.x + j * kThreads;
-      if (p >= n) break;
-      if (taken & (1u << j)) continue;
-      const Cand c = get(p);
-      if (better(c, mine)) mine = c, slot = j;
+  __shared__ int hist[256];
+  __shared__ int found[3];  // the boundary digit, the elements above it, all elements (pass 1)
+  __shared__ int scan[33];
+  __shared__ int taken;
+  __shared__ Cand sel[kTopKMax];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t prefix = 0, mask = 0;  // the boundary's bits so far
+  int need = k;                   // elements still to take among those matching prefix
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
+    __syncthreads();
+    for (int p0 = 0; p0 < n; p0 += kThreads) {  // (whole warps: lanes on one digit add once)
+      const int p = p0 + int(threadIdx.x);
+      int digit = 256;  // none
+      if (p < n) {
+        const Cand c = get(p);
+        const uint32_t key = key_of(c.v);
+        if (c.i >= 0 && (key & mask) == prefix) digit = int((key >> shift) & 255);
+      }
+      const unsigned same = __match_any_sync(0xffffffffu, digit);
+      if (digit < 256 && lane == __ffs(same) - 1) atomicAdd(&hist[digit], __popc(same));
     }
-  };
-  rescan();
-  for (int r = 0; r < k; ++r) {
-    const Cand w = block_best<kThreads>(mine, smem);
-    if (threadIdx.x == 0) out[r] = w;
-    if (w.i >= 0 && mine.i == w.i) {
-      taken |= 1u << slot;
-      rescan();
+    __syncthreads();
+    if (warp == 0) {  // lane l holds digits 8l .. 8l + 7; find d: above(d) < need <= above(d) + hist[d]
+      int c[8], sum = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) sum += (c[b] = hist[lane * 8 + b]);
+      int incl = sum;  // the digits of lanes >= lane
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_down_sync(0xffffffffu, incl, o);
+        if (lane + o < 32) incl += t;
+      }
+      if (lane == 0) found[2] = incl;
+      const int total = __shfl_sync(0xffffffffu, incl, 0);
+      int above = incl - sum;
+      if (total > need && above < need && need <= incl) {
+        for (int b = 7; b >= 0; --b) {
+          if (above + c[b] >= need) {
+            found[0] = lane * 8 + b;
+            found[1] = above;
+            break;
+          }
+          above += c[b];
+        }
+      }
     }
+    __syncthreads();
+    if (found[2] <= need) {  // (only in pass 1: at most k valid elements) take them all
+      need = found[2];
+      __syncthreads();
+      break;
+    }
+    const int d = found[0];
+    need -= found[1];
+    prefix |= uint32_t(d) << shift;
+    mask |= 255u << shift;
+    const bool all_in = hist[d] == need;
+    __syncthreads();  // (hist and found are rewritten by the next pass)
+    if (all_in) break;
   }
+  // Take what lies above the boundary, and the first `need` on it by position: each thread scans a
+  // contiguous run of positions.
+  if (threadIdx.x == 0) taken = 0;
+  const int run = (n + kThreads - 1) / kThreads, p0 = threadIdx.x * run, p1 = min(n, p0 + run);
+  int on = 0;
+  for (int p = p0; p < p1; ++p) {
+    const Cand c = get(p);
+    on += c.i >= 0 && (key_of(c.v) & mask) == prefix;
+  }
+  int rank = block_exclusive_sum<kThreads>(on, scan);  // (its barriers also order `taken = 0`)
+  for (int p = p0; p < p1; ++p) {
+    const Cand c = get(p);
+    if (c.i < 0) continue;
+    const uint32_t key = key_of(c.v) & mask;
+    if (key > prefix || (key == prefix && rank++ < need)) sel[atomicAdd(&taken, 1)] = c;
+  }
+  __syncthreads();
+  const int m = taken;
+  for (int a = threadIdx.x; a < m; a += kThreads) {  // sorted by rank among the taken
+    const Cand c = sel[a];
+    int r = 0;
+    for (int b = 0; b < m; ++b) r += better(sel[b], c);
+    out[r] = c;
+  }
+  for (int r = m + int(threadIdx.x); r < k; r += kThreads) out[r] = Cand{0.0f, -1};
 }
 
 struct SliceGet {

@@ -176,16 +176,10 @@ __device__ void select_top_k(Get get, int n, int k, Cand* out) {
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
     __syncthreads();
-    for (int p0 = 0; p0 < n; p0 += kThreads) {  // (whole warps: lanes on one digit add once)
-      const int p = p0 + int(threadIdx.x);
-      int digit = 256;  // none
-      if (p < n) {
-        const Cand c = get(p);
-        const uint32_t key = key_of(c.v);
-        if (c.i >= 0 && (key & mask) == prefix) digit = int((key >> shift) & 255);
-      }
-      const unsigned same = __match_any_sync(0xffffffffu, digit);
-      if (digit < 256 && lane == __ffs(same) - 1) atomicAdd(&hist[digit], __popc(same));
+    for (int p = threadIdx.x; p < n; p += kThreads) {
+      const Cand c = get(p);
+      const uint32_t key = key_of(c.v);
+      if (c.i >= 0 && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
     }
     __syncthreads();
     if (warp == 0) {  // lane l holds digits 8l .. 8l + 7; find d: above(d) < need <= above(d) + hist[d]

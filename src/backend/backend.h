@@ -165,8 +165,8 @@ class Backend {
   /// `state` (a DeviceSampling: i32 [8]) and uniform_draw(seed, draw); writes out i32 [1] and
   /// adds 1 to state's draw.
   virtual void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) = 0;
-  /// The inputs of the next decode step, made on the device (chained greedy decoding: a step
-  /// feeds its own argmax to the next without the host): ids[i] = next[i], pos[i] += n.
+  /// The inputs of the next decode step, made on the device (chained decoding: a step feeds its
+  /// own argmax or drawn token to the next without the host): ids[i] = next[i], pos[i] += n.
   /// next, ids, pos: i32 [n]; next may not alias ids.
   virtual void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) = 0;
 

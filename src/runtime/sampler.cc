@@ -1,11 +1,11 @@
 #include "runtime/sampler.h"
 
-#include "backend/sampling_math.h"
-
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <unordered_set>
+
+#include "backend/sampling_math.h"
 
 namespace shoal {
 

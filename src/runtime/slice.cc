@@ -391,16 +391,15 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
   // would compute it before the caller could stop, so it runs one step at a time.
   const int ahead = be.asynchronous() ? 1 : 0;
-  int launched = 0, steps = 0;
+  int launched = 0;
   for (int k = 0; k < max_steps; ++k) {
     for (; launched < std::min(max_steps, k + 1 + ahead); ++launched) SHOAL_RETURN_IF_ERROR(launch(launched));
     int32_t out_id = 0;
     SHOAL_RETURN_IF_ERROR(be.read_wait(k % Backend::kReadSlots, &out_id, 4));
     n_past_ = pos0 + k + 1;
-    ++steps;
-    if (!on_token(out_id)) break;
+    if (!on_token(out_id)) return k + 1;
   }
-  return steps;
+  return max_steps;
 }
 
 Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype) {

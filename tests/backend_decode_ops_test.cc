@@ -69,7 +69,7 @@ TEST_P(CpuDecodeOps, SampleDrawsFromTheCandidatesAndCountsTheDraw) {
   be_->sample(ids, *vals, state, out);
   EXPECT_EQ(values(out), std::vector<int32_t>{7});
   std::vector<int32_t> after = values(state);
-  std::memcpy(&s, after.data(), sizeof s);
+  std::memcpy(static_cast<void*>(&s), after.data(), sizeof s);
   EXPECT_EQ(s.draw, 2u);
   EXPECT_EQ(s.seed, 42u);
 }

@@ -167,7 +167,9 @@ TEST(Session, ChainedDecodingEqualsOneForwardPerStep) {
     r = p.decode(resumed.back(), pos0 + 5, 7, rest, collect(resumed, 99));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(resumed, stepwise);
-    if (!greedy) EXPECT_NE(chained, std::vector<int32_t>(12, chained[0]));  // it samples something
+    if (!greedy) {
+      EXPECT_NE(chained, std::vector<int32_t>(12, chained[0]));  // it samples something
+    }
   }
   // Past the context (32 positions), no steps, a top-k the device path cannot give, no
   // temperature: clear errors.

@@ -2,6 +2,8 @@
 // step, draws on the host), to compare with the pipeline's own (chained) decode.
 #pragma once
 
+#include <vector>
+
 #include "runtime/pipeline.h"
 
 namespace shoal::test {
@@ -19,6 +21,13 @@ class StepwisePipeline final : public Pipeline {
  private:
   Pipeline& p_;
 };
+
+/// The greedy token after `prompt` (prefilled from position 0), -1 on error.
+inline int32_t prefill_argmax(Pipeline& p, const std::vector<int32_t>& prompt) {
+  StepOutput out;
+  out.mode = HeadMode::kArgmaxLast;
+  return p.forward(prompt, 0, out).ok() ? out.ids.at(0) : -1;
+}
 
 /// Collects ids into v; false (stop) once v holds stop_at.
 inline auto collect(std::vector<int32_t>& v, size_t stop_at) {

@@ -81,5 +81,32 @@ TEST(StoriesCli, OutputIdsPrintsJson) {
   EXPECT_EQ(nlohmann::json::parse(out).get<std::vector<int32_t>>(), c["generated_ids"].get<std::vector<int32_t>>());
 }
 
+std::string stories_cmd(const std::string& args) {
+  return test::shoal_bin() + " --log-level off " + args + " 2>&1";
+}
+
+// --seed follows llama.cpp: -1 asks for a random seed; a seed gives the same text every run;
+// values outside -1..2^63-1 are refused before the model loads.
+TEST(StoriesCli, SeedFlag) {
+  const std::string run = "run -m " + test::fixture("models/stories260K.gguf") + " -p \"The little dog\" -n 24 --output-ids ";
+  const auto a = test::run_command(stories_cmd(run + "--temp 1 --seed 7"));
+  const auto b = test::run_command(stories_cmd(run + "--temp 1 --seed 7"));
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(test::run_command(stories_cmd(run + "--temp 1 --seed -1")).status, 0);
+  for (const char* bad : {"-2", "18446744073709551615", "99999999999999999999", "seven"}) {
+    const auto r = test::run_command(stories_cmd(run + "--seed " + bad));
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_NE(r.out.find("--seed"), std::string::npos) << bad << ": " << r.out;
+  }
+}
+
+TEST(StoriesCli, BenchRefusesPositionsPastTheContext) {
+  const auto r =
+      test::run_command(stories_cmd("bench -m " + test::fixture("models/stories260K.gguf") + " -p 16 -n 16 -c 8"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("-p 16 and -n 16 need 32 positions; the context (-c) has 8"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace shoal

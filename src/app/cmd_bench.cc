@@ -40,6 +40,9 @@ int bench(const BenchOptions& o) {
   if (!opts.ok()) return fail(opts.status());
   opts->tokenizer = false;
   if (opts->n_ctx == 0) opts->n_ctx = o.n_prompt + o.n_gen + 1;
+  if (int64_t(o.n_prompt) + o.n_gen > opts->n_ctx)  // before the load: it may take minutes
+    return fail(make_error(Code::kOutOfRange, "-p {} and -n {} need {} positions; the context (-c) has {}", o.n_prompt,
+                           o.n_gen, int64_t(o.n_prompt) + o.n_gen, opts->n_ctx));
   auto loaded = load_local_model(o.model.model, *opts);
   if (!loaded.ok()) return fail(loaded.status());
   LocalModel& m = *loaded;

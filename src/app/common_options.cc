@@ -1,6 +1,8 @@
 #include "app/common_options.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -24,6 +26,19 @@ CLI::Validator finite_range(double lo, double hi) {
         return {};
       },
       fmt::format("in [{}, {}]", lo, hi));
+}
+
+// A whole number in [-1, 2^63 - 1] (CLI11's own integer conversion wraps values past 2^63).
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || end != text.data() + text.size() || v < -1)
+          return "'" + text + "' is not a seed: a whole number from -1 (random) to 9223372036854775807";
+        return {};
+      },
+      "-1 (random) or 0..2^63-1");
 }
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv) {
@@ -76,7 +91,11 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
   cmd->add_option("--repeat-last-n", p.repeat_last_n, "How many recent tokens the repeat penalty looks at")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("-s,--seed", p.seed, "Random seed (same seed, same output); default: random");
+  // llama.cpp's convention: -1 (the default) asks for a random seed.
+  cmd->add_option_function<int64_t>(
+         "-s,--seed", [&p](const int64_t& v) { p.seed = v < 0 ? SamplingParams{}.seed : uint64_t(v); },
+         "Random seed, 0 to 2^63-1 (same seed, same output); -1: random (the default)")
+      ->check(seed_value());
 }
 
 int fail(const Status& s) {

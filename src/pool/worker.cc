@@ -66,7 +66,7 @@ Worker::Worker(WorkerOptions opts, Network& net) : opts_(std::move(opts)), net_(
 
 Worker::~Worker() {
   stop_ = true;
-  stop_data();
+  stop_data("the worker stops");
   if (accept_thread_.joinable()) accept_thread_.join();
   inbox_.clear();
   if (control_) control_->close("the worker stops");
@@ -152,14 +152,14 @@ Status Worker::run() {
   }
   for (;;) {
     if (stop_) {
-      stop_data();
+      stop_data("the worker stops");
       control_->close("the worker stops");
       return Status::Ok();
     }
     auto m = control_->recv(kControlSlice);
     if (!m.ok()) {
       if (m.status().code() == Code::kDeadlineExceeded) continue;
-      stop_data();
+      stop_data("the worker stops");
       stop_ = true;
       spdlog::info("the host went away: {}", m.status().message());
       return Status::Ok();
@@ -169,14 +169,14 @@ Status Worker::run() {
       st = a.ok() ? handle_assign(*a) : a.status();
       if (!st.ok() && st.code() == Code::kUnavailable) spdlog::warn("{}", st.to_string());
       if (!st.ok() && st.code() != Code::kUnavailable) {
-        stop_data();
+        stop_data("the worker stops");
         stop_ = true;
         control_->close("the worker cannot serve: " + st.message());
         return st;
       }
     } else if (m->type == MsgType::kError) {
       auto e = decode<ErrorMsg>(*m);
-      stop_data();
+      stop_data("the worker stops");
       stop_ = true;
       return e.ok() ? e->to_status("the host") : e.status();
     } else {
@@ -233,7 +233,7 @@ Status Worker::load(const Assign& a) {
 }
 
 Status Worker::handle_assign(const Assign& a) {
-  stop_data();
+  stop_data("the stage takes a new plan");
   spdlog::info("plan {}: layers {}-{} (stage {} of {}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer, a.stage,
                a.n_stages - 1, a.next_hop);
   const auto t0 = std::chrono::steady_clock::now();
@@ -261,12 +261,12 @@ Status Worker::handle_assign(const Assign& a) {
   return Status::Ok();
 }
 
-void Worker::stop_data() {
+void Worker::stop_data(std::string_view why) {
   data_stop_ = true;
   if (data_thread_.joinable()) data_thread_.join();
   data_stop_ = false;
   if (down_) {
-    down_->close("the stage takes a new plan");
+    down_->close(why);
     down_.reset();
   }
 }

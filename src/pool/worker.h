@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "backend/backend.h"
@@ -74,7 +75,8 @@ class Worker {
   Status load(const Assign& a);
   void serve(uint64_t epoch);
   Status serve_frame(const Message& m, Link& down);
-  void stop_data();
+  /// Stops serving the current plan and closes the hop downstream with `why` (its Bye reason).
+  void stop_data(std::string_view why);
   void accept_loop();
   Status refuse(const Status& why);  // tells the host, returns why
 

@@ -58,6 +58,15 @@ INSTANTIATE_TEST_SUITE_P(
                       IdsCase{"qwen3_greedy", "hf/qwen3", "hello world, this is a test", "--temp 0"}),
     [](const auto& i) { return i.param.name; });
 
+TEST(PoolCli, PromptLongerThanTheContextIsRefusedBeforeWorkersStart) {
+  const std::string cmd = test::shoal_bin() + " --log-level info run -m " + test::fixture("models/stories260K.gguf") +
+                          " -c 8 --pool 2 -p 'Once upon a time there was a little dog who liked to run' 2>&1";
+  const auto r = test::run_command(cmd);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("longer than the context allows (8 tokens"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("joined from"), std::string::npos) << "a worker started: " << r.out;
+}
+
 TEST(PoolCli, RunPrintsThePlan) {
   const auto r = test::run_command(test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") +
                                    " -p hi -n 2 -c 64 -t 1 --pool 3 2>&1 >/dev/null");

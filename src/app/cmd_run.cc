@@ -2,6 +2,7 @@
 // --pool N as a pool of N local processes (the host and N-1 workers on loopback).
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "app/commands.h"
 #include "app/common_options.h"
@@ -27,12 +28,14 @@ int run(const RunOptions& o) {
   const std::string& prompt = *text;
   const GenerateOptions go = o.gen.generate_options();
   if (o.pool.pool > 1) {
-    auto lp = start_local_pool(o.model, o.pool, /*tokenizer=*/true);
+    std::vector<int32_t> ids;  // the prompt is checked before the workers load their layers
+    auto lp = start_local_pool(o.model, o.pool, /*tokenizer=*/true, [&](pool::Host& h) -> Status {
+      SHOAL_ASSIGN_OR_RETURN(ids, encode_prompt(*h.tokenizer(), prompt));
+      return check_prompt_fits(ids.size(), h.pipeline().n_ctx());
+    });
     if (!lp.ok()) return fail(lp.status());
     pool::Host& host = *(*lp)->host;
-    auto ids = encode_prompt(*host.tokenizer(), prompt);
-    if (!ids.ok()) return fail(ids.status());
-    Status st = generate_to_stdout(*host.tokenizer(), *ids, go, o.gen.output_ids,
+    Status st = generate_to_stdout(*host.tokenizer(), ids, go, o.gen.output_ids,
                                    [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
     return st.ok() ? 0 : fail(st);
   }

@@ -79,7 +79,8 @@ Result<uint64_t> parse_bytes(const std::string& text) {
   return uint64_t(v * double(unit));
 }
 
-Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer) {
+Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer,
+                                                    const std::function<Status(pool::Host&)>& before_workers) {
   SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(m, p));
   const size_t n_workers = size_t(std::max(1, p.pool) - 1);
   const int threads = m.threads > 0 ? m.threads : std::max(1, int(std::thread::hardware_concurrency()) / p.pool);
@@ -91,6 +92,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   o.mem_share = p.pool;  // the host and its workers share this machine's memory
   auto lp = std::make_unique<LocalPool>();
   SHOAL_ASSIGN_OR_RETURN(lp->host, pool::Host::open(o, pool::tcp_network()));
+  if (before_workers) SHOAL_RETURN_IF_ERROR(before_workers(*lp->host));
   pool::LocalWorkerOptions w;
   w.host = lp->host->address();
   w.secret = o.secret;

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,7 +39,10 @@ struct LocalPool {
 /// Starts the host on a random loopback port with a random secret, p.pool - 1 local workers
 /// (each with threads/N CPU threads unless -t is given), waits for them and makes the first plan
 /// (printed on stderr). With --layers-local and --split unset the layers are dealt evenly.
-Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer);
+/// `before_workers` (may be empty) runs once the host is open, before any worker starts: its
+/// error (e.g. a prompt that cannot fit) is returned at once.
+Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer,
+                                                    const std::function<Status(pool::Host&)>& before_workers = {});
 
 /// The room secret: --secret, else $SHOAL_SECRET. kInvalidArgument when neither is set.
 Result<std::string> room_secret(const std::string& flag);

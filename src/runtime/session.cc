@@ -44,15 +44,20 @@ Status Session::step(std::span<const int32_t> ids, int64_t pos0, Sampler& sample
   return Status::Ok();
 }
 
+Status check_prompt_fits(size_t n_prompt, int64_t n_ctx) {
+  if (n_prompt == 0) return make_error(Code::kInvalidArgument, "the prompt is empty");
+  if (int64_t(n_prompt) >= n_ctx)
+    return make_error(Code::kOutOfRange, "the prompt is {} tokens, longer than the context allows ({} tokens, one "
+                      "kept for the answer); raise -c or shorten the prompt", n_prompt, n_ctx);
+  return Status::Ok();
+}
+
 Result<std::vector<int32_t>> Session::generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                                const TokenCallback& on_token, GenerateStats* stats) {
   GenerateStats st;
   st.n_prompt = int(prompt.size());
-  if (prompt.empty()) return make_error(Code::kInvalidArgument, "the prompt is empty");
   const int64_t n_ctx = pipeline_.n_ctx();
-  if (int64_t(prompt.size()) >= n_ctx)
-    return make_error(Code::kOutOfRange, "the prompt is {} tokens, longer than the context allows ({} tokens, one "
-                      "kept for the answer); raise -c or shorten the prompt", prompt.size(), n_ctx);
+  SHOAL_RETURN_IF_ERROR(check_prompt_fits(prompt.size(), n_ctx));
   // Reuse the cached prefix, but always run at least the last prompt token to get its logits.
   size_t keep = 0;
   while (keep < cached_.size() && keep + 1 < prompt.size() && cached_[keep] == prompt[keep]) ++keep;

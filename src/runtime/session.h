@@ -32,6 +32,10 @@ struct GenerateStats {
 /// Called with each generated id; return false to stop.
 using TokenCallback = std::function<bool(int32_t id)>;
 
+/// Whether a prompt of n_prompt tokens leaves a context of n_ctx tokens room for at least one
+/// generated token. Errors: kInvalidArgument (empty prompt), kOutOfRange (too long, saying so).
+Status check_prompt_fits(size_t n_prompt, int64_t n_ctx);
+
 class Session {
  public:
   /// is_eog: which ids end generation (from the tokenizer); may be empty.

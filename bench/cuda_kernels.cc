@@ -7,6 +7,7 @@
 //
 //   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0]
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -133,7 +134,7 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
 void bench_attention(Backend& b, const Ceilings& c, int reps) {
   std::printf("\n## Decode attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), f16 cache, 32 layers\n");
   std::printf("| context | us / layer | GB/s (K+V read) | %% of read |\n|---|---|---|---|\n");
-  for (int64_t ctx : {512, 4096, 32768}) {
+  for (int64_t ctx : {512, 513, 640, 4096, 32768}) {  // 513: the splits' second tile of keys
     std::vector<Tensor> kc, vc;
     for (int l = 0; l < 32; ++l) {
       kc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 1)));
@@ -351,10 +352,15 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
 // fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
 // launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
 // CUDA version, for comparison.
+// The decode step's position (--position; 576: a tg128 token after a 512-token prompt); the
+// cache holds max(1024, position + 1) rows.
+int32_t g_position = 576;
+
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
-  const int64_t ctx = 1024, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
-  const int32_t position = 576;  // a tg128 token after a 512-token prompt
+  const int32_t position = g_position;
+  const int64_t ctx = std::max<int64_t>(1024, position + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
+                qw = int64_t(m.heads) * m.head_dim;
   double wbytes = 0;
   uint64_t seed = 1000;
   std::vector<Layer> layers(size_t(m.n_layers));
@@ -464,7 +470,7 @@ int run(int device, int reps, bool quick, bool prefill, const std::string& only)
     bench_gemm(b, c, reps);
   }
   bench_sampling(b, reps);
-  std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position 576\n");
+  std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position %d\n", g_position);
   std::printf(
       "| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");
@@ -494,6 +500,9 @@ int main(int argc, char** argv) {
   bool prefill = false;
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
+  app.add_option("--position", shoal::g_position, "Position of the decode steps (the cache holds at least 1024 rows)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 32767));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
   return shoal::run(device, reps, quick, prefill, only);

@@ -52,6 +52,15 @@ TEST(HfCheckCli, FailsWhenTheToleranceIsTooTight) {
   EXPECT_EQ(r.status, 1) << r.out;
 }
 
+TEST(HfCheckCli, ReferenceLongerThanTheContextIsRefusedBeforeTheLoad) {
+  const std::string dir = test::fixture("hf/llama");
+  const auto r = test::run_command(test::shoal_bin() + " --log-level off check -m " + dir + " --reference " + dir +
+                                   "/reference.safetensors -c 4 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("positions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the context (-c) has 4"), std::string::npos) << r.out;
+}
+
 TEST(HfCheckCli, MissingReferenceIsAClearError) {
   const auto r = test::run_command(test::shoal_bin() + " check -m " + test::fixture("hf/llama") +
                                    " --reference /nonexistent.safetensors 2>&1");

@@ -94,7 +94,12 @@ TEST(StoriesCli, SeedFlag) {
   ASSERT_EQ(a.status, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(test::run_command(stories_cmd(run + "--temp 1 --seed -1")).status, 0);
-  for (const char* bad : {"-2", "18446744073709551615", "99999999999999999999", "seven"}) {
+  for (const char* ok : {"0", "9223372036854775807"})
+    EXPECT_EQ(test::run_command(stories_cmd(run + "--temp 1 --seed " + ok)).status, 0) << ok;
+  // Decimal, never octal: 010 is ten.
+  EXPECT_EQ(test::run_command(stories_cmd(run + "--temp 1 --seed 010")).out,
+            test::run_command(stories_cmd(run + "--temp 1 --seed 10")).out);
+  for (const char* bad : {"-2", "9223372036854775808", "18446744073709551615", "+5", "0x10", "seven"}) {
     const auto r = test::run_command(stories_cmd(run + "--seed " + bad));
     EXPECT_NE(r.status, 0) << bad;
     EXPECT_NE(r.out.find("--seed"), std::string::npos) << bad << ": " << r.out;

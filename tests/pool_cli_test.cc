@@ -67,6 +67,15 @@ TEST(PoolCli, PromptLongerThanTheContextIsRefusedBeforeWorkersStart) {
   EXPECT_EQ(r.out.find("joined from"), std::string::npos) << "a worker started: " << r.out;
 }
 
+TEST(PoolCli, HostRefusesALongPromptBeforeWaitingForWorkers) {
+  auto host = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
+                            test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "1",
+                            "-c", "8", "-p", "Once upon a time there was a little dog who liked to run"},
+                           {"SHOAL_SECRET=long"});
+  EXPECT_EQ(host->wait_exit(60s), 1) << host->err();  // (it used to wait for the worker first)
+  EXPECT_NE(host->err().find("longer than the context allows (8 tokens"), std::string::npos) << host->err();
+}
+
 TEST(PoolCli, RunPrintsThePlan) {
   const auto r = test::run_command(test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") +
                                    " -p hi -n 2 -c 64 -t 1 --pool 3 2>&1 >/dev/null");

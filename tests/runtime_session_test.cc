@@ -96,6 +96,13 @@ TEST(Session, PromptLongerThanTheContextIsAClearError) {
   EXPECT_NE(r.status().message().find("40 tokens"), std::string::npos) << r.status().message();
 }
 
+TEST(Session, PromptFitsWithOnePositionLeftForTheAnswer) {
+  EXPECT_TRUE(check_prompt_fits(15, 16).ok());
+  EXPECT_EQ(check_prompt_fits(16, 16).code(), Code::kOutOfRange);
+  EXPECT_EQ(check_prompt_fits(17, 16).code(), Code::kOutOfRange);
+  EXPECT_EQ(check_prompt_fits(0, 16).code(), Code::kInvalidArgument);
+}
+
 TEST(Session, GenerationStopsWhenTheContextIsFull) {
   auto m = load("models/stories260K.gguf", "cpu", 0, 16);
   Session s(*m.pipeline, {});

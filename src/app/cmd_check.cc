@@ -70,8 +70,13 @@ int check(const CheckOptions& o) {
   auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2);
 
   const size_t T = input->size(), G = gen->size();
+  if (T == 0) return fail(make_error(Code::kInvalidArgument, "{}: input_ids is empty", o.reference));
   ModelFlags flags = o.model;
   if (flags.ctx == 0) flags.ctx = int(T + G + 1);
+  // Positions 0 .. T - 1 for the prompt, then one per generated id but the last.
+  if (const size_t need = T + (G > 0 ? G - 1 : 0); int64_t(need) > flags.ctx)  // before the load: it may take minutes
+    return fail(make_error(Code::kOutOfRange, "the reference needs {} positions ({} prompt ids, {} generated); the "
+                           "context (-c) has {}", need, T, G, flags.ctx));
   Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
   Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
   if (o.pool.pool > 1) {

@@ -2,7 +2,9 @@
 // (docs/protocol.md, "Host and worker"). The -p prompt, or one prompt per line on stdin.
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "app/common_options.h"
@@ -46,6 +48,14 @@ int host(const HostCmdOptions& o) {
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;
+  const Tokenizer& tok = *host.tokenizer();
+  std::vector<int32_t> prompt_ids;  // a -p prompt is checked before waiting for workers
+  if (!prompt.empty()) {
+    auto ids = encode_prompt(tok, prompt);
+    if (!ids.ok()) return fail(ids.status());
+    if (Status st = check_prompt_fits(ids->size(), host.n_ctx()); !st.ok()) return fail(st);
+    prompt_ids = std::move(*ids);
+  }
   if (o.workers > 0) {
     spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
     if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
@@ -53,21 +63,20 @@ int host(const HostCmdOptions& o) {
   if (Status st = host.ensure_plan(); !st.ok()) spdlog::error("{}", st.to_string());  // retried per prompt
 
   const GenerateOptions go = o.gen.generate_options();
-  const Tokenizer& tok = *host.tokenizer();
-  auto answer = [&](const std::string& text) -> Status {
-    SHOAL_ASSIGN_OR_RETURN(std::vector<int32_t> ids, encode_prompt(tok, text));
+  auto answer = [&](std::span<const int32_t> ids) -> Status {
     return generate_to_stdout(tok, ids, go, o.gen.output_ids,
                               [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
   };
   if (!prompt.empty()) {
-    Status st = answer(prompt);
+    Status st = answer(prompt_ids);
     return st.ok() ? 0 : fail(st);
   }
   spdlog::info("reading prompts from stdin, one per line");
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
-    if (Status st = answer(line); !st.ok()) spdlog::error("{}", st.to_string());  // the host stays up
+    auto ids = encode_prompt(tok, line);
+    if (Status st = ids.ok() ? answer(*ids) : ids.status(); !st.ok()) spdlog::error("{}", st.to_string());  // stays up
   }
   return 0;
 }

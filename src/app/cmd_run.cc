@@ -31,7 +31,7 @@ int run(const RunOptions& o) {
     std::vector<int32_t> ids;  // the prompt is checked before the workers load their layers
     auto lp = start_local_pool(o.model, o.pool, /*tokenizer=*/true, [&](pool::Host& h) -> Status {
       SHOAL_ASSIGN_OR_RETURN(ids, encode_prompt(*h.tokenizer(), prompt));
-      return check_prompt_fits(ids.size(), h.pipeline().n_ctx());
+      return check_prompt_fits(ids.size(), h.n_ctx());
     });
     if (!lp.ok()) return fail(lp.status());
     pool::Host& host = *(*lp)->host;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -28,18 +29,18 @@ CLI::Validator finite_range(double lo, double hi) {
       fmt::format("in [{}, {}]", lo, hi));
 }
 
-// A whole number in [-1, 2^63 - 1] (CLI11's own integer conversion wraps values past 2^63).
-CLI::Validator seed_value() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec != std::errc() || end != text.data() + text.size() || v < -1)
-          return "'" + text + "' is not a seed: a whole number from -1 (random) to 9223372036854775807";
-        return {};
-      },
-      "-1 (random) or 0..2^63-1");
+namespace {
+
+// --seed's text as a decimal number in [-1, 2^63 - 1], or nullopt. Parsed here, not by CLI11,
+// whose integer conversion wraps values past 2^63 and reads a leading 0 as octal.
+std::optional<int64_t> parse_seed(const std::string& text) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < -1) return std::nullopt;
+  return v;
 }
+
+}  // namespace
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv) {
   f.kv = default_kv;
@@ -91,11 +92,21 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
   cmd->add_option("--repeat-last-n", p.repeat_last_n, "How many recent tokens the repeat penalty looks at")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
-  // llama.cpp's convention: -1 (the default) asks for a random seed.
-  cmd->add_option_function<int64_t>(
-         "-s,--seed", [&p](const int64_t& v) { p.seed = v < 0 ? SamplingParams{}.seed : uint64_t(v); },
-         "Random seed, 0 to 2^63-1 (same seed, same output); -1: random (the default)")
-      ->check(seed_value());
+  // llama.cpp's convention: -1 (the default) asks for a random seed, and so does 4294967295
+  // (0xFFFFFFFF, the default's value).
+  cmd->add_option_function<std::string>(
+         "-s,--seed",
+         [&p](const std::string& text) {
+           const int64_t v = parse_seed(text).value_or(-1);  // (checked below)
+           p.seed = v < 0 ? SamplingParams{}.seed : uint64_t(v);
+         },
+         "Random seed, a decimal number up to 2^63-1: the same seed gives the same output; -1 (the default) "
+         "and 4294967295 pick a random seed")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return parse_seed(text) ? "" : "'" + text + "' is not a seed: a decimal number from -1 to 2^63-1";
+          },
+          "SEED"));
 }
 
 int fail(const Status& s) {

@@ -404,6 +404,7 @@ Status Host::plan_once() {
 
 Result<std::vector<int32_t>> Host::generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                             const TokenCallback& on_token, GenerateStats* stats) {
+  SHOAL_RETURN_IF_ERROR(check_prompt_fits(prompt.size(), n_ctx()));  // before a plan may load layers
   SHOAL_RETURN_IF_ERROR(ensure_plan());
   return session_->generate(prompt, opts, on_token, stats);
 }

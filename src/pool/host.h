@@ -77,6 +77,8 @@ class Host {
   const ModelConfig& config() const { return model_.config; }
   /// Null when opened without a tokenizer.
   const Tokenizer* tokenizer() const { return model_.tokenizer.get(); }
+  /// The context in tokens (HostOptions::n_ctx, or the model's, at most 4096); valid from open().
+  int64_t n_ctx() const { return pipeline_->n_ctx(); }
   /// Waits until at least n workers are members. Polls `check` (e.g. "are the local worker
   /// processes alive") and returns its error. kDeadlineExceeded after `timeout`.
   Status wait_for_workers(size_t n, Millis timeout, const std::function<Status()>& check = {});

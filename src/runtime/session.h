@@ -3,6 +3,7 @@
 // (as llama.cpp's server does).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -32,8 +33,8 @@ struct GenerateStats {
 /// Called with each generated id; return false to stop.
 using TokenCallback = std::function<bool(int32_t id)>;
 
-/// Whether a prompt of n_prompt tokens leaves a context of n_ctx tokens room for at least one
-/// generated token. Errors: kInvalidArgument (empty prompt), kOutOfRange (too long, saying so).
+/// Whether a prompt of n_prompt tokens leaves at least one position of a context of n_ctx tokens
+/// free for the answer. Errors: kInvalidArgument (empty prompt), kOutOfRange (too long, saying so).
 Status check_prompt_fits(size_t n_prompt, int64_t n_ctx);
 
 class Session {

@@ -5,7 +5,7 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
-//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0]
+//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0] [--position 576]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -349,13 +349,13 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
   b.reset_graphs();
 }
 
-// fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
-// launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
-// CUDA version, for comparison.
 // The decode step's position (--position; 576: a tg128 token after a 512-token prompt); the
 // cache holds max(1024, position + 1) rows.
 int32_t g_position = 576;
 
+// fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
+// launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
+// CUDA version, for comparison.
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
   const int32_t position = g_position;

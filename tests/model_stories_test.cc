@@ -86,9 +86,10 @@ std::string stories_cmd(const std::string& args) {
 }
 
 // --seed follows llama.cpp: -1 asks for a random seed; a seed gives the same text every run;
-// values outside -1..2^63-1 are refused before the model loads.
+// other text (past 2^63-1, below -1, not decimal) is refused before the model loads.
 TEST(StoriesCli, SeedFlag) {
-  const std::string run = "run -m " + test::fixture("models/stories260K.gguf") + " -p \"The little dog\" -n 24 --output-ids ";
+  const std::string run =
+      "run -m " + test::fixture("models/stories260K.gguf") + " -p \"The little dog\" -n 24 --output-ids ";
   const auto a = test::run_command(stories_cmd(run + "--temp 1 --seed 7"));
   const auto b = test::run_command(stories_cmd(run + "--temp 1 --seed 7"));
   ASSERT_EQ(a.status, 0) << a.out;

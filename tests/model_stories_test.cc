@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <iterator>
 
 #include "runtime/local_model.h"
 #include "runtime/session.h"
@@ -105,6 +106,28 @@ TEST(StoriesCli, SeedFlag) {
     EXPECT_NE(r.status, 0) << bad;
     EXPECT_NE(r.out.find("--seed"), std::string::npos) << bad << ": " << r.out;
   }
+}
+
+// A random seed is logged, and --seed with it repeats the run.
+TEST(StoriesCli, LoggedRandomSeedRepeatsTheRun) {
+  const std::string run = test::shoal_bin() + " --log-level info run -m " + test::fixture("models/stories260K.gguf") +
+                          " -p \"The little dog\" -n 24 --temp 1 --output-ids";
+  const std::string log_path = ::testing::TempDir() + "shoal_seed_log.txt";
+  const auto first = test::run_command(run + " 2>" + log_path);
+  ASSERT_EQ(first.status, 0);
+  std::ifstream log(log_path);
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("sampler seed: ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string seed = text.substr(at + 14, text.find_first_not_of("0123456789", at + 14) - (at + 14));
+  EXPECT_EQ(test::run_command(run + " --seed " + seed + " 2>/dev/null").out, first.out) << "seed " << seed;
+}
+
+TEST(StoriesCli, UnknownLogLevelIsRefused) {
+  const auto r = test::run_command(test::shoal_bin() + " --log-level bogus run -m " +
+                                   test::fixture("models/stories260K.gguf") + " -p hi -n 4 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--log-level: bogus not in"), std::string::npos) << r.out;
 }
 
 TEST(StoriesCli, BenchRefusesPositionsPastTheContext) {

@@ -63,7 +63,7 @@ TEST(PoolCli, PromptLongerThanTheContextIsRefusedBeforeWorkersStart) {
                           " -c 8 --pool 2 -p 'Once upon a time there was a little dog who liked to run' 2>&1";
   const auto r = test::run_command(cmd);
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("longer than the context allows (8 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a context of 8 holds at most 7"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("joined from"), std::string::npos) << "a worker started: " << r.out;
 }
 
@@ -73,7 +73,7 @@ TEST(PoolCli, HostRefusesALongPromptBeforeWaitingForWorkers) {
                             "-c", "8", "-p", "Once upon a time there was a little dog who liked to run"},
                            {"SHOAL_SECRET=long"});
   EXPECT_EQ(host->wait_exit(60s), 1) << host->err();  // (it used to wait for the worker first)
-  EXPECT_NE(host->err().find("longer than the context allows (8 tokens"), std::string::npos) << host->err();
+  EXPECT_NE(host->err().find("a context of 8 holds at most 7"), std::string::npos) << host->err();
 }
 
 TEST(PoolCli, RunPrintsThePlan) {

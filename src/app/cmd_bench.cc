@@ -39,7 +39,7 @@ int bench(const BenchOptions& o) {
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());
   opts->tokenizer = false;
-  if (opts->n_ctx == 0) opts->n_ctx = o.n_prompt + o.n_gen + 1;
+  if (opts->n_ctx == 0) opts->n_ctx = std::max(1, o.n_prompt + o.n_gen);
   if (int64_t(o.n_prompt) + o.n_gen > opts->n_ctx)  // before the load: it may take minutes
     return fail(make_error(Code::kOutOfRange, "-p {} and -n {} need {} positions; the context (-c) has {}", o.n_prompt,
                            o.n_gen, int64_t(o.n_prompt) + o.n_gen, opts->n_ctx));

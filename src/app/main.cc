@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "stderr log level: trace, debug, info, warn, error, off")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"},
+                                CLI::ignore_case));
 
   // Each add_* call adds one subcommand (the newest) and returns what runs it.
   std::vector<std::pair<std::string, shoal::app::CommandFn>> commands;

@@ -6,11 +6,19 @@
 #include <unordered_set>
 
 #include "backend/sampling_math.h"
+#include "core/log.h"
 
 namespace shoal {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
-  seed_ = params.seed == 0xFFFFFFFFu ? std::random_device{}() : params.seed;
+  seed_ = params.seed;
+  if (seed_ == 0xFFFFFFFFu) {  // random: never the marker itself, so the logged seed repeats the run
+    std::random_device rd;
+    do seed_ = rd();
+    while (seed_ == 0xFFFFFFFFu);
+  }
+  // A random seed is logged so that a run can be repeated with --seed (as llama.cpp does).
+  if (params.seed == 0xFFFFFFFFu && !greedy()) spdlog::info("sampler seed: {}", seed_);
 }
 
 bool Sampler::needs_full_logits(int max_device_k) const {

@@ -104,7 +104,10 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
          "and 4294967295 pick a random seed")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
-            return parse_seed(text) ? "" : "'" + text + "' is not a seed: a decimal number from -1 to 2^63-1 (-1 and 4294967295: random)";
+            return parse_seed(text) ? ""
+                                    : "'" + text +
+                                          "' is not a seed: a decimal number from -1 to 2^63-1 (-1 and 4294967295: "
+                                          "random)";
           },
           "SEED"));
 }

@@ -47,8 +47,10 @@ Status Session::step(std::span<const int32_t> ids, int64_t pos0, Sampler& sample
 Status check_prompt_fits(size_t n_prompt, int64_t n_ctx) {
   if (n_prompt == 0) return make_error(Code::kInvalidArgument, "the prompt is empty");
   if (int64_t(n_prompt) >= n_ctx)
-    return make_error(Code::kOutOfRange, "the prompt is {} tokens; a context of {} holds at most {} (one position is "
-                      "kept for the answer): raise -c or shorten the prompt", n_prompt, n_ctx, std::max<int64_t>(0, n_ctx - 1));
+    return make_error(Code::kOutOfRange,
+                      "the prompt is {} tokens; a context of {} holds at most {} (one position is kept for the answer): "
+                      "raise -c or shorten the prompt",
+                      n_prompt, n_ctx, std::max<int64_t>(0, n_ctx - 1));
   return Status::Ok();
 }
 

@@ -93,12 +93,12 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
   // llama.cpp's convention: -1 (the default) asks for a random seed, and so does 4294967295
-  // (0xFFFFFFFF, the default's value).
+  // (kRandomSeed).
   cmd->add_option_function<std::string>(
          "-s,--seed",
          [&p](const std::string& text) {
            const int64_t v = parse_seed(text).value_or(-1);  // (checked below)
-           p.seed = v < 0 ? SamplingParams{}.seed : uint64_t(v);
+           p.seed = v < 0 ? kRandomSeed : uint64_t(v);
          },
          "Random seed, a decimal number up to 2^63-1: the same seed gives the same output; -1 (the default) "
          "and 4294967295 pick a random seed")

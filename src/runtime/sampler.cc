@@ -12,13 +12,13 @@ namespace shoal {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   seed_ = params.seed;
-  if (seed_ == 0xFFFFFFFFu) {  // random: never the marker itself, so the logged seed repeats the run
+  if (seed_ == kRandomSeed) {  // random: never the marker itself, so the logged seed repeats the run
     std::random_device rd;
     do seed_ = rd();
-    while (seed_ == 0xFFFFFFFFu);
+    while (seed_ == kRandomSeed);
   }
   // A random seed is logged so that a run can be repeated with --seed (as llama.cpp does).
-  if (params.seed == 0xFFFFFFFFu && !greedy()) spdlog::info("sampler seed: {}", seed_);
+  if (params.seed == kRandomSeed && !greedy()) spdlog::info("sampler seed: {}", seed_);
 }
 
 bool Sampler::needs_full_logits(int max_device_k) const {

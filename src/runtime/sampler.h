@@ -11,6 +11,9 @@
 
 namespace shoal {
 
+/// The seed that asks for a random one (llama.cpp's LLAMA_DEFAULT_SEED).
+constexpr uint64_t kRandomSeed = 0xFFFFFFFFu;
+
 struct SamplingParams {
   float temperature = 0.8f;     // <= 0: greedy (argmax)
   int top_k = 40;               // 0: off
@@ -18,7 +21,7 @@ struct SamplingParams {
   float min_p = 0.05f;          // 0: off; keeps tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1: off; CTRL-style (Keskar et al. 2019), as llama.cpp
   int repeat_last_n = 64;       // how many recent tokens the penalty looks at
-  uint64_t seed = 0xFFFFFFFFu;  // 0xFFFFFFFF: a random seed (as llama.cpp's default)
+  uint64_t seed = kRandomSeed;
 };
 
 /// One candidate token and its logit.

@@ -5,11 +5,12 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
-//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0] [--position 576]
+//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0] [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fmt/format.h>
 #include <functional>
 #include <string>
 #include <vector>
@@ -349,17 +350,16 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
   b.reset_graphs();
 }
 
-// The decode step's position (--position; 576: a tg128 token after a 512-token prompt); the
-// cache holds max(1024, position + 1) rows.
-int32_t g_position = 576;
+// The decode steps' positions (--position; 576: a tg128 token after a 512-token prompt), each
+// timed on the same weights; the cache holds max(1024, last position + 1) rows.
+std::vector<int32_t> g_positions = {576};
 
 // fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
 // launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
 // CUDA version, for comparison.
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
-  const int32_t position = g_position;
-  const int64_t ctx = std::max<int64_t>(1024, position + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
+  const int64_t ctx = std::max<int64_t>(1024, *std::max_element(g_positions.begin(), g_positions.end()) + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
                 qw = int64_t(m.heads) * m.head_dim;
   double wbytes = 0;
   uint64_t seed = 1000;
@@ -378,7 +378,6 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   Tensor ids = must(b.alloc(DType::kI32, {1})), pos = must(b.alloc(DType::kI32, {1}));
   const int32_t id = 17;
   if (Status s = b.to_device(ids, &id, 4, 0); !s.ok()) die(s);
-  if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
   auto A = [&](int64_t n) { return must(b.alloc(DType::kF32, {1, n})); };
   Tensor x = A(m.d), h = A(m.d), delta = A(m.d), q = A(qw), k = A(kvw), v = A(kvw), att = A(qw);
   Tensor ff = A(m.ff), ff2 = A(m.ff), logits = A(m.vocab), best = must(b.alloc(DType::kI32, {1}));
@@ -419,12 +418,16 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
     b.argmax(logits, best);
   };
   const std::function<void()> step = fused ? std::function<void()>(fused_step) : std::function<void()>(unfused_step);
-  const double ms = must(probe::time_graph_ms(b, step, reps));
-  const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
-  const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
-  std::printf("| %s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note,
-              std::string(dtype_name(t)).c_str(), wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
-  std::fflush(stdout);
+  for (const int32_t position : g_positions) {
+    if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
+    const double ms = must(probe::time_graph_ms(b, step, reps));
+    const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
+    const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
+    const std::string at = g_positions.size() > 1 ? fmt::format(" @{}", position) : "";
+    std::printf("| %s%s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note, at.c_str(),
+                std::string(dtype_name(t)).c_str(), wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
+    std::fflush(stdout);
+  }
   for (auto& L : layers) free_layer(b, L);
   if (!m.tied) b.free(head);
   for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2, &logits, &best})
@@ -470,7 +473,8 @@ int run(int device, int reps, bool quick, bool prefill, const std::string& only)
     bench_gemm(b, c, reps);
   }
   bench_sampling(b, reps);
-  std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position %d\n", g_position);
+  std::printf("\n## Decode step (one CUDA graph: every layer op, LM head, argmax), position %s\n",
+              fmt::format("{}", fmt::join(g_positions, ", ")).c_str());
   std::printf(
       "| shape | weights | bytes/token | ms/token | tokens/s | GB/s | %% of read |\n|---|---|---|---|---|---|---|\n");
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) bench_decode(b, c, llama, t, reps, "");
@@ -500,8 +504,10 @@ int main(int argc, char** argv) {
   bool prefill = false;
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
-  app.add_option("--position", shoal::g_position, "Position of the decode steps (the cache holds at least 1024 rows)")
+  app.add_option("--position", shoal::g_positions,
+                 "Positions of the decode steps, each timed on the same weights (the cache holds at least 1024 rows)")
       ->capture_default_str()
+      ->expected(1, 64)
       ->check(CLI::Range(0, 32767));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");

@@ -115,7 +115,8 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
   // from the cache (2000 in a split of 256 keys from 1792: its tile 3; 8000 in one from 7936
   // with the combine: its tile 1), or, with positions that are not contiguous, over rows loaded
-  // first. Caches are NaN except the rows written before the call.
+  // first; or in tile 1 of a split of 65..128 keys (two 64-key tiles, the second loaded in the
+  // loop). Caches are NaN except the rows written before the call.
   struct Case {
     int n_heads, n_kv_heads, head_dim, rot_dims;
     bool interleaved, norms;
@@ -136,6 +137,8 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {12, 4, 64, 64, false, true, 0, DType::kF16, 512, {200, 201, 202, 203, 204, 205}},  // a token in 2 row groups
       {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {300, 301, 302, 303, 304, 305, 306, 307}},  // 8 tokens
       {16, 8, 128, 128, false, true, 0, DType::kF16, 16, {10}, 1.2f},            // one split, YaRN factor
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {630}},              // 2-tile splits: its tile 1
+      {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {598, 600, 631}},    // not contiguous, 2-tile splits
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
   };
   for (const Case& c : cases) {
@@ -280,12 +283,13 @@ TEST_F(CudaAttentionCases, DecodeStepWriteThenAttention) {
   // The step's rows written by the kernel just before attention (the cache is NaN elsewhere):
   // the tensor-core decode kernel loads the older rows before its PDL wait and this step's after
   // it, whether they fall in its first tiles (one split, few keys, several tokens) or later
-  // (clusters, the combine path, a window).
+  // (tile 1 of a split of 65..128 keys, clusters, the combine path, a window).
   run({8, 2, 64, 16, {15}}, DType::kF16, true);
   run({8, 2, 128, 40, {36, 37, 38, 39}}, DType::kF16, true);
   run({16, 8, 128, 512, {0}}, DType::kF16, true);  // first token: nothing before the wait
   run({16, 8, 128, 641, {576}}, DType::kF16, true);
   run({32, 8, 128, 1024, {600}}, DType::kF16, true);
+  run({32, 8, 128, 1024, {630, 631}}, DType::kF16, true);  // splits of 80 keys: the step's in tile 1
   run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, DType::kF16, true);
   run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16, true);
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16, true);

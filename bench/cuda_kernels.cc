@@ -351,7 +351,7 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
 }
 
 // The decode steps' positions (--position; 576: a tg128 token after a 512-token prompt), each
-// timed on the same weights; the cache holds max(1024, last position + 1) rows.
+// timed on the same weights; the cache holds max(1024, largest position + 1) rows.
 std::vector<int32_t> g_positions = {576};
 
 // fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
@@ -359,7 +359,8 @@ std::vector<int32_t> g_positions = {576};
 // CUDA version, for comparison.
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
-  const int64_t ctx = std::max<int64_t>(1024, *std::max_element(g_positions.begin(), g_positions.end()) + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
+  const int32_t last = *std::max_element(g_positions.begin(), g_positions.end());
+  const int64_t ctx = std::max<int64_t>(1024, last + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
                 qw = int64_t(m.heads) * m.head_dim;
   double wbytes = 0;
   uint64_t seed = 1000;

@@ -20,6 +20,9 @@
 // rows stored in the caches by the blocks whose keys they are (and straight into their tiles), so
 // the decode step has no prologue kernel and the older keys always load before the PDL wait
 // (H200: Llama-3-8B Q8_0 step 2.86 -> 2.81 ms, Q4_0 2.16-2.25 -> 2.10-2.19; docs/cuda.md, v12).
+// Its code (~96 KB of SASS at head_dim 128 with R) is at the edge of the SM's instruction cache:
+// a second path that runs beside this one, or code between its executed parts, costs time at
+// every position (ncu: "no_instruction" stalls; docs/cuda.md, v17). Keep the footprint small.
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cooperative_groups.h>
 

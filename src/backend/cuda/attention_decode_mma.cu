@@ -20,9 +20,11 @@
 // rows stored in the caches by the blocks whose keys they are (and straight into their tiles), so
 // the decode step has no prologue kernel and the older keys always load before the PDL wait
 // (H200: Llama-3-8B Q8_0 step 2.86 -> 2.81 ms, Q4_0 2.16-2.25 -> 2.10-2.19; docs/cuda.md, v12).
-// Its code (~96 KB of SASS at head_dim 128 with R) is at the edge of the SM's instruction cache:
-// a second path that runs beside this one, or code between its executed parts, costs time at
-// every position (ncu: "no_instruction" stalls; docs/cuda.md, v17). Keep the footprint small.
+// Its code is at the edge of the SM's instruction cache: a second path that runs beside this one,
+// or code between its executed parts, costs time at every position (ncu: "no_instruction"
+// stalls). So the loops a block runs once (tile copies, RoPE rotation, merges, outputs) are not
+// unrolled: 6016 -> 4120 SASS instructions at head_dim 128 with R, steps 0.5-1% faster (H200;
+// docs/cuda.md, v17). Keep the footprint small.
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cooperative_groups.h>
 
@@ -88,6 +90,7 @@ __device__ __forceinline__ void rope_row(float* x, float (&v)[D / 32], const flo
   for (int j = 0; j < D / 32; ++j) x[lane + 32 * j] = v[j];
   __syncwarp();
   const int half = r.rot_dims / 2;
+#pragma unroll 1
   for (int p = lane; p < half; p += 32) {
     const int ia = r.interleaved ? 2 * p : p, ib = r.interleaved ? 2 * p + 1 : p + half;
     rope_rotate(x[ia], x[ib], cs[p]);
@@ -156,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
   auto load = [&](int i, int from, int to) {
     if (i < n_tiles)
-      attn_mma::load_tile<D, kThreads>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
+      attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
                                        b_lo + i * kKeys, b_hi, from, to);
     cp_async_commit();  // (empty groups keep the count)
   };
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #pragma unroll
     for (int i = 0; i < S - 1; ++i)
       if (i < n_tiles)
-        attn_mma::load_tile<D, kThreads>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
+        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
                                          b_hi, contiguous ? b_hi + 1 : fresh, INT_MAX);
     cp_async_commit();
     if (!contiguous) {
@@ -267,7 +270,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #pragma unroll
     for (int i = 0; i < S - 1; ++i)
       if (i < n_tiles)
-        attn_mma::load_tile<D, kThreads>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
+        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
                                          b_hi, fresh, INT_MAX);
     cp_async_commit();
   }
@@ -345,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     if (w == 0) m_s[0][r] = M, l_s[0][r] = L;  // (the quad read its values before the shuffles)
   }
   __syncthreads();
-#pragma unroll
+#pragma unroll 1
   for (int idx = 4 * threadIdx.x; idx < kRows * D; idx += 4 * kThreads) {
     const int r = idx / D;
     float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -362,6 +365,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 
   // 4. Output: this block's (one split), the cluster's merge, or the split's partial result.
   if (pl.n_splits == 1) {
+#pragma unroll 1
     for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
       const int r = idx / D;
       if (row_token(r) >= n_tokens) continue;
@@ -391,6 +395,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       wt_s[b][r] = L > 0.0f ? wt / L : 0.0f;
     }
     __syncthreads();
+#pragma unroll 1
     for (int idx = 4 * (split * kThreads + threadIdx.x); idx < kRows * D; idx += 4 * pl.n_splits * kThreads) {
       const int r = idx / D;
       if (row_token(r) >= n_tokens) continue;
@@ -411,6 +416,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     __trap();  // (set_clusters() is off unless the device code is sm_90+)
 #endif
   } else {
+#pragma unroll 1
     for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
       const int r = idx / D;
       if (row_token(r) >= n_tokens) continue;

@@ -89,14 +89,15 @@ __device__ __forceinline__ void load_q(uint32_t (&qh)[D / 16][4], uint32_t (&ql)
 /// halves apart) into k_dst / v_dst [kKeys][pitch]: all kThreads threads of the block take part
 /// (a thread always copies the same 16 bytes of its rows); rows past `hi` become zeros (never
 /// read from memory). Only the rows of keys in [from, to) are issued (a tile loaded in two
-/// parts: decode attention copies the keys of earlier steps before its PDL wait).
-template <int D, int kThreads>
+/// parts: decode attention copies the keys of earlier steps before its PDL wait). kCompact: a loop,
+/// not unrolled (decode attention waits on instruction fetches; docs/cuda.md v17).
+template <int D, int kThreads, bool kCompact = false>
 __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __half* kg, const __half* vg,
                                           int64_t width, int k0, int hi, int from = INT_MIN, int to = INT_MAX) {
   constexpr int DP = pitch<D>(), kPieces = D / 8, kStep = kThreads / kPieces;
   static_assert(kThreads % kPieces == 0 && kKeys % kStep == 0, "whole rows per pass");
   const int e = int(threadIdx.x) % kPieces * 8, j0 = int(threadIdx.x) / kPieces;
-#pragma unroll
+#pragma unroll(kCompact ? 1 : kKeys / kStep)
   for (int j = j0; j < kKeys; j += kStep) {
     if (k0 + j < from || k0 + j >= to) continue;
     const bool ok = k0 + j <= hi;

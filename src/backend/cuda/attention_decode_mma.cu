@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   auto load = [&](int i, int from, int to) {
     if (i < n_tiles)
       attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
-                                       b_lo + i * kKeys, b_hi, from, to);
+                                             b_lo + i * kKeys, b_hi, from, to);
     cp_async_commit();  // (empty groups keep the count)
   };
   if (R || P.early_kv) {
@@ -193,8 +193,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #pragma unroll
     for (int i = 0; i < S - 1; ++i)
       if (i < n_tiles)
-        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
-                                         b_hi, contiguous ? b_hi + 1 : fresh, INT_MAX);
+        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width,
+                                               b_lo + i * kKeys, b_hi, contiguous ? b_hi + 1 : fresh, INT_MAX);
     cp_async_commit();
     if (!contiguous) {
       cp_async_wait<0>();
@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #pragma unroll
     for (int i = 0; i < S - 1; ++i)
       if (i < n_tiles)
-        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width, b_lo + i * kKeys,
-                                         b_hi, fresh, INT_MAX);
+        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width,
+                                               b_lo + i * kKeys, b_hi, fresh, INT_MAX);
     cp_async_commit();
   }
   // q split into f16 hi + lo once per block: warp w makes k-steps w, w + kWarps, ...

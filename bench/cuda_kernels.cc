@@ -359,8 +359,8 @@ std::vector<int32_t> g_positions = {576};
 // CUDA version, for comparison.
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
-  const int32_t last = *std::max_element(g_positions.begin(), g_positions.end());
-  const int64_t ctx = std::max<int64_t>(1024, last + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
+  const int32_t largest = *std::max_element(g_positions.begin(), g_positions.end());
+  const int64_t ctx = std::max<int64_t>(1024, largest + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
                 qw = int64_t(m.heads) * m.head_dim;
   double wbytes = 0;
   uint64_t seed = 1000;

@@ -54,6 +54,9 @@ constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
 // SM while attention ran. With 2, attention alone at context 512 / 4096 is within noise of the
 // 4-stage figures (5.86 / 14.97 vs 6.04 / 14.88 us per layer, H200; docs/cuda.md, v13).
 constexpr int kStages = 2;
+// Accumulators per n-tile of S in a step (attn_mma::tile_step): chains of 8 dependent MMAs at
+// head_dim 128.
+constexpr int kStepChains = 4;
 
 bool g_clusters = false;
 
@@ -150,13 +153,20 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     r_hi[r] = min(__shfl_sync(0xffffffffu, last, g + 8 * r), b_hi);
   }
 
-  // 2. The tiles of keys [b_lo, b_hi], S - 1 loading ahead; warp w takes keys 16w..16w + 15 of each.
-  // With early_kv, the first S - 1 tiles' keys before `fresh` are issued before the PDL wait, the
+  // 2. The tiles of keys [b_lo, b_hi]. When they all fit the stages (`one_pass`: splits of up to
+  // 128 keys, positions below 1024 over 8 splits) they are all loaded first (the n_early tiles)
+  // and warp w takes keys [w wk, (w + 1) wk) of them, wk = 16 n_tiles, in one step: a split of
+  // 65..128 keys no longer costs a second serial step on warp 0 (H200: docs/cuda.md, v18).
+  // Otherwise S - 1 tiles load ahead of the loop and warp w takes keys 16w..16w + 15 of each.
+  // With early_kv, the n_early tiles' keys before `fresh` are issued before the PDL wait, the
   // rest after it.
+  static_assert(S == 2, "one pass: the stages are one tile of 2 kKeys rows");
   const int64_t width = int64_t(P.n_kv_heads) * D;
   const __half* kg = P.k + int64_t(kvh) * D;
   const __half* vg = P.v + int64_t(kvh) * D;
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
+  const bool one_pass = n_tiles <= S;
+  const int n_early = one_pass ? n_tiles : S - 1;
   auto load = [&](int i, int from, int to) {
     if (i < n_tiles)
       attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
@@ -165,7 +175,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   };
   if (R || P.early_kv) {
 #pragma unroll
-    for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, fresh);
+    for (int i = 0; i < S; ++i)
+      if (i < n_early) load(i, INT_MIN, fresh);
   }
   // R: the step's positions are fresh, fresh + 1, ... (one per token), so every key of
   // [fresh, b_hi] is one this block writes itself (else those rows are loaded, then overwritten).
@@ -191,8 +202,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     // The rest of the first tiles: zeros past b_hi, or (positions not contiguous) every row from
     // fresh on, overwritten below with the step's rows once landed.
 #pragma unroll
-    for (int i = 0; i < S - 1; ++i)
-      if (i < n_tiles)
+    for (int i = 0; i < S; ++i)
+      if (i < n_early)
         attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width,
                                                b_lo + i * kKeys, b_hi, contiguous ? b_hi + 1 : fresh, INT_MAX);
     cp_async_commit();
@@ -204,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     // ...) and the k / v rows of token 3 - w when its position is among this block's keys (the
     // last warp has the fewest q rows); tokens 7 - w ... load theirs in the loop below. Then the
     // q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in the
-    // caches and, in the first S - 1 tiles, in the tiles.
+    // caches and, in the n_early tiles, in the tiles.
     float qv[kRows / kWarps][DJ];
 #pragma unroll
     for (int i = 0; i < kRows / kWarps; ++i)
@@ -242,8 +253,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       __half* kc = const_cast<__half*>(kg) + int64_t(p) * width;
       __half* vc = const_cast<__half*>(vg) + int64_t(p) * width;
       const int tile = (p - b_lo) / kKeys;
-      __half* kt = tile < S - 1 ? k_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
-      __half* vt = tile < S - 1 ? v_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
+      __half* kt = tile < n_early ? k_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
+      __half* vt = tile < n_early ? v_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
 #pragma unroll
       for (int i = 0; i < D / 64; ++i) {
         const int d = 2 * lane + 64 * i;
@@ -265,11 +276,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     SHOAL_MARK(tl, 1);
   } else if (!P.early_kv) {
 #pragma unroll
-    for (int i = 0; i < S - 1; ++i) load(i, INT_MIN, INT_MAX);
-  } else if (n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1) {  // this step's keys in the first tiles
+    for (int i = 0; i < S; ++i)
+      if (i < n_early) load(i, INT_MIN, INT_MAX);
+  } else if (n_tiles > 0 && fresh < b_lo + n_early * kKeys) {  // this step's keys in the first tiles
 #pragma unroll
-    for (int i = 0; i < S - 1; ++i)
-      if (i < n_tiles)
+    for (int i = 0; i < S; ++i)
+      if (i < n_early)
         attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width,
                                                b_lo + i * kKeys, b_hi, fresh, INT_MAX);
     cp_async_commit();
@@ -299,21 +311,23 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     qh[ks][0] = h.x, qh[ks][1] = h.y, qh[ks][2] = h.z, qh[ks][3] = h.w;
     ql[ks][0] = l.x, ql[ks][1] = l.y, ql[ks][2] = l.z, ql[ks][3] = l.w;
   }
-  // The step's own keys in the first tiles (an extra commit group): wait for all before the loop,
-  // which counts S - 1 groups ahead.
-  if (R || (P.early_kv && n_tiles > 0 && fresh <= b_lo + (S - 1) * kKeys - 1)) cp_async_wait<0>();
+  // The step's own keys in the first tiles (an extra commit group), or one pass: wait for all
+  // before the loop, which counts S - 1 groups ahead.
+  if (one_pass || R || (P.early_kv && n_tiles > 0 && fresh < b_lo + n_early * kKeys)) cp_async_wait<0>();
   SHOAL_MARK(tl, 2);
   attn_mma::RowState<D> st;
   st.init();
+  const int wk = one_pass ? kWarpKeys * max(n_tiles, 1) : kWarpKeys;  // keys of a warp per step
 #pragma unroll 1
-  for (int i = 0; i < n_tiles; ++i) {
-    load(i + S - 1, INT_MIN, INT_MAX);
+  for (int i = 0; i < n_tiles; i += one_pass ? S : 1) {
+    if (!one_pass) load(i + S - 1, INT_MIN, INT_MAX);
     cp_async_wait<S - 1>();
     __syncthreads();
-    const int key0 = b_lo + i * kKeys + warp * kWarpKeys;
+    const int key0 = b_lo + i * kKeys + warp * wk;
     if (key0 <= b_hi) {
-      const int off = ((i % S) * kKeys + warp * kWarpKeys) * DP;
-      attn_mma::tile_step<D, kWarpKeys / 8>(k_s + off, v_s + off, key0, qh, ql, r_lo, r_hi, P.softcap, st);
+      const int off = ((i % S) * kKeys + warp * wk) * DP;
+      attn_mma::tile_step<D, 2 * kWarpKeys / 8, kStepChains, false>(k_s + off, v_s + off, key0, qh, ql, r_lo, r_hi,
+                                                                    0.0f, st, wk > kWarpKeys && key0 + kWarpKeys <= b_hi);
     }
     __syncthreads();  // a later load overwrites this buffer
   }
@@ -474,7 +488,7 @@ void set_clusters(bool on) { g_clusters = on; }
 
 bool use_decode_mma(const AttnArgs& a) {
   return a.cache == CacheKind::kF16 && a.n_tokens >= 1 && a.n_tokens <= kGemvMaxTokens &&
-         (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX;
+         (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX && !(a.softcap > 0.0f);
 }
 
 DecodePlan decode_plan(const AttnArgs& a) {

@@ -109,17 +109,22 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
 
 /// One warp's step over NT * 8 keys starting at key0, whose K / V rows start at kt / vt
 /// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
-/// (when > 0), online softmax, O += P V.
-template <int D, int NT>
+/// (when > 0), online softmax, O += P V. full = false: only the first NT / 2 n-tiles (NT / 2 * 8
+/// keys; NT a multiple of 4), the rest skipped and masked (decode attention's one step code for
+/// 16- and 32-key warp slices). kChains: accumulators per n-tile (the four products of a k-step
+/// pair go to separate ones: chains of 2 KS / kChains dependent MMAs, summed at the end).
+/// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
+/// step code, which waits on instruction fetch; docs/cuda.md, v18).
+template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
                                           const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
-                                          float softcap, RowState<D>& st) {
+                                          float softcap, RowState<D>& st, bool full = true) {
   constexpr int DP = pitch<D>(), KS = D / 16, DT = D / 8;
+  static_assert(kChains == 1 || kChains == 2 || kChains == 4, "products of a k-step pair per accumulator");
+  static_assert(NT % 2 == 0, "whole 16-key slices");
   const int lane = threadIdx.x & 31, c = lane & 3;
-  // S: ldmatrix gives the B fragments of two k-steps of 8 keys. With few n-tiles (decode) the
-  // four products of a k-step pair go to separate accumulators (chains of KS / 2 dependent MMAs
-  // instead of 2 KS), summed at the end.
-  constexpr int kChains = NT <= 2 ? 4 : 1;
+  auto live = [&](int n) { return full || NT < 4 || n < NT / 2; };  // n-tile n computed
+  // S: ldmatrix gives the B fragments of two k-steps of 8 keys.
   float acc[kChains][NT][4];
 #pragma unroll
   for (int h = 0; h < kChains; ++h)
@@ -129,6 +134,7 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
   for (int ks = 0; ks < KS; ks += 2) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
+      if (!live(n)) continue;
       uint32_t b[4];
       ldmatrix_x4<false>(b, kt + (n * 8 + (lane & 7)) * DP + ks * 16 + (lane >> 3) * 8);
       mma(acc[0][n], qh[ks], b[0], b[1]);
@@ -142,9 +148,9 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      s[n][e] = kChains == 4
-                    ? (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e])
-                    : acc[0][n][e];
+      s[n][e] = kChains == 4   ? (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e])
+                : kChains == 2 ? acc[0][n][e] + acc[1 % kChains][n][e]
+                               : acc[0][n][e];
   // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -153,8 +159,8 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
     for (int e = 0; e < 4; ++e) {
       const int key = key0 + n * 8 + 2 * c + (e & 1), r = e >> 1;
       float x = s[n][e];
-      if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-      x = key >= r_lo[r] && key <= r_hi[r] ? x : -INFINITY;
+      if (kSoftcap && softcap > 0.0f) x = softcap * tanhf(x / softcap);
+      x = live(n) && key >= r_lo[r] && key <= r_hi[r] ? x : -INFINITY;
       s[n][e] = x;
       mx[r] = fmaxf(mx[r], x);
     }
@@ -183,6 +189,7 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
   // n-tiles of 8 dimensions.
 #pragma unroll
   for (int kk = 0; kk < NT / 2; ++kk) {
+    if (!live(2 * kk)) continue;
     uint32_t ah[4], al[4];
 #pragma unroll
     for (int f = 0; f < 4; ++f) {  // rows g / g + 8 of keys 0..7, then of keys 8..15

@@ -65,7 +65,8 @@ struct MmaParams {
 };
 
 /// Whether attention() runs these arguments on the tensor-core decode kernel: 1..kGemvMaxTokens
-/// tokens, an f16 cache, head_dim 64 or 128.
+/// tokens, an f16 cache, head_dim 64 or 128, no softcap (the tiled kernel takes those: the
+/// decode kernel's code stays small; docs/cuda.md, v18).
 bool use_decode_mma(const AttnArgs& a);
 
 /// How the decode kernel divides a call: blocks of 4 warps over the (token, query head) rows of

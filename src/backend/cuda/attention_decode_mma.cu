@@ -216,12 +216,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     // last warp has the fewest q rows); tokens 7 - w ... load theirs in the loop below. Then the
     // q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in the
     // caches and, in the n_early tiles, in the tiles.
-    float qv[kRows / kWarps][DJ];
+    float qv[DJ];
+    auto load_q = [&](int r) {
 #pragma unroll
-    for (int i = 0; i < kRows / kWarps; ++i)
-      if (row_token(warp + kWarps * i) < n_tokens)
-#pragma unroll
-        for (int j = 0; j < DJ; ++j) qv[i][j] = P.q[row_out(warp + kWarps * i) + lane + 32 * j];
+      for (int j = 0; j < DJ; ++j) qv[j] = P.q[row_out(r) + lane + 32 * j];
+    };
+    if (row_token(warp) < n_tokens) load_q(warp);
     auto kv_pos = [&](int t) {  // the cache row of token t if among this block's keys, else -1
       const int p = P.pos[t];
       return p >= b_lo && p <= b_hi && p >= 0 && p < P.n_ctx ? p : -1;
@@ -239,11 +239,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     const int t0 = kWarps - 1 - warp;
     const int p0_kv = t0 < n_tokens ? kv_pos(t0) : -1;
     if (p0_kv >= 0) load_kv(t0);
-#pragma unroll
-    for (int i = 0; i < kRows / kWarps; ++i) {
-      const int r = warp + kWarps * i;
-      if (row_token(r) < n_tokens)
-        rope_row<D>(rs.q[r], qv[i], qw, P.rope.q_norm != nullptr, P.rope.eps, rs.cs[row_token(r)], P.rope);
+#pragma unroll 1
+    for (int r = warp; r < kRows && row_token(r) < n_tokens; r += kWarps) {
+      if (r != warp) load_q(r);
+      rope_row<D>(rs.q[r], qv, qw, P.rope.q_norm != nullptr, P.rope.eps, rs.cs[row_token(r)], P.rope);
     }
     for (int t = t0; t < n_tokens; t += kWarps) {
       const int p = t == t0 ? p0_kv : kv_pos(t);

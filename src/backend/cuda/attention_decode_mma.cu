@@ -123,6 +123,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // Row r is the pair p0 + r: token (p0 + r) / G, head kvh * G + (p0 + r) % G.
   auto row_token = [&](int r) { return (p0 + r) / G; };
   auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
+  // Rows 0 .. n_rows - 1 hold pairs (the others are zeros): the merges and outputs skip the rest
+  // (one token of Llama-3-8B: 4 of 16 rows).
+  const int n_rows = min(kRows, n_tokens * G - p0);
 
   // Before the PDL wait: pos (written by copies, and by advance_decode at the end of a chained
   // step, which never directly precedes attention: CudaBackend checks) and, with P.early_kv, the keys of earlier
@@ -339,9 +342,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float* dst = o_s + (warp * kRows + g + 8 * r) * D + 2 * c;
+    if (g + 8 * r < n_rows)
 #pragma unroll
-    for (int d = 0; d < DT; ++d)
-      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(st.o[d][2 * r], st.o[d][2 * r + 1]);
+      for (int d = 0; d < DT; ++d)
+        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(st.o[d][2 * r], st.o[d][2 * r + 1]);
     if (c == 0) m_s[warp][g + 8 * r] = st.m[r], l_s[warp][g + 8 * r] = st.l[r];
   }
   __shared__ float wt_s[kMaxClusterSplits > kWarps ? kMaxClusterSplits : kWarps][kRows];
@@ -362,7 +366,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
   __syncthreads();
 #pragma unroll 1
-  for (int idx = 4 * threadIdx.x; idx < kRows * D; idx += 4 * kThreads) {
+  for (int idx = 4 * threadIdx.x; idx < n_rows * D; idx += 4 * kThreads) {
     const int r = idx / D;
     float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -379,9 +383,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // 4. Output: this block's (one split), the cluster's merge, or the split's partial result.
   if (pl.n_splits == 1) {
 #pragma unroll 1
-    for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < n_rows * D; idx += kThreads) {
       const int r = idx / D;
-      if (row_token(r) >= n_tokens) continue;
       P.out[row_out(r) + idx % D] = l_s[0][r] > 0.0f ? o_s[idx] / l_s[0][r] : 0.0f;
     }
   } else if (pl.cluster) {
@@ -409,9 +412,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     }
     __syncthreads();
 #pragma unroll 1
-    for (int idx = 4 * (split * kThreads + threadIdx.x); idx < kRows * D; idx += 4 * pl.n_splits * kThreads) {
+    for (int idx = 4 * (split * kThreads + threadIdx.x); idx < n_rows * D; idx += 4 * pl.n_splits * kThreads) {
       const int r = idx / D;
-      if (row_token(r) >= n_tokens) continue;
       float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int b = 0; b < kMaxClusterSplits; ++b)
@@ -430,9 +432,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #endif
   } else {
 #pragma unroll 1
-    for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < n_rows * D; idx += kThreads) {
       const int r = idx / D;
-      if (row_token(r) >= n_tokens) continue;
       const int64_t row = (row_out(r) / D) * pl.n_splits + split;
       P.part_o[row * D + idx % D] = o_s[idx];
       if (idx % D == 0) {

@@ -113,12 +113,15 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
 /// keys; NT a multiple of 4), the rest skipped and masked (decode attention's one step code for
 /// 16- and 32-key warp slices). kChains: accumulators per n-tile (the four products of a k-step
 /// pair go to separate ones: chains of 2 KS / kChains dependent MMAs, summed at the end).
+/// hi_rows = false: rows g + 8 hold no query (decode with at most 8 (token, head) pairs): their
+/// softmax is skipped, their outputs and statistics are garbage the caller ignores.
 /// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
 /// step code, which waits on instruction fetch; docs/cuda.md, v18).
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
                                           const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
-                                          float softcap, RowState<D>& st, bool full = true) {
+                                          float softcap, RowState<D>& st, bool full = true,
+                                          bool hi_rows = true) {
   constexpr int DP = pitch<D>(), KS = D / 16, DT = D / 8;
   static_assert(kChains == 1 || kChains == 2 || kChains == 4, "products of a k-step pair per accumulator");
   static_assert(NT % 2 == 0, "whole 16-key slices");
@@ -158,15 +161,17 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = key0 + n * 8 + 2 * c + (e & 1), r = e >> 1;
+      if (r == 1 && !hi_rows) continue;
       float x = s[n][e];
       if (kSoftcap && softcap > 0.0f) x = softcap * tanhf(x / softcap);
       x = live(n) && key >= r_lo[r] && key <= r_hi[r] ? x : -INFINITY;
       s[n][e] = x;
       mx[r] = fmaxf(mx[r], x);
     }
-  float base[2];
+  float base[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    if (r == 1 && !hi_rows) continue;
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     const float m_new = fmaxf(st.m[r], mx[r]);
@@ -181,6 +186,7 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
+      if (e >= 2 && !hi_rows) continue;
       const float p = expf(s[n][e] - base[e >> 1]);  // masked: e^-inf = 0
       s[n][e] = p;
       st.l[e >> 1] += p;

@@ -115,8 +115,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
   // from the cache (2000 in a split of 256 keys from 1792: its tile 3; 8000 in one from 7936
   // with the combine: its tile 1), or, with positions that are not contiguous, over rows loaded
-  // first; or in tile 1 of a split of 65..128 keys (two 64-key tiles, the second loaded in the
-  // loop). Caches are NaN except the rows written before the call.
+  // first; or in a split of 65..128 keys (both 64-key tiles loaded first, read in one pass: the
+  // step's rows in tile 1, or across both, with a window, or in 2 row groups). Caches are NaN
+  // except the rows written before the call.
   struct Case {
     int n_heads, n_kv_heads, head_dim, rot_dims;
     bool interleaved, norms;
@@ -139,6 +140,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 16, {10}, 1.2f},            // one split, YaRN factor
       {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {630}},              // 2-tile splits: its tile 1
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {598, 600, 631}},    // not contiguous, 2-tile splits
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {639, 640}},         // rows 63 and 64 of a split
+      {16, 8, 128, 128, false, true, 640, DType::kF16, 1024, {699, 700}},       // window, 2-tile splits
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {630, 631, 632, 633, 634, 635, 636, 637}},  // 2 row groups, tile 1
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
   };
   for (const Case& c : cases) {
@@ -257,12 +261,14 @@ TEST_F(CudaAttentionCases, DecodeGqaShapes) {
 }
 
 TEST_F(CudaAttentionCases, DecodeKernelPartialGroupsBatchesAndSoftcap) {
-  // f16 caches with head_dim 64/128 take the lane-per-key decode kernel (n <= 8 tokens).
+  // f16 caches with head_dim 64/128 take the tensor-core decode kernel (n <= 8 tokens), with a
+  // softcap the tiled split kernel.
   run({12, 4, 128, 700, {333}}, DType::kF16);                       // groups of 3: blocks of 2 + 1 heads
   run({24, 2, 64, 300, {250}}, DType::kF16);                        // groups of 12: blocks of 8 + 4 heads
   run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, DType::kF16);  // 7 tokens
   run({8, 4, 64, 500, {450}, 0, 30.0f}, DType::kF16);               // softcap
   run({8, 4, 64, 500, {400, 401, 402, 403, 404}, 100, 0.0f}, DType::kF16);  // window, 5 tokens
+  run({8, 4, 128, 600, {550, 551, 552, 553, 554}, 64, 50.0f}, DType::kF16);  // softcap, window, 5 tokens
 }
 
 TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
@@ -277,19 +283,26 @@ TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
   run({16, 8, 128, 6000, {20}}, DType::kF16);            // short context in a large cache
   run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, DType::kF16);  // 16 heads x 8 tokens: 8 row groups
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16);                    // sliding window across splits
+  run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, DType::kF16);  // window, 2-tile splits (2501 in tile 1)
 }
 
 TEST_F(CudaAttentionCases, DecodeStepWriteThenAttention) {
   // The step's rows written by the kernel just before attention (the cache is NaN elsewhere):
   // the tensor-core decode kernel loads the older rows before its PDL wait and this step's after
-  // it, whether they fall in its first tiles (one split, few keys, several tokens) or later
-  // (tile 1 of a split of 65..128 keys, clusters, the combine path, a window).
+  // it, whether they fall in its first tiles (one split, few keys, several tokens; tile 1 of a
+  // split of 65..128 keys, both tiles loaded first) or later (clusters, the combine path, a
+  // window).
   run({8, 2, 64, 16, {15}}, DType::kF16, true);
   run({8, 2, 128, 40, {36, 37, 38, 39}}, DType::kF16, true);
   run({16, 8, 128, 512, {0}}, DType::kF16, true);  // first token: nothing before the wait
   run({16, 8, 128, 641, {576}}, DType::kF16, true);
   run({32, 8, 128, 1024, {600}}, DType::kF16, true);
   run({32, 8, 128, 1024, {630, 631}}, DType::kF16, true);  // splits of 80 keys: the step's in tile 1
+  run({32, 8, 128, 1024, {630, 631, 632}}, DType::kF16, true);        // 12 rows, the step's in tile 1
+  run({8, 8, 128, 1024, {630, 631}}, DType::kF16, true);              // no GQA: 2 rows
+  run({8, 2, 64, 9000, {4060, 4061, 4062, 4063}}, DType::kF16, true);  // the combine, 96-key splits
+  run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, DType::kF16, true);  // window, 2-tile splits
+  run({8, 4, 128, 600, {550, 551, 552, 553, 554}, 64, 50.0f}, DType::kF16, true);  // softcap: tiled kernel
   run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, DType::kF16, true);
   run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16, true);
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16, true);

@@ -25,7 +25,7 @@
 // stalls). So the loops a block runs once (tile copies, RoPE rotation, merges, outputs) are not
 // unrolled: 6016 -> 4120 SASS instructions at head_dim 128 with R, steps 0.5-1% faster (H200;
 // docs/cuda.md, v17). Keep the footprint small: v18 left softcap to the tiled kernel, ropes the q
-// rows in a loop, and skips the work of rows that hold no (token, head) pair (3600 instructions
+// rows in a loop, and skips the work of rows that hold no (token, head) pair (3608 instructions
 // with a wide step that serves splits of up to 128 keys in one pass; Qwen3-0.6B step -7%).
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <cooperative_groups.h>
@@ -216,11 +216,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       cp_async_wait<0>();
       __syncthreads();
     }
-    // The global reads first (one round trip for up to 4 tokens): this warp's q rows (w, w + 4,
-    // ...) and the k / v rows of token 3 - w when its position is among this block's keys (the
-    // last warp has the fewest q rows); tokens 7 - w ... load theirs in the loop below. Then the
-    // q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in the
-    // caches and, in the n_early tiles, in the tiles.
+    // The global reads first (one round trip): this warp's first q row (w) and the k / v rows of
+    // token 3 - w when its position is among this block's keys (the last warp has the fewest q
+    // rows); the q rows w + 4, ... (more than 4 (token, head) pairs) and the k / v rows of tokens
+    // 7 - w ... are loaded in the loops below, one row at a time (one rope_row copy: v18). Then
+    // the q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in
+    // the caches and, in the n_early tiles, in the tiles.
     float qv[DJ];
     auto load_q = [&](int r) {
 #pragma unroll

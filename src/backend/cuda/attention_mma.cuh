@@ -109,12 +109,13 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
 
 /// One warp's step over NT * 8 keys starting at key0, whose K / V rows start at kt / vt
 /// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
-/// (when > 0), online softmax, O += P V. full = false: only the first NT / 2 n-tiles (NT / 2 * 8
-/// keys; NT a multiple of 4), the rest skipped and masked (decode attention's one step code for
-/// 16- and 32-key warp slices). kChains: accumulators per n-tile (the four products of a k-step
+/// (when > 0), online softmax, O += P V. full = false (NT >= 4; ignored below): only the first
+/// NT / 2 n-tiles (NT / 2 * 8 keys), the rest skipped and masked, their rows of kt / vt never
+/// read (decode attention's one step code for 16- and 32-key warp slices). kChains: accumulators per n-tile (the four products of a k-step
 /// pair go to separate ones: chains of 2 KS / kChains dependent MMAs, summed at the end).
 /// hi_rows = false: rows g + 8 hold no query (decode with at most 8 (token, head) pairs): their
-/// softmax is skipped, their outputs and statistics are garbage the caller ignores.
+/// softmax is skipped (P keeps their raw scores), so their o, m and l must not be read; rows g
+/// are unaffected (a row of an MMA's result depends only on the same row of A).
 /// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
 /// step code, which waits on instruction fetch; docs/cuda.md, v18).
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true>

@@ -331,9 +331,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     const int key0 = b_lo + i * kKeys + warp * wk;
     if (key0 <= b_hi) {
       const int off = ((i % S) * kKeys + warp * wk) * DP;
+      const bool full = wk > kWarpKeys && key0 + kWarpKeys <= b_hi;  // keys in the warp's second 16
       attn_mma::tile_step<D, 2 * kWarpKeys / 8, kStepChains, false>(k_s + off, v_s + off, key0, qh, ql, r_lo, r_hi,
-                                                                    0.0f, st, wk > kWarpKeys && key0 + kWarpKeys <= b_hi,
-                                                                    n_rows > 8);
+                                                                    0.0f, st, full, n_rows > 8);
     }
     __syncthreads();  // a later load overwrites this buffer
   }

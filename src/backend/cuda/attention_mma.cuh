@@ -111,8 +111,9 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
 /// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
 /// (when > 0), online softmax, O += P V. full = false (NT >= 4; ignored below): only the first
 /// NT / 2 n-tiles (NT / 2 * 8 keys), the rest skipped and masked, their rows of kt / vt never
-/// read (decode attention's one step code for 16- and 32-key warp slices). kChains: accumulators per n-tile (the four products of a k-step
-/// pair go to separate ones: chains of 2 KS / kChains dependent MMAs, summed at the end).
+/// read (decode attention's one step code for 16- and 32-key warp slices). kChains: accumulators
+/// per n-tile (the four products of a k-step pair go to separate ones: chains of 2 KS / kChains
+/// dependent MMAs, summed at the end).
 /// hi_rows = false: rows g + 8 hold no query (decode with at most 8 (token, head) pairs): their
 /// softmax is skipped (P keeps their raw scores), so their o, m and l must not be read; rows g
 /// are unaffected (a row of an MMA's result depends only on the same row of A).
@@ -152,9 +153,12 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      s[n][e] = kChains == 4   ? (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e])
-                : kChains == 2 ? acc[0][n][e] + acc[1 % kChains][n][e]
-                               : acc[0][n][e];
+      if constexpr (kChains == 4)
+        s[n][e] = (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e]);
+      else if constexpr (kChains == 2)
+        s[n][e] = acc[0][n][e] + acc[1 % kChains][n][e];
+      else
+        s[n][e] = acc[0][n][e];
   // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll

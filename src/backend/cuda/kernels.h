@@ -226,9 +226,10 @@ uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// (read on the device), split along the sequence where a call has few blocks (flash-decoding,
 /// at most 32 splits), the splits combined by a second kernel, or on sm_90 by a thread-block
 /// cluster (decode with an f16 cache of at most 4096 rows). f16 caches with head_dim 64 / 128 run
-/// on the tensor cores (attention_mma.h), except decode with a softcap (the tiled kernel). head_dim must be a multiple of 8 and at most 256; out
-/// 16-byte aligned. The decode kernel reads pos before its PDL wait: pos must not be written by
-/// the kernel just before (the engine writes it by host copies).
+/// on the tensor cores (attention_mma.h), except decode with a softcap (the tiled kernel).
+/// head_dim must be a multiple of 8 and at most 256; out 16-byte aligned. The decode kernel reads
+/// pos before its PDL wait: pos must not be written by the kernel just before (the engine writes
+/// it by host copies).
 /// (Combining in the split kernel, by the last block of each head group to finish, measured
 /// slower on the H200: 12.3 vs 11.7 us per layer at context 512.)
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,

@@ -172,11 +172,19 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
   const bool one_pass = n_tiles <= S;
   const int n_early = one_pass ? n_tiles : S - 1;
-  auto load = [&](int i, int from, int to) {
-    if (i < n_tiles)
-      attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
-                                             b_lo + i * kKeys, b_hi, from, to);
+  auto issue = [&](int i, int from, int to) {  // tile i's keys in [from, to), into stage i % S
+    attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
+                                           b_lo + i * kKeys, b_hi, from, to);
+  };
+  auto load = [&](int i, int from, int to) {  // one commit group
+    if (i < n_tiles) issue(i, from, to);
     cp_async_commit();  // (empty groups keep the count)
+  };
+  auto load_early = [&](int from, int to) {  // the n_early tiles' keys in [from, to), one group
+#pragma unroll
+    for (int i = 0; i < S; ++i)
+      if (i < n_early) issue(i, from, to);
+    cp_async_commit();
   };
   if (R || P.early_kv) {
 #pragma unroll
@@ -206,12 +214,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   if constexpr (R) {
     // The rest of the first tiles: zeros past b_hi, or (positions not contiguous) every row from
     // fresh on, overwritten below with the step's rows once landed.
-#pragma unroll
-    for (int i = 0; i < S; ++i)
-      if (i < n_early)
-        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width,
-                                               b_lo + i * kKeys, b_hi, contiguous ? b_hi + 1 : fresh, INT_MAX);
-    cp_async_commit();
+    load_early(contiguous ? b_hi + 1 : fresh, INT_MAX);
     if (!contiguous) {
       cp_async_wait<0>();
       __syncthreads();
@@ -284,12 +287,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     for (int i = 0; i < S; ++i)
       if (i < n_early) load(i, INT_MIN, INT_MAX);
   } else if (n_tiles > 0 && fresh < b_lo + n_early * kKeys) {  // this step's keys in the first tiles
-#pragma unroll
-    for (int i = 0; i < S; ++i)
-      if (i < n_early)
-        attn_mma::load_tile<D, kThreads, true>(k_s + i * kKeys * DP, v_s + i * kKeys * DP, kg, vg, width,
-                                               b_lo + i * kKeys, b_hi, fresh, INT_MAX);
-    cp_async_commit();
+    load_early(fresh, INT_MAX);
   }
   // q split into f16 hi + lo once per block: warp w makes k-steps w, w + kWarps, ...
   uint32_t qh[D / 16][4], ql[D / 16][4];

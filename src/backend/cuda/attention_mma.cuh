@@ -154,9 +154,9 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if constexpr (kChains == 4)
-        s[n][e] = (acc[0][n][e] + acc[1 % kChains][n][e]) + (acc[2 % kChains][n][e] + acc[3 % kChains][n][e]);
+        s[n][e] = (acc[0][n][e] + acc[1][n][e]) + (acc[2][n][e] + acc[3][n][e]);
       else if constexpr (kChains == 2)
-        s[n][e] = acc[0][n][e] + acc[1 % kChains][n][e];
+        s[n][e] = acc[0][n][e] + acc[1][n][e];
       else
         s[n][e] = acc[0][n][e];
   // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.

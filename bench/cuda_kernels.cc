@@ -353,6 +353,8 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
 // The decode steps' positions (--position; 576: a tg128 token after a 512-token prompt), each
 // timed on the same weights; the cache holds max(1024, largest position + 1) rows.
 std::vector<int32_t> g_positions = {576};
+// --chain: steps of the chained decode (time_chain_ms) after the replays; 0: none.
+int g_chain_steps = 0;
 
 // fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
 // launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
@@ -360,7 +362,7 @@ std::vector<int32_t> g_positions = {576};
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
   const int32_t largest = *std::max_element(g_positions.begin(), g_positions.end());
-  const int64_t ctx = std::max<int64_t>(1024, largest + 1), kvw = int64_t(m.kv_heads) * m.head_dim,
+  const int64_t ctx = std::max<int64_t>(1024, largest + 1 + g_chain_steps), kvw = int64_t(m.kv_heads) * m.head_dim,
                 qw = int64_t(m.heads) * m.head_dim;
   double wbytes = 0;
   uint64_t seed = 1000;
@@ -428,6 +430,22 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
     std::printf("| %s%s%s | %s | %.2f GB | %.3f | %.0f | %.0f | %.0f%% |\n", m.name, note, at.c_str(),
                 std::string(dtype_name(t)).c_str(), wbytes / 1e9, ms, 1e3 / ms, gbs, 100 * gbs / c.read_gbs);
     std::fflush(stdout);
+  }
+  if (g_chain_steps > 0) {  // the step as Slice::decode chains it, position by position
+    auto chained = [&] {
+      fused_step();
+      b.advance_decode(best, ids, pos);
+    };
+    for (const int32_t position : g_positions) {
+      auto reset = [&]() -> Status {
+        SHOAL_RETURN_IF_ERROR(b.to_device(pos, &position, 4, 0));
+        return b.to_device(ids, &id, 4, 0);
+      };
+      const auto t = must(probe::time_chain_ms(b, chained, best, position, reset, g_chain_steps));
+      std::printf("| chain of %d from @%d, ms per step | graphs %.4f | + copy %.4f | host waits %.4f | graphs %.4f |\n",
+                  g_chain_steps, position, t.graphs, t.copy, t.host, t.graphs_again);
+      std::fflush(stdout);
+    }
   }
   for (auto& L : layers) free_layer(b, L);
   if (!m.tied) b.free(head);
@@ -510,6 +528,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->expected(1, 64)
       ->check(CLI::Range(0, 32767));
+  app.add_option("--chain", shoal::g_chain_steps,
+                 "With --only: also time this many chained steps from each position (graphs back to back, "
+                 "with a copy of the id after each, with the host waiting for each id as generation does)")
+      ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
   return shoal::run(device, reps, quick, prefill, only);

@@ -1,7 +1,7 @@
 // The backend pieces of chained decoding on the CPU backends, against hand-computed values:
 // advance_decode (the next step's ids and positions), sample (a draw from top-k candidates),
-// and the default read_async / read_wait (values as of the read, clear errors for bad slots and
-// sizes).
+// and the default publication of advance_decode (wait_decoded: ids under their position, slots
+// replaced, clear errors for bad counts and unpublished positions).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,31 +74,35 @@ TEST_P(CpuDecodeOps, SampleDrawsFromTheCandidatesAndCountsTheDraw) {
   EXPECT_EQ(s.seed, 42u);
 }
 
-TEST_P(CpuDecodeOps, ReadAsyncKeepsTheValueAsOfTheRead) {
-  Tensor t = i32({1, 2, 3, 4});
-  ASSERT_TRUE(be_->read_async(0, t, 16).ok());
-  Tensor next = i32({9, 9, 9, 9});
-  Tensor pos = i32({0, 0, 0, 0});
-  be_->advance_decode(next, t, pos);  // t changes after the read
-  ASSERT_TRUE(be_->read_async(1, t, 8).ok());
-  int32_t a[4] = {}, b[2] = {};
-  ASSERT_TRUE(be_->read_wait(0, a, 16).ok());
-  ASSERT_TRUE(be_->read_wait(1, b, 8).ok());
-  EXPECT_EQ(std::vector<int32_t>(a, a + 4), (std::vector<int32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(std::vector<int32_t>(b, b + 2), (std::vector<int32_t>{9, 9}));
+TEST_P(CpuDecodeOps, AdvanceDecodePublishesTheIdsUnderTheirPosition) {
+  Tensor ids = i32({0, 0}), pos = i32({10, 11});
+  be_->advance_decode(i32({5, 7}), ids, pos);
+  be_->advance_decode(i32({8, 9}), ids, pos);  // from 12
+  int32_t got[2] = {};
+  ASSERT_TRUE(be_->wait_decoded(10, got, 2).ok());
+  EXPECT_EQ(std::vector<int32_t>(got, got + 2), (std::vector<int32_t>{5, 7}));
+  ASSERT_TRUE(be_->wait_decoded(12, got, 2).ok());
+  EXPECT_EQ(std::vector<int32_t>(got, got + 2), (std::vector<int32_t>{8, 9}));
+  ASSERT_TRUE(be_->wait_decoded(10, got, 1).ok());  // waiting does not consume
+  EXPECT_EQ(got[0], 5);
+  EXPECT_EQ(be_->wait_decoded(11, got, 1).code(), Code::kFailedPrecondition);  // not a step's position
+  be_->advance_decode(i32({4, 4}), ids, pos);                                  // from 14: slot of 10
+  EXPECT_EQ(be_->wait_decoded(10, got, 1).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(be_->wait_decoded(14, got, 1).ok());
+  EXPECT_EQ(got[0], 4);
+  ASSERT_TRUE(be_->clear_decoded().ok());
+  EXPECT_EQ(be_->wait_decoded(14, got, 1).code(), Code::kFailedPrecondition);
 }
 
-TEST_P(CpuDecodeOps, ReadAsyncRejectsBadSlotsAndSizes) {
-  Tensor t = i32(std::vector<int32_t>(100, 1));
-  int32_t dst[64] = {};
-  EXPECT_EQ(be_->read_async(Backend::kReadSlots, t, 4).code(), Code::kInvalidArgument);
-  EXPECT_EQ(be_->read_async(-1, t, 4).code(), Code::kInvalidArgument);
-  EXPECT_EQ(be_->read_async(0, t, Backend::kReadSlotBytes + 4).code(), Code::kInvalidArgument);
-  EXPECT_EQ(be_->read_async(0, i32({1}), 8).code(), Code::kInvalidArgument);  // more than the tensor holds
-  EXPECT_EQ(be_->read_wait(2, dst, 4).code(), Code::kFailedPrecondition);  // never read
-  ASSERT_TRUE(be_->read_async(3, t, 4).ok());
-  EXPECT_EQ(be_->read_wait(3, dst, 8).code(), Code::kFailedPrecondition);  // more than was read
-  EXPECT_EQ(be_->read_wait(Backend::kReadSlots, dst, 4).code(), Code::kInvalidArgument);
+TEST_P(CpuDecodeOps, WaitDecodedRejectsBadCountsAndPositions) {
+  Tensor ids = i32({0}), pos = i32({3});
+  be_->advance_decode(i32({1}), ids, pos);
+  int32_t dst[Backend::kDecodedMax + 1] = {};
+  EXPECT_EQ(be_->wait_decoded(3, dst, 0).code(), Code::kInvalidArgument);
+  EXPECT_EQ(be_->wait_decoded(3, dst, Backend::kDecodedMax + 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(be_->wait_decoded(-1, dst, 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(be_->wait_decoded(int64_t(1) << 33, dst, 1).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(be_->wait_decoded(3, dst, 1).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CpuDecodeOps, ::testing::Values("cpu", "cpu-ref"),

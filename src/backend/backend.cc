@@ -1,6 +1,8 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -12,33 +14,31 @@ namespace shoal {
 Result<std::unique_ptr<Backend>> create_cuda_backend(int device, const BackendOptions& opts);
 #endif
 
-namespace {
-// Errors of read_async (t set) and read_wait (t null).
-Status check_read(int slot, uint64_t nbytes, const Tensor* t) {
-  if (slot < 0 || slot >= Backend::kReadSlots)
-    return make_error(Code::kInvalidArgument, "read slot {} (0..{})", slot, Backend::kReadSlots - 1);
-  if (nbytes > Backend::kReadSlotBytes)
-    return make_error(Code::kInvalidArgument, "read of {} bytes (at most {} per slot)", nbytes, Backend::kReadSlotBytes);
-  if (t && nbytes > t->nbytes())
-    return make_error(Code::kInvalidArgument, "read of {} bytes from a tensor of {}", nbytes, t->nbytes());
-  return Status::Ok();
-}
-}  // namespace
-
-Status Backend::read_async(int slot, const Tensor& t, uint64_t nbytes) {
-  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes, &t));
-  auto& [n, bytes] = read_slots_[size_t(slot)];
-  n = 0;
-  SHOAL_RETURN_IF_ERROR(to_host(bytes.data(), t, nbytes));
-  n = nbytes;
+Status Backend::check_decoded_wait(int64_t pos, int n) {
+  if (n < 1 || n > Backend::kDecodedMax)
+    return make_error(Code::kInvalidArgument, "wait for {} decoded ids (1..{})", n, Backend::kDecodedMax);
+  if (pos < 0 || pos > INT32_MAX) return make_error(Code::kInvalidArgument, "wait for the step at position {}", pos);
   return Status::Ok();
 }
 
-Status Backend::read_wait(int slot, void* dst, uint64_t nbytes) {
-  SHOAL_RETURN_IF_ERROR(check_read(slot, nbytes, nullptr));
-  const auto& [n, bytes] = read_slots_[size_t(slot)];
-  if (nbytes > n) return make_error(Code::kFailedPrecondition, "read_wait of {} bytes from slot {} holding {}", nbytes, slot, n);
-  std::memcpy(dst, bytes.data(), nbytes);
+void Backend::publish_decoded(int32_t pos, const int32_t* ids, int n) {
+  SHOAL_CHECK(pos >= 0 && n >= 1 && n <= kDecodedMax, "publish_decoded: position {}, {} ids", pos, n);
+  Decoded& d = decoded_[size_t(pos % kDecodedSlots)];
+  d.pos = pos;
+  std::copy(ids, ids + n, d.ids.begin());
+}
+
+Status Backend::wait_decoded(int64_t pos, int32_t* dst, int n) {
+  SHOAL_RETURN_IF_ERROR(check_decoded_wait(pos, n));
+  const Decoded& d = decoded_[size_t(pos % kDecodedSlots)];
+  if (d.pos != pos) return make_error(Code::kFailedPrecondition, "no decode step at position {} was published", pos);
+  std::copy(d.ids.begin(), d.ids.begin() + n, dst);
+  return Status::Ok();
+}
+
+Status Backend::clear_decoded() {
+  SHOAL_RETURN_IF_ERROR(synchronize());
+  for (Decoded& d : decoded_) d.pos = -1;
   return Status::Ok();
 }
 

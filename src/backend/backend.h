@@ -110,16 +110,19 @@ class Backend {
   virtual Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset = 0) = 0;
   /// Waits for every queued op. Errors: kInternal (device fault).
   virtual Status synchronize() = 0;
-  /// Read-back without waiting (pipelined decoding: the host reads step N's token id while step
-  /// N + 1 runs). read_async enqueues a copy of t's first nbytes (<= kReadSlotBytes) into
-  /// host-side slot `slot` (< kReadSlots) after every op queued so far and returns at once;
-  /// read_wait waits for the latest read into `slot` and copies its nbytes to dst. The default
-  /// (backends that run ops eagerly) copies at read_async. Errors: kInvalidArgument (slot or size
-  /// out of range), kFailedPrecondition (read_wait of a slot never read), copy errors.
-  static constexpr int kReadSlots = 4;
-  static constexpr uint64_t kReadSlotBytes = 256;
-  virtual Status read_async(int slot, const Tensor& t, uint64_t nbytes);
-  virtual Status read_wait(int slot, void* dst, uint64_t nbytes);
+  /// Chained decoding's read-back: the host reads step N's ids while step N + 1 runs, with
+  /// nothing queued between the steps. advance_decode publishes its next[0..n) to the host,
+  /// tagged with the position it advanced from (pos[0] before the advance); wait_decoded(pos)
+  /// waits for the publication tagged pos and copies its n ids to dst. Publications are kept by
+  /// pos modulo kDecodedSlots: at most kDecodedSlots - 1 steps may be queued past the oldest one
+  /// not yet waited for. clear_decoded waits for every queued op and forgets every publication
+  /// (call it before a chain: positions repeat after a rewind). Errors: kInvalidArgument (n not
+  /// in 1..kDecodedMax, pos negative), kFailedPrecondition (no step at pos published, and none
+  /// queued that could), kInternal (device fault).
+  static constexpr int kDecodedSlots = 4;
+  static constexpr int kDecodedMax = 15;
+  virtual Status wait_decoded(int64_t pos, int32_t* dst, int n);
+  virtual Status clear_decoded();
 
   // ---- ops ------------------------------------------------------------------------------------
   /// out[i, :] = table[ids[i], :] as f32. table: [vocab, d] any weight dtype; ids: i32 [n];
@@ -166,8 +169,9 @@ class Backend {
   /// adds 1 to state's draw.
   virtual void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) = 0;
   /// The inputs of the next decode step, made on the device (chained decoding: a step feeds its
-  /// own argmax or drawn token to the next without the host): ids[i] = next[i], pos[i] += n.
-  /// next, ids, pos: i32 [n]; next may not alias ids.
+  /// own argmax or drawn token to the next without the host): ids[i] = next[i], pos[i] += n,
+  /// and next published to the host under the tag pos[0] (wait_decoded). next, ids, pos: i32
+  /// [n], n <= kDecodedMax; next may not alias ids.
   virtual void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) = 0;
 
   // ---- fused ops (defaults compose the ops above; fast backends override) ---------------------
@@ -208,9 +212,19 @@ class Backend {
   /// Drops recordings (after buffers were reallocated).
   virtual void reset_graphs() {}
 
+ protected:
+  /// The publication of an eager backend's advance_decode (read by the default wait_decoded):
+  /// ids[0..n) under the tag pos.
+  void publish_decoded(int32_t pos, const int32_t* ids, int n);
+  /// wait_decoded's argument errors (kInvalidArgument), for every backend's wait_decoded.
+  static Status check_decoded_wait(int64_t pos, int n);
+
  private:
-  // The default read_async's slots: [slot] = {bytes read, bytes}.
-  std::array<std::pair<uint64_t, std::array<uint8_t, kReadSlotBytes>>, kReadSlots> read_slots_{};
+  struct Decoded {
+    int64_t pos = -1;  // -1: nothing published
+    std::array<int32_t, kDecodedMax> ids{};
+  };
+  std::array<Decoded, kDecodedSlots> decoded_{};
 };
 
 /// Creates a backend from a device string: "cpu", "cpu-ref" (the reference path), "cuda",

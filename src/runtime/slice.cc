@@ -370,32 +370,32 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   head.top_k = how.greedy ? 0 : how.top_k;
   SHOAL_RETURN_IF_ERROR(check_head(head));
   const StepInput in{1, pos0, &id};
-  SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
+  SHOAL_RETURN_IF_ERROR(be.clear_decoded());  // positions repeat after a rewind
+  SHOAL_RETURN_IF_ERROR(upload_step(in));
   if (!how.greedy) SHOAL_RETURN_IF_ERROR(be.to_device(sampling_, &how.draw, sizeof(DeviceSampling)));
   Tensor next = how.greedy ? argmax_.rows_view(0, 1).reshaped({1}) : sampled_;
   Tensor ids = act_.ids.rows_view(0, 1).reshaped({1});
   Tensor pos = act_.pos.rows_view(0, 1).reshaped({1});
-  auto launch = [&](int k) -> Status {
-    SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, head, true), [&] {
+  auto launch = [&] {
+    return be.run_graph(step_key(in, head, true), [&] {
       record_step(in, head);
       if (!how.greedy) {
         Tensor cand_ids = topk_ids_.rows_view(0, how.top_k).reshaped({how.top_k});
         Tensor cand_vals = topk_vals_.rows_view(0, how.top_k).reshaped({how.top_k});
         be.sample(cand_ids, cand_vals, sampling_, next);
       }
-      be.advance_decode(next, ids, pos);
-    }));
-    return be.read_async(k % Backend::kReadSlots, next, 4);
+      be.advance_decode(next, ids, pos);  // also publishes the step's id (wait_decoded)
+    });
   };
   // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
   // would compute it before the caller could stop, so it runs one step at a time.
   const int ahead = be.asynchronous() ? 1 : 0;
   int launched = 0;
   for (int k = 0; k < max_steps; ++k) {
-    for (; launched < std::min(max_steps, k + 1 + ahead); ++launched) SHOAL_RETURN_IF_ERROR(launch(launched));
+    for (; launched < std::min(max_steps, k + 1 + ahead); ++launched) SHOAL_RETURN_IF_ERROR(launch());
     int32_t out_id = 0;
-    SHOAL_RETURN_IF_ERROR(be.read_wait(k % Backend::kReadSlots, &out_id, 4));
+    SHOAL_RETURN_IF_ERROR(be.wait_decoded(pos0 + k, &out_id, 1));
     n_past_ = pos0 + k + 1;
     if (!on_token(out_id)) return k + 1;
   }

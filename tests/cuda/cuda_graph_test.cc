@@ -113,10 +113,12 @@ TEST_F(CudaGraphTest, ReplayWithAnF16Cache) { replay(DType::kF16, 3e-3); }
 
 // Chained greedy decoding: the step ends with advance_decode (its argmax becomes the next id,
 // the position moves on), so every replay after the first runs on inputs the device made; each
-// step's id comes back through read_async, waited for once the next step is queued.
+// step's id comes back through its publication (wait_decoded), waited for once the next step is
+// queued.
 TEST_F(CudaGraphTest, ChainedReplayFeedsItsArgmaxBack) {
   build(DType::kF32);
   set_inputs(3, 0);
+  ASSERT_TRUE(gpu_->clear_decoded().ok());
   int32_t want_prev = -1;
   for (int p = 0; p < 7; ++p) {
     SCOPED_TRACE(fmt::format("step {}", p));
@@ -128,10 +130,9 @@ TEST_F(CudaGraphTest, ChainedReplayFeedsItsArgmaxBack) {
       gpu_->advance_decode(best_.g, ids_.g, pos_.g);
     });
     ASSERT_TRUE(s.ok()) << s.to_string();
-    ASSERT_TRUE(gpu_->read_async(p % 2, best_.g, 4).ok());
     if (p > 0) {  // the previous step's id, read while this one is queued
       int32_t prev = -1;
-      ASSERT_TRUE(gpu_->read_wait((p - 1) % 2, &prev, 4).ok());
+      ASSERT_TRUE(gpu_->wait_decoded(p - 1, &prev, 1).ok());
       EXPECT_EQ(prev, want_prev);
     }
     EXPECT_LT(nerr(logits_), 1e-4);
@@ -151,7 +152,8 @@ TEST_F(CudaGraphTest, HostCopiesAreRefusedWhileRecording) {
   const Status s = gpu_->run_graph(2, [&] {
     const float v = 5.0f;
     inner = gpu_->to_device(a.g, &v, 4, 0);
-    read = gpu_->read_async(0, a.g, 4);
+    int32_t id = 0;
+    read = gpu_->wait_decoded(0, &id, 1);
     gpu_->scale(a.g, 2.0f);
   });
   EXPECT_TRUE(s.ok()) << s.to_string();

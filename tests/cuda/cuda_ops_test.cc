@@ -265,24 +265,37 @@ TEST_F(CudaOpsTest, AttentionRightAfterAdvanceDecodeOfItsPositionsIsRefused) {
   EXPECT_LT(nerr(out), 1e-5);
 }
 
-// read_async copies after the ops queued before it, read_wait returns that copy; bad slots and
-// sizes are clear errors.
-TEST_F(CudaOpsTest, ReadAsyncSeesTheOpsQueuedBeforeIt) {
-  Dual a = make_f32({64}, randn(64));
-  const std::vector<float> start = floats(*gpu_, a.g);
-  gpu_->scale(a.g, 2.0f);
-  ASSERT_TRUE(gpu_->read_async(0, a.g, 256).ok());
-  gpu_->scale(a.g, 2.0f);
-  ASSERT_TRUE(gpu_->read_async(3, a.g, 8).ok());
-  float first[64] = {}, second[2] = {};
-  ASSERT_TRUE(gpu_->read_wait(3, second, 8).ok());
-  ASSERT_TRUE(gpu_->read_wait(0, first, 256).ok());
-  for (int i = 0; i < 64; ++i) EXPECT_EQ(first[i], 2.0f * start[size_t(i)]);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(second[i], 4.0f * start[size_t(i)]);
-  EXPECT_EQ(gpu_->read_async(Backend::kReadSlots, a.g, 4).code(), Code::kInvalidArgument);
-  EXPECT_EQ(gpu_->read_async(0, a.g, 260).code(), Code::kInvalidArgument);
-  EXPECT_EQ(gpu_->read_wait(1, first, 4).code(), Code::kFailedPrecondition);  // never read
-  EXPECT_EQ(gpu_->read_wait(3, first, 12).code(), Code::kFailedPrecondition);  // 8 bytes read
+// advance_decode publishes its ids under the position it advanced from, after the ops queued
+// before it (an argmax makes the second step's id on the device), as the CPU backend does; a
+// later step at a position of the same slot replaces it. A wait for a step never queued ends
+// with an error once the stream is idle, not a hang.
+TEST_F(CudaOpsTest, AdvanceDecodePublishesTheIdsUnderTheirPosition) {
+  ASSERT_TRUE(gpu_->clear_decoded().ok());
+  Dual next = make_i32({5, 6, 9, 128000}), ids = make_i32({0, 0, 0, 0}), pos = make_i32({40, 41, 42, 43});
+  Dual logits = make_f32({1, 6}, {0.5f, -1, 3, 2.5f, 3.25f, 0}), best = make_i32({-1}), id = make_i32({0}),
+       at = make_i32({45}), at2 = make_i32({44});
+  for (Backend* be : {cpu_.get(), gpu_.get()}) {
+    SCOPED_TRACE(be->name());
+    const bool g = be == gpu_.get();
+    be->advance_decode(g ? next.g : next.c, g ? ids.g : ids.c, g ? pos.g : pos.c);
+    be->argmax(g ? logits.g : logits.c, g ? best.g : best.c);
+    be->advance_decode(g ? best.g : best.c, g ? id.g : id.c, g ? at.g : at.c);  // publishes 4 under 45
+    int32_t got[4] = {}, second = -1;
+    ASSERT_TRUE(be->wait_decoded(40, got, 4).ok());
+    EXPECT_EQ(std::vector<int32_t>(got, got + 4), (std::vector<int32_t>{5, 6, 9, 128000}));
+    ASSERT_TRUE(be->wait_decoded(45, &second, 1).ok());
+    EXPECT_EQ(second, 4);
+    EXPECT_EQ(be->wait_decoded(41, got, 1).code(), Code::kFailedPrecondition);  // not a step's position
+    EXPECT_EQ(be->wait_decoded(45, got, 0).code(), Code::kInvalidArgument);
+    EXPECT_EQ(be->wait_decoded(45, got, Backend::kDecodedMax + 1).code(), Code::kInvalidArgument);
+    EXPECT_EQ(be->wait_decoded(-4, got, 1).code(), Code::kInvalidArgument);
+    be->advance_decode(g ? best.g : best.c, g ? id.g : id.c, g ? at2.g : at2.c);  // from 44: the slot of 40
+    EXPECT_EQ(be->wait_decoded(40, got, 1).code(), Code::kFailedPrecondition);
+    ASSERT_TRUE(be->wait_decoded(44, got, 1).ok());
+    EXPECT_EQ(got[0], 4);
+    ASSERT_TRUE(be->clear_decoded().ok());
+    EXPECT_EQ(be->wait_decoded(44, got, 1).code(), Code::kFailedPrecondition);  // forgotten
+  }
 }
 
 TEST_F(CudaOpsTest, OutOfMemorySaysNeededAndFree) {

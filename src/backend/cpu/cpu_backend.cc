@@ -139,7 +139,11 @@ void CpuBackend::argmax(const Tensor& logits, Tensor& out) { ref::argmax(logits,
 void CpuBackend::sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) {
   ref::sample(ids, vals, state, out);
 }
-void CpuBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) { ref::advance_decode(next, ids, pos); }
+void CpuBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
+  const int32_t p0 = pos.n_elements() > 0 ? static_cast<const int32_t*>(pos.data)[0] : 0;
+  ref::advance_decode(next, ids, pos);
+  publish_decoded(p0, static_cast<const int32_t*>(next.data), int(next.n_elements()));
+}
 
 void CpuBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) { ref::top_k(logits, k, ids, vals); }
 

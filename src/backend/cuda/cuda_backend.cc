@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -77,8 +78,10 @@ Status CudaBackend::init(int device) {
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&read_pinned_), kReadSlots * kReadSlotBytes));
-  for (auto& ev : read_done_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  SHOAL_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&decoded_), kDecodedSlots * cuda::kDecodedWords * 4,
+                               cudaHostAllocMapped));
+  SHOAL_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&decoded_device_), decoded_, 0));
+  std::fill_n(decoded_, kDecodedSlots * cuda::kDecodedWords, -1);
   const cublasStatus_t s = cublasCreate(&cublas_);
   if (s != CUBLAS_STATUS_SUCCESS)
     return make_error(Code::kInternal, "cublasCreate failed: {}", cublasGetStatusString(s));
@@ -97,9 +100,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : raw_) cudaFree(p);
   for (auto ev : staged_)
     if (ev) cudaEventDestroy(ev);
-  for (auto ev : read_done_)
-    if (ev) cudaEventDestroy(ev);
-  if (read_pinned_) cudaFreeHost(read_pinned_);
+  if (decoded_) cudaFreeHost(decoded_);
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   if (pinned_) cudaFreeHost(pinned_);
@@ -314,33 +315,28 @@ Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_
   return Status::Ok();
 }
 
-Status CudaBackend::read_async(int slot, const Tensor& t, uint64_t nbytes) {
-  if (slot < 0 || slot >= kReadSlots || nbytes > kReadSlotBytes || nbytes > t.nbytes())
-    return make_error(Code::kInvalidArgument, "read of {} bytes of a {}-byte tensor into slot {} ({} slots of {} bytes)",
-                      nbytes, t.nbytes(), slot, kReadSlots, kReadSlotBytes);
-  if (capturing_) return make_error(Code::kFailedPrecondition, "read_async inside run_graph");
+Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
+  SHOAL_RETURN_IF_ERROR(check_decoded_wait(pos, n));
+  if (capturing_) return make_error(Code::kFailedPrecondition, "wait_decoded inside run_graph");
   if (failed()) return error_;
-  if (!use_device()) return error_;
-  read_bytes_[size_t(slot)] = 0;
-  SHOAL_CUDA_TRY(cudaMemcpyAsync(read_pinned_ + uint64_t(slot) * kReadSlotBytes, t.data, nbytes,
-                                 cudaMemcpyDeviceToHost, stream_));
-  SHOAL_CUDA_TRY(cudaEventRecord(read_done_[size_t(slot)], stream_));
-  read_bytes_[size_t(slot)] = nbytes;
+  const volatile int32_t* slot = decoded_ + (pos % kDecodedSlots) * cuda::kDecodedWords;
+  // The kernel stores the ids, fences (system scope), then the tag: once the tag reads pos,
+  // the ids are there. Between reads the stream says whether anything is still queued.
+  while (slot[0] != int32_t(pos)) {
+    const cudaError_t e = cudaStreamQuery(stream_);
+    if (e == cudaErrorNotReady) continue;
+    if (!note(e, "cudaStreamQuery (wait_decoded)")) return error_;
+    if (slot[0] == int32_t(pos)) break;  // published just before the stream went idle
+    return make_error(Code::kFailedPrecondition, "no decode step at position {} was published", pos);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) dst[i] = slot[1 + i];
   return Status::Ok();
 }
 
-Status CudaBackend::read_wait(int slot, void* dst, uint64_t nbytes) {
-  if (slot < 0 || slot >= kReadSlots || nbytes > kReadSlotBytes)
-    return make_error(Code::kInvalidArgument, "read_wait of {} bytes from slot {} ({} slots of {} bytes)", nbytes, slot,
-                      kReadSlots, kReadSlotBytes);
-  if (nbytes > read_bytes_[size_t(slot)])
-    return make_error(Code::kFailedPrecondition, "read_wait of {} bytes from slot {} holding {}", nbytes, slot,
-                      read_bytes_[size_t(slot)]);
-  if (capturing_) return make_error(Code::kFailedPrecondition, "read_wait inside run_graph");
-  if (failed()) return error_;
-  if (!use_device()) return error_;
-  if (!note(cudaEventSynchronize(read_done_[size_t(slot)]), "cudaEventSynchronize (read_wait)")) return error_;
-  std::memcpy(dst, read_pinned_ + uint64_t(slot) * kReadSlotBytes, nbytes);
+Status CudaBackend::clear_decoded() {
+  SHOAL_RETURN_IF_ERROR(synchronize());
+  std::fill_n(decoded_, kDecodedSlots * cuda::kDecodedWords, -1);
   return Status::Ok();
 }
 

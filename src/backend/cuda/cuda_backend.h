@@ -43,9 +43,11 @@ class CudaBackend final : public Backend {
   Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset) override;
   bool asynchronous() const override { return true; }
   Status synchronize() override;
-  /// A copy into a pinned slot and an event; read_wait waits for that event only.
-  Status read_async(int slot, const Tensor& t, uint64_t nbytes) override;
-  Status read_wait(int slot, void* dst, uint64_t nbytes) override;
+  /// advance_decode's kernel stores the ids and then the tag into mapped pinned memory; this
+  /// spins on the tag, asking the stream between reads whether it still has work (no hang
+  /// when the step never comes: a fault or nothing queued ends the wait with an error).
+  Status wait_decoded(int64_t pos, int32_t* dst, int n) override;
+  Status clear_decoded() override;
 
   void embed(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) override;
@@ -155,11 +157,10 @@ class CudaBackend final : public Backend {
   uint8_t* raw_[2] = {nullptr, nullptr};
   cudaEvent_t staged_[2] = {nullptr, nullptr};
   int next_half_ = 0;
-  // read_async: kReadSlots pinned slots of kReadSlotBytes, each with the event of its last copy
-  // and the bytes that copy brings (0: none yet).
-  uint8_t* read_pinned_ = nullptr;
-  std::array<cudaEvent_t, kReadSlots> read_done_{};
-  std::array<uint64_t, kReadSlots> read_bytes_{};
+  // advance_decode's publications: kDecodedSlots slots of 16 words in mapped pinned memory,
+  // [0] the tag (a position; -1 none), [1..] the ids (cuda::kDecodedWords).
+  int32_t* decoded_ = nullptr;
+  int32_t* decoded_device_ = nullptr;  // the same memory as the device addresses it
   std::array<std::pair<void*, uint64_t>, kScratchCount> scratch_{};
   std::vector<void*> retired_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;

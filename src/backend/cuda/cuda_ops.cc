@@ -429,13 +429,14 @@ void CudaBackend::sample(const Tensor& ids, const Tensor& vals, Tensor& state, T
 void CudaBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
   const int64_t n = next.n_elements();
   SHOAL_CHECK(next.dtype == DType::kI32 && ids.dtype == DType::kI32 && pos.dtype == DType::kI32 &&
-                  ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data && n <= INT32_MAX,
+                  ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data && n >= 1 &&
+                  n <= kDecodedMax,
               "advance_decode shapes");
   if (failed() || !use_device()) return;
   const auto b = reinterpret_cast<uintptr_t>(pos.data);
   pos_advanced_ = {ops_, b, b + pos.nbytes()};
   note(cuda::advance_decode(static_cast<const int32_t*>(next.data), int(n), static_cast<int32_t*>(ids.data),
-                            static_cast<int32_t*>(pos.data), stream_),
+                            static_cast<int32_t*>(pos.data), decoded_device_, kDecodedSlots, stream_),
        "advance_decode");
 }
 

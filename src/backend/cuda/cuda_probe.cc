@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 #ifdef SHOAL_CUDA_TIMELINE
 #include <cstdio>
@@ -175,6 +176,58 @@ Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, in
     SHOAL_RETURN_IF_ERROR(record_timeline(b, key, record, path, *ms));
 #endif
   return ms;
+}
+
+Result<ChainTimes> time_chain_ms(Backend& b, const std::function<void()>& record, const Tensor& out, int32_t pos0,
+                                 const std::function<Status()>& reset, int steps) {
+  CudaBackend* cb = as_cuda(b);
+  if (!cb) return make_error(Code::kInvalidArgument, "time_chain_ms needs a CUDA backend, got {}", b.name());
+  static uint64_t next_key = 0xc4a1000000000000ull;
+  const uint64_t key = next_key++;
+  cudaStream_t s = cb->stream();
+  int32_t* pinned = nullptr;
+  PROBE_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned), 64));
+  struct Free {
+    int32_t* p;
+    std::vector<cudaEvent_t> ev;
+    ~Free() {
+      cudaFreeHost(p);
+      for (auto e : ev) cudaEventDestroy(e);
+    }
+  } owned{pinned, std::vector<cudaEvent_t>(size_t(steps) + 2)};
+  std::vector<cudaEvent_t>& ev = owned.ev;
+  for (auto& e : ev) PROBE_TRY(cudaEventCreate(&e));
+  // mode 0: graphs only; 1: + copy and event; 2: waiting for each publication as Slice::decode.
+  auto run = [&](int mode) -> Result<double> {
+    SHOAL_RETURN_IF_ERROR(reset());
+    SHOAL_RETURN_IF_ERROR(b.run_graph(key, record));  // recorded on the first call; warms up
+    SHOAL_RETURN_IF_ERROR(b.clear_decoded());
+    SHOAL_RETURN_IF_ERROR(reset());
+    PROBE_TRY(cudaStreamSynchronize(s));
+    const auto t0 = std::chrono::steady_clock::now();
+    PROBE_TRY(cudaEventRecord(ev[size_t(steps)], s));
+    for (int k = 0; k < steps; ++k) {
+      SHOAL_RETURN_IF_ERROR(b.run_graph(key, record));
+      if (mode == 1) {
+        PROBE_TRY(cudaMemcpyAsync(pinned + k % 4, out.data, 4, cudaMemcpyDeviceToHost, s));
+        PROBE_TRY(cudaEventRecord(ev[size_t(k)], s));
+      }
+      int32_t id = 0;
+      if (mode == 2 && k > 0) SHOAL_RETURN_IF_ERROR(b.wait_decoded(pos0 + k - 1, &id, 1));
+    }
+    PROBE_TRY(cudaEventRecord(ev[size_t(steps) + 1], s));
+    PROBE_TRY(cudaStreamSynchronize(s));
+    if (mode == 2) return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    float ms = 0;
+    PROBE_TRY(cudaEventElapsedTime(&ms, ev[size_t(steps)], ev[size_t(steps) + 1]));
+    return double(ms) / steps;
+  };
+  ChainTimes t;
+  SHOAL_ASSIGN_OR_RETURN(t.graphs, run(0));
+  SHOAL_ASSIGN_OR_RETURN(t.copy, run(1));
+  SHOAL_ASSIGN_OR_RETURN(t.host, run(2));
+  SHOAL_ASSIGN_OR_RETURN(t.graphs_again, run(0));
+  return t;
 }
 
 Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {

@@ -37,6 +37,19 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps);
 /// (timeline.cuh; scripts/timeline.py reads it).
 Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps);
 
+/// Milliseconds per step of a chain of decode steps: `record` (one step ending in
+/// advance_decode of out) recorded once with run_graph and replayed `steps` times from position
+/// pos0 after `reset()`, three ways. graphs: back to back, one event pair around all (then once
+/// more, graphs_again, for drift); copy: each replay followed by a 4-byte copy of `out` into
+/// pinned memory and an event (a read-back in the stream); host: the host waiting for step k's
+/// publication (Backend::wait_decoded) after queuing step k + 1, wall clock, as Slice::decode.
+/// Errors as time_graph_ms.
+struct ChainTimes {
+  double graphs = 0, copy = 0, host = 0, graphs_again = 0;
+};
+Result<ChainTimes> time_chain_ms(Backend& b, const std::function<void()>& record, const Tensor& out, int32_t pos0,
+                                 const std::function<Status()>& reset, int steps);
+
 /// Fills a tensor of the CUDA backend `b` (a weight from alloc_weight, or a plain F32/F16/BF16/
 /// Q8_0 tensor) with pseudo-random values on the device: plain values uniform in
 /// [-scale, scale]; quantized blocks random quants with scales near scale / 64.

@@ -261,8 +261,14 @@ cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int3
 /// state->draw += 1 (sampling_math.h; one block). k <= kTopKMax.
 cudaError_t sample(const int32_t* ids, const float* vals, int k, shoal::DeviceSampling* state, int32_t* out,
                    cudaStream_t stream);
-/// The next decode step's inputs: ids[i] = next[i], pos[i] += n for i < n (one small block).
-cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, cudaStream_t stream);
+/// Words per publication slot of advance_decode: [0] the tag, [1..] up to 15 ids.
+constexpr int kDecodedWords = 16;
+/// The next decode step's inputs: ids[i] = next[i], pos[i] += n for i < n (1 <= n < kDecodedWords,
+/// pos[0] >= 0; one thread), and the publication: next[0..n) into words 1.. of slot pos[0] %
+/// slots of `published` (mapped pinned memory, slots x kDecodedWords i32), a system-scope
+/// fence, then pos[0] into word 0 (Backend::wait_decoded).
+cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, int32_t* published, int slots,
+                           cudaStream_t stream);
 
 // ---- probe_kernels.cu: for benchmarks (cuda_probe.h) ------------------------------------------
 enum class FillKind : int { kF32, kF16, kBF16, kBytes, kScales };

@@ -108,12 +108,18 @@ __global__ void sample_kernel(const int32_t* __restrict__ ids, const float* __re
 
 // ---- the next decode step's inputs ------------------------------------------------------------
 __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, int32_t* __restrict__ ids,
-                                      int32_t* __restrict__ pos) {
+                                      int32_t* __restrict__ pos, int32_t* published, int slots) {
   pdl_prologue();
-  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
-    ids[i] = next[i];
+  const int32_t p0 = pos[0];
+  volatile int32_t* slot = published + (uint32_t(p0) % uint32_t(slots)) * kDecodedWords;
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = next[i];
+    ids[i] = id;
     pos[i] += n;
+    slot[1 + i] = id;
   }
+  __threadfence_system();  // the ids reach the host before the tag
+  slot[0] = p0;
 }
 
 // ---- top-k ----------------------------------------------------------------------------------
@@ -318,9 +324,10 @@ cudaError_t sample(const int32_t* ids, const float* vals, int k, DeviceSampling*
   return cudaGetLastError();
 }
 
-cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  SHOAL_TRY_LAUNCH(launch(advance_decode_kernel, 1, 32, 0, stream, next, n, ids, pos));
+cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, int32_t* published, int slots,
+                           cudaStream_t stream) {
+  if (n <= 0 || n >= kDecodedWords || slots <= 0) return cudaErrorInvalidValue;
+  SHOAL_TRY_LAUNCH(launch(advance_decode_kernel, 1, 1, 0, stream, next, n, ids, pos, published, slots));
   return cudaGetLastError();
 }
 

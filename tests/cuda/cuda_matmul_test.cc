@@ -42,6 +42,14 @@ TEST_F(CudaMatmulTest, GemvOddWidthsOfPlainTypes) {
       for (int64_t n : {1, 5}) check(t, 37, in, n, true);
 }
 
+TEST_F(CudaMatmulTest, TallGemvOfWideRows) {
+  // One product of 16384+ rows of 512+ 16-byte vectors (an LM head) takes 4 rows per block with
+  // 4 vectors per lane in flight (gemv.cu); 16387 rows end in a block with one spare row, 4104
+  // F16 columns in a pass of one vector.
+  check(DType::kF32, 16387, 2056, 1, true);
+  for (DType t : {DType::kF16, DType::kBF16}) check(t, 16387, 4104, 1, false);
+}
+
 TEST_F(CudaMatmulTest, SmallBatchesReadWeightsOnce) {
   for (DType t : kWeightTypes)
     for (int64_t n : {2, 3, 4, 5, 8}) check(t, 259, 512, n, n == 3);

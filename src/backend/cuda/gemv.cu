@@ -308,6 +308,11 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // ms and 3.947-3.955 -> 3.901-3.906 (two machines; BF16 / F32 not measured). Late narrow
     // rows made Qwen3-0.6B slower (0.718 -> 0.738-0.748), as did, for F16, a trigger at the last
     // pass's start or none before the exit (docs/cuda.md, v14).
+    // Tall ones (one product of 16384+ rows: LM heads) take 4 rows with 4 vectors each in flight
+    // per lane instead: their many waves of blocks need no late trigger, and more loads in flight
+    // per lane read faster (F16 128256x4096 alone 97% -> 99% of read, H200; docs/cuda.md, v19).
+    if constexpr (S == 1)
+      if (a.nvec >= 4 * kThreads && a.n_segs == 1 && a.seg[0].rows >= 16384) return launch_plain<T, 4, 1, 1>(a, stream);
     if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1, true>(a, stream);
   }
   return launch_plain<T, kDefault, NT, S>(a, stream);

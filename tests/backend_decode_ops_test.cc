@@ -83,15 +83,16 @@ TEST_P(CpuDecodeOps, AdvanceDecodePublishesTheIdsUnderTheirPosition) {
   EXPECT_EQ(std::vector<int32_t>(got, got + 2), (std::vector<int32_t>{5, 7}));
   ASSERT_TRUE(be_->wait_decoded(12, got, 2).ok());
   EXPECT_EQ(std::vector<int32_t>(got, got + 2), (std::vector<int32_t>{8, 9}));
-  ASSERT_TRUE(be_->wait_decoded(10, got, 1).ok());  // waiting does not consume
+  ASSERT_TRUE(be_->wait_decoded(10, got, 2).ok());  // waiting does not consume
   EXPECT_EQ(got[0], 5);
+  EXPECT_EQ(be_->wait_decoded(10, got, 1).code(), Code::kInvalidArgument);  // 2 ids were published
   EXPECT_EQ(be_->wait_decoded(11, got, 1).code(), Code::kFailedPrecondition);  // not a step's position
   be_->advance_decode(i32({4, 4}), ids, pos);                                  // from 14: slot of 10
-  EXPECT_EQ(be_->wait_decoded(10, got, 1).code(), Code::kFailedPrecondition);
-  ASSERT_TRUE(be_->wait_decoded(14, got, 1).ok());
+  EXPECT_EQ(be_->wait_decoded(10, got, 2).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(be_->wait_decoded(14, got, 2).ok());
   EXPECT_EQ(got[0], 4);
   ASSERT_TRUE(be_->clear_decoded().ok());
-  EXPECT_EQ(be_->wait_decoded(14, got, 1).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(be_->wait_decoded(14, got, 2).code(), Code::kFailedPrecondition);
 }
 
 TEST_P(CpuDecodeOps, WaitDecodedRejectsBadCountsAndPositions) {

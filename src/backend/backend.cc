@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
-#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -25,6 +25,7 @@ void Backend::publish_decoded(int32_t pos, const int32_t* ids, int n) {
   SHOAL_CHECK(pos >= 0 && n >= 1 && n <= kDecodedMax, "publish_decoded: position {}, {} ids", pos, n);
   Decoded& d = decoded_[size_t(pos % kDecodedSlots)];
   d.pos = pos;
+  d.n = n;
   std::copy(ids, ids + n, d.ids.begin());
 }
 
@@ -32,6 +33,8 @@ Status Backend::wait_decoded(int64_t pos, int32_t* dst, int n) {
   SHOAL_RETURN_IF_ERROR(check_decoded_wait(pos, n));
   const Decoded& d = decoded_[size_t(pos % kDecodedSlots)];
   if (d.pos != pos) return make_error(Code::kFailedPrecondition, "no decode step at position {} was published", pos);
+  if (d.n != n)
+    return make_error(Code::kInvalidArgument, "the step at position {} published {} ids, not {}", pos, d.n, n);
   std::copy(d.ids.begin(), d.ids.begin() + n, dst);
   return Status::Ok();
 }

@@ -113,14 +113,17 @@ class Backend {
   /// Chained decoding's read-back: the host reads step N's ids while step N + 1 runs, with
   /// nothing queued between the steps. advance_decode publishes its next[0..n) to the host,
   /// tagged with the position it advanced from (pos[0] before the advance); wait_decoded(pos)
-  /// waits for the publication tagged pos and copies its n ids to dst. Publications are kept by
-  /// pos modulo kDecodedSlots: at most kDecodedSlots - 1 steps may be queued past the oldest one
-  /// not yet waited for. clear_decoded waits for every queued op and forgets every publication
-  /// (call it before a chain: positions repeat after a rewind). Errors: kInvalidArgument (n not
-  /// in 1..kDecodedMax, pos negative), kFailedPrecondition (no step at pos published, and none
-  /// queued that could), kInternal (device fault).
+  /// waits for the publication tagged pos and copies its n ids to dst. A publication lives in
+  /// slot pos modulo kDecodedSlots until a later step of the same slot replaces it, so the
+  /// steps queued past the oldest one not yet waited for must fall in other slots (one id per
+  /// step: up to kDecodedSlots - 1 of them). clear_decoded waits for every queued op and forgets
+  /// every publication (call it before a chain: positions repeat after a rewind).
+  /// Errors: kInvalidArgument (n not in 1..kDecodedMax or not the published count, pos outside
+  /// 0..INT32_MAX), kFailedPrecondition (no step at pos published and none queued that could,
+  /// the publication replaced while being read, a wait inside run_graph), kInternal (device
+  /// fault).
   static constexpr int kDecodedSlots = 4;
-  static constexpr int kDecodedMax = 15;
+  static constexpr int kDecodedMax = 14;
   virtual Status wait_decoded(int64_t pos, int32_t* dst, int n);
   virtual Status clear_decoded();
 
@@ -170,8 +173,8 @@ class Backend {
   virtual void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) = 0;
   /// The inputs of the next decode step, made on the device (chained decoding: a step feeds its
   /// own argmax or drawn token to the next without the host): ids[i] = next[i], pos[i] += n,
-  /// and next published to the host under the tag pos[0] (wait_decoded). next, ids, pos: i32
-  /// [n], n <= kDecodedMax; next may not alias ids.
+  /// and next published to the host under the tag pos[0] (wait_decoded; pos[0] >= 0). next,
+  /// ids, pos: i32 [n], 1 <= n <= kDecodedMax; next aliases neither ids nor pos.
   virtual void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) = 0;
 
   // ---- fused ops (defaults compose the ops above; fast backends override) ---------------------
@@ -222,6 +225,7 @@ class Backend {
  private:
   struct Decoded {
     int64_t pos = -1;  // -1: nothing published
+    int n = 0;
     std::array<int32_t, kDecodedMax> ids{};
   };
   std::array<Decoded, kDecodedSlots> decoded_{};

@@ -170,6 +170,23 @@ TEST_F(CudaMatmulsTest, WideRowsOfPlainTypes) {
   }
 }
 
+TEST_F(CudaMatmulsTest, TallProductBehindTheNormAccumulated) {
+  // An LM head's path in a decode step: the final RMSNorm fused into one product of 16387 rows
+  // of 4104 columns (4-row blocks, gemv.cu), here also accumulated into y.
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t in = 4104, rows = 16387;
+    Dual x = make_f32({1, in}, randn(in, 4.0f)), g = make_f32({in}, randn(in)), h = output(DType::kF32, {1, in});
+    Dual w = make_weight(t, {rows, in}), y = make_f32({1, rows}, randn(rows)), tmp = output(DType::kF32, {1, rows});
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      const MatmulOut o = out_for(gp, w, y, tmp, true);
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
+    }
+    EXPECT_LT(nerr(y), tolerance(t, 1));
+  }
+}
+
 TEST_F(CudaMatmulsTest, ResidualReadEarlyOnlyWhereThePreviousOpLeftIt) {
   // A GEMV reads its bias and old y before its PDL wait only when the op launched just before
   // recorded writes that miss them (CudaBackend::wrote; cuda_probe::early_epilogue_launches

@@ -285,6 +285,7 @@ TEST_F(CudaOpsTest, AdvanceDecodePublishesTheIdsUnderTheirPosition) {
     EXPECT_EQ(std::vector<int32_t>(got, got + 4), (std::vector<int32_t>{5, 6, 9, 128000}));
     ASSERT_TRUE(be->wait_decoded(45, &second, 1).ok());
     EXPECT_EQ(second, 4);
+    EXPECT_EQ(be->wait_decoded(40, got, 2).code(), Code::kInvalidArgument);     // 4 ids were published
     EXPECT_EQ(be->wait_decoded(41, got, 1).code(), Code::kFailedPrecondition);  // not a step's position
     EXPECT_EQ(be->wait_decoded(45, got, 0).code(), Code::kInvalidArgument);
     EXPECT_EQ(be->wait_decoded(45, got, Backend::kDecodedMax + 1).code(), Code::kInvalidArgument);

@@ -140,9 +140,10 @@ void CpuBackend::sample(const Tensor& ids, const Tensor& vals, Tensor& state, Te
   ref::sample(ids, vals, state, out);
 }
 void CpuBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
-  const int32_t p0 = pos.n_elements() > 0 ? static_cast<const int32_t*>(pos.data)[0] : 0;
-  ref::advance_decode(next, ids, pos);
-  publish_decoded(p0, static_cast<const int32_t*>(next.data), int(next.n_elements()));
+  SHOAL_CHECK(pos.dtype == DType::kI32 && pos.n_elements() >= 1, "advance_decode shapes");
+  const int32_t p0 = static_cast<const int32_t*>(pos.data)[0];
+  ref::advance_decode(next, ids, pos);  // checks the rest
+  publish_decoded(p0, static_cast<const int32_t*>(ids.data), int(ids.n_elements()));  // ids = next now
 }
 
 void CpuBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) { ref::top_k(logits, k, ids, vals); }

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include "backend/cuda/cuda_util.h"
 #include "core/log.h"
@@ -315,22 +317,58 @@ Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_
   return Status::Ok();
 }
 
+namespace {
+// A spin-wait hint to the core (no-op elsewhere).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
 Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
+  static_assert(kDecodedMax + 2 <= cuda::kDecodedWords, "a slot holds the tag, the count and the ids");
   SHOAL_RETURN_IF_ERROR(check_decoded_wait(pos, n));
   if (capturing_) return make_error(Code::kFailedPrecondition, "wait_decoded inside run_graph");
   if (failed()) return error_;
-  const volatile int32_t* slot = decoded_ + (pos % kDecodedSlots) * cuda::kDecodedWords;
-  // The kernel stores the ids, fences (system scope), then the tag: once the tag reads pos,
-  // the ids are there. Between reads the stream says whether anything is still queued.
-  while (slot[0] != int32_t(pos)) {
-    const cudaError_t e = cudaStreamQuery(stream_);
-    if (e == cudaErrorNotReady) continue;
-    if (!note(e, "cudaStreamQuery (wait_decoded)")) return error_;
-    if (slot[0] == int32_t(pos)) break;  // published just before the stream went idle
-    return make_error(Code::kFailedPrecondition, "no decode step at position {} was published", pos);
+  int32_t* slot = decoded_ + (pos % kDecodedSlots) * cuda::kDecodedWords;
+  const std::atomic_ref<int32_t> tag(slot[0]);
+  // The kernel writes the slot as a sequence lock (tag -1, fence, count and ids, fence, tag):
+  // once the tag reads pos, the ids are there; a tag changed after they were read means a later
+  // step replaced them meanwhile. The tag is polled; every 50 us the stream says whether
+  // anything is still queued (a fault or an idle stream ends the wait), and after 2 ms of
+  // waiting the thread yields between polls.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point next_query = start;
+  while (tag.load(std::memory_order_acquire) != int32_t(pos)) {
+    const Clock::time_point now = Clock::now();
+    if (now >= next_query) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) {
+        if (tag.load(std::memory_order_acquire) == int32_t(pos)) break;  // published as the stream went idle
+        return make_error(Code::kFailedPrecondition, "no decode step at position {} was published", pos);
+      }
+      if (e != cudaErrorNotReady && !note(e, "cudaStreamQuery (wait_decoded)")) return error_;
+      next_query = now + std::chrono::microseconds(50);
+    }
+    if (now - start > std::chrono::milliseconds(2))
+      std::this_thread::yield();
+    else
+      cpu_relax();
   }
+  const int32_t count = std::atomic_ref<int32_t>(slot[1]).load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) dst[i] = std::atomic_ref<int32_t>(slot[2 + i]).load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) dst[i] = slot[1 + i];
+  if (tag.load(std::memory_order_relaxed) != int32_t(pos))
+    return make_error(Code::kFailedPrecondition,
+                      "the publication of the step at position {} was replaced while read (more steps in flight "
+                      "than slots)",
+                      pos);
+  if (count != n)
+    return make_error(Code::kInvalidArgument, "the step at position {} published {} ids, not {}", pos, count, n);
   return Status::Ok();
 }
 

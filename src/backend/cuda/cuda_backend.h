@@ -43,9 +43,9 @@ class CudaBackend final : public Backend {
   Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset) override;
   bool asynchronous() const override { return true; }
   Status synchronize() override;
-  /// advance_decode's kernel stores the ids and then the tag into mapped pinned memory; this
-  /// spins on the tag, asking the stream between reads whether it still has work (no hang
-  /// when the step never comes: a fault or nothing queued ends the wait with an error).
+  /// advance_decode's kernel writes the slot in mapped pinned memory as a sequence lock; this
+  /// polls the tag and asks the stream every 50 us whether it still has work (no hang when the
+  /// step never comes: a fault or nothing queued ends the wait with an error).
   Status wait_decoded(int64_t pos, int32_t* dst, int n) override;
   Status clear_decoded() override;
 
@@ -158,7 +158,8 @@ class CudaBackend final : public Backend {
   cudaEvent_t staged_[2] = {nullptr, nullptr};
   int next_half_ = 0;
   // advance_decode's publications: kDecodedSlots slots of 16 words in mapped pinned memory,
-  // [0] the tag (a position; -1 none), [1..] the ids (cuda::kDecodedWords).
+  // [0] the tag (a position; -1 none or being written), [1] the count, [2..] the ids
+  // (cuda::kDecodedWords).
   int32_t* decoded_ = nullptr;
   int32_t* decoded_device_ = nullptr;  // the same memory as the device addresses it
   std::array<std::pair<void*, uint64_t>, kScratchCount> scratch_{};

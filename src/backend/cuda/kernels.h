@@ -261,12 +261,13 @@ cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int3
 /// state->draw += 1 (sampling_math.h; one block). k <= kTopKMax.
 cudaError_t sample(const int32_t* ids, const float* vals, int k, shoal::DeviceSampling* state, int32_t* out,
                    cudaStream_t stream);
-/// Words per publication slot of advance_decode: [0] the tag, [1..] up to 15 ids.
+/// Words per publication slot of advance_decode: [0] the tag, [1] the count, [2..] the ids.
 constexpr int kDecodedWords = 16;
-/// The next decode step's inputs: ids[i] = next[i], pos[i] += n for i < n (1 <= n < kDecodedWords,
-/// pos[0] >= 0; one thread), and the publication: next[0..n) into words 1.. of slot pos[0] %
-/// slots of `published` (mapped pinned memory, slots x kDecodedWords i32), a system-scope
-/// fence, then pos[0] into word 0 (Backend::wait_decoded).
+/// The next decode step's inputs: ids[i] = next[i], pos[i] += n for i < n (1 <= n <=
+/// kDecodedWords - 2; one thread), and the publication into slot pos[0] % slots (unsigned) of
+/// `published` (mapped pinned memory, slots x kDecodedWords i32), as a sequence lock: tag -1,
+/// a system-scope fence, n and next[0..n), a fence, then pos[0] as the tag
+/// (Backend::wait_decoded).
 cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, int32_t* published, int slots,
                            cudaStream_t stream);
 

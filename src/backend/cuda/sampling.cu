@@ -112,13 +112,16 @@ __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, i
   pdl_prologue();
   const int32_t p0 = pos[0];
   volatile int32_t* slot = published + (uint32_t(p0) % uint32_t(slots)) * kDecodedWords;
+  slot[0] = -1;  // being written: a host reading the slot's previous step sees the change
+  __threadfence_system();
+  slot[1] = n;
   for (int i = 0; i < n; ++i) {
     const int32_t id = next[i];
     ids[i] = id;
     pos[i] += n;
-    slot[1 + i] = id;
+    slot[2 + i] = id;
   }
-  __threadfence_system();  // the ids reach the host before the tag
+  __threadfence_system();  // the count and ids reach the host before the tag
   slot[0] = p0;
 }
 
@@ -326,7 +329,7 @@ cudaError_t sample(const int32_t* ids, const float* vals, int k, DeviceSampling*
 
 cudaError_t advance_decode(const int32_t* next, int n, int32_t* ids, int32_t* pos, int32_t* published, int slots,
                            cudaStream_t stream) {
-  if (n <= 0 || n >= kDecodedWords || slots <= 0) return cudaErrorInvalidValue;
+  if (n <= 0 || n > kDecodedWords - 2 || slots <= 0) return cudaErrorInvalidValue;
   SHOAL_TRY_LAUNCH(launch(advance_decode_kernel, 1, 1, 0, stream, next, n, ids, pos, published, slots));
   return cudaGetLastError();
 }

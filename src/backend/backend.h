@@ -174,7 +174,7 @@ class Backend {
   /// The inputs of the next decode step, made on the device (chained decoding: a step feeds its
   /// own argmax or drawn token to the next without the host): ids[i] = next[i], pos[i] += n,
   /// and next published to the host under the tag pos[0] (wait_decoded; pos[0] >= 0). next,
-  /// ids, pos: i32 [n], 1 <= n <= kDecodedMax; next aliases neither ids nor pos.
+  /// ids, pos: i32 [n], 1 <= n <= kDecodedMax; no two of them alias.
   virtual void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) = 0;
 
   // ---- fused ops (defaults compose the ops above; fast backends override) ---------------------

@@ -303,7 +303,7 @@ void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
   const int64_t n = next.n_elements();
   SHOAL_CHECK(next.dtype == DType::kI32 && ids.dtype == DType::kI32 && pos.dtype == DType::kI32 &&
                   ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data &&
-                  next.data != pos.data && n >= 1 &&
+                  next.data != pos.data && ids.data != pos.data && n >= 1 &&
                   n <= Backend::kDecodedMax && static_cast<const int32_t*>(pos.data)[0] >= 0,
               "advance_decode shapes");
   for (int64_t i = 0; i < n; ++i) {

@@ -339,7 +339,8 @@ Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
   // once the tag reads pos, the ids are there; a tag changed after they were read means a later
   // step replaced them meanwhile. The tag is polled; every 50 us the stream says whether
   // anything is still queued (a fault or an idle stream ends the wait), and after 2 ms of
-  // waiting the thread yields between polls.
+  // waiting the thread sleeps 20 us between polls (the next step is already queued: a late
+  // wake-up delays the host, not the device).
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point next_query = start;
@@ -355,12 +356,13 @@ Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
       next_query = now + std::chrono::microseconds(50);
     }
     if (now - start > std::chrono::milliseconds(2))
-      std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     else
       cpu_relax();
   }
   const int32_t count = std::atomic_ref<int32_t>(slot[1]).load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i) dst[i] = std::atomic_ref<int32_t>(slot[2 + i]).load(std::memory_order_relaxed);
+  int32_t ids[kDecodedMax];
+  for (int i = 0; i < n; ++i) ids[i] = std::atomic_ref<int32_t>(slot[2 + i]).load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (tag.load(std::memory_order_relaxed) != int32_t(pos))
     return make_error(Code::kFailedPrecondition,
@@ -369,6 +371,7 @@ Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
                       pos);
   if (count != n)
     return make_error(Code::kInvalidArgument, "the step at position {} published {} ids, not {}", pos, count, n);
+  std::copy(ids, ids + n, dst);
   return Status::Ok();
 }
 

@@ -44,8 +44,9 @@ class CudaBackend final : public Backend {
   bool asynchronous() const override { return true; }
   Status synchronize() override;
   /// advance_decode's kernel writes the slot in mapped pinned memory as a sequence lock; this
-  /// polls the tag and asks the stream every 50 us whether it still has work (no hang when the
-  /// step never comes: a fault or nothing queued ends the wait with an error).
+  /// polls the tag (sleeping 20 us between polls after 2 ms) and asks the stream every 50 us
+  /// whether it still has work (no hang when the step never comes: a fault or nothing queued
+  /// ends the wait with an error).
   Status wait_decoded(int64_t pos, int32_t* dst, int n) override;
   Status clear_decoded() override;
 

@@ -430,7 +430,7 @@ void CudaBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
   const int64_t n = next.n_elements();
   SHOAL_CHECK(next.dtype == DType::kI32 && ids.dtype == DType::kI32 && pos.dtype == DType::kI32 &&
                   ids.n_elements() == n && pos.n_elements() == n && next.data != ids.data &&
-                  next.data != pos.data && n >= 1 && n <= kDecodedMax,
+                  next.data != pos.data && ids.data != pos.data && n >= 1 && n <= kDecodedMax,
               "advance_decode shapes");
   if (failed() || !use_device()) return;
   const auto b = reinterpret_cast<uintptr_t>(pos.data);

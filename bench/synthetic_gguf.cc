@@ -7,10 +7,10 @@
 //   synthetic_gguf --shape llama3-8b --type q4_0 -o llama3-8b-q4_0.gguf
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"

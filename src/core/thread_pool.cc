@@ -2,12 +2,7 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SHOAL_PAUSE() _mm_pause()
-#else
-#define SHOAL_PAUSE() ((void)0)
-#endif
+#include "core/spin.h"
 
 namespace shoal {
 
@@ -56,7 +51,7 @@ void ThreadPool::run_job(int64_t n, int64_t grain, Kernel k, void* ctx) {
   state_.fetch_or(kClosed, std::memory_order_acq_rel);
   for (int spin = 0; (state_.load(std::memory_order_acquire) & kInsideMask) != 0; ++spin) {
     if (spin < kSpinIterations)
-      SHOAL_PAUSE();
+      cpu_relax();
     else
       std::this_thread::yield();  // a joined worker was descheduled mid-chunk
   }
@@ -67,7 +62,7 @@ void ThreadPool::worker_loop() {
   for (;;) {
     uint64_t s = state_.load(std::memory_order_acquire);
     for (int spin = 0; (s >> 32) == seen && spin < kSpinIterations; ++spin) {
-      SHOAL_PAUSE();
+      cpu_relax();
       s = state_.load(std::memory_order_acquire);
     }
     while ((s >> 32) == seen) {

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "core/log.h"
+#include "core/spin.h"
 
 namespace shoal {
 
@@ -316,17 +317,6 @@ Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_
   }
   return Status::Ok();
 }
-
-namespace {
-// A spin-wait hint to the core (no-op elsewhere).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-}  // namespace
 
 Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
   static_assert(kDecodedMax + 2 <= cuda::kDecodedWords, "a slot holds the tag, the count and the ids");

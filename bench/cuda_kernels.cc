@@ -223,6 +223,7 @@ struct ModelShape {
   const char* name;
   int n_layers, d, ff, heads, kv_heads, head_dim, vocab;
   bool qk_norm, tied;
+  bool interleaved;  // RoPE pairs (2i, 2i + 1), as shoal reads GGUF `llama` files; else rotate_half
 };
 
 struct Layer {
@@ -272,7 +273,7 @@ struct LayerOps {
     const MatmulOut outs[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
     b.matmuls(x, InputNorm{&L.attn_norm, 1e-5f, &h}, outs);
   }
-  RopeSpec rope_spec() const { return RopeSpec{m.heads, m.head_dim, m.head_dim, false, 1.0f}; }
+  RopeSpec rope_spec() const { return RopeSpec{m.heads, m.head_dim, m.head_dim, m.interleaved, 1.0f}; }
   void rope_kv(Layer& L) const {
     b.rope_kv_write(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
                     rope_spec(), m.kv_heads, L.kc, L.vc);
@@ -281,11 +282,6 @@ struct LayerOps {
     return AttentionSpec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
   }
   void attention(Layer& L) const { b.attention(q, L.kc, L.vc, pos, attn_spec(), att); }
-  // rope_kv then attention, as model/forward.cc asks for them (one kernel for decode on CUDA).
-  void rope_attention(Layer& L) const {
-    b.rope_kv_attention(q, k, v, m.qk_norm ? &L.q_norm : nullptr, m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq,
-                        rope_spec(), L.kc, L.vc, attn_spec(), att);
-  }
   // y += w * in (the residual add).
   void residual(const Tensor& w, const Tensor& in) const {
     MatmulOut o{&w, &x};
@@ -300,9 +296,15 @@ struct LayerOps {
     b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
   }
   void down(Layer& L) const { residual(L.wd, ff); }
+  // The q/k/v products and attention as one op, as model/forward.cc asks for them (CUDA: RoPE
+  // and the KV write in the GEMV's epilogue for one token of plain weights, interleaved pairs).
+  void qkv_attention(Layer& L) const {
+    const MatmulOut outs[3] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
+    b.qkv_attention(x, InputNorm{&L.attn_norm, 1e-5f, &h}, outs, m.qk_norm ? &L.q_norm : nullptr,
+                    m.qk_norm ? &L.k_norm : nullptr, 1e-6f, pos, freq, rope_spec(), L.kc, L.vc, attn_spec(), att);
+  }
   void all(Layer& L) const {
-    qkv(L);
-    rope_attention(L);
+    qkv_attention(L);
     wo(L);
     gate_up(L);
     down(L);
@@ -385,7 +387,8 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   Tensor x = A(m.d), h = A(m.d), delta = A(m.d), q = A(qw), k = A(kvw), v = A(kvw), att = A(qw);
   Tensor ff = A(m.ff), ff2 = A(m.ff), logits = A(m.vocab), best = must(b.alloc(DType::kI32, {1}));
   const AttentionSpec spec{m.heads, m.kv_heads, m.head_dim, 1.0f / std::sqrt(float(m.head_dim)), 0, 0.0f};
-  const RopeSpec rq{m.heads, m.head_dim, m.head_dim, false, 1.0f}, rk{m.kv_heads, m.head_dim, m.head_dim, false, 1.0f};
+  const RopeSpec rq{m.heads, m.head_dim, m.head_dim, m.interleaved, 1.0f},
+      rk{m.kv_heads, m.head_dim, m.head_dim, m.interleaved, 1.0f};
   auto unfused_step = [&] {
     b.embed(embd, ids, x);
     b.rms_norm(x, layers[0].attn_norm, 1e-5f, h);
@@ -472,8 +475,8 @@ int run(int device, int reps, bool quick, bool prefill, const std::string& only)
 
   auto backend = must(create_backend("cuda:" + std::to_string(device)));
   Backend& b = *backend;
-  const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false};
-  const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true};
+  const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false, true};
+  const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true, false};
   if (prefill || !quick) {
     for (DType t : {DType::kF16, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
     bench_prefill(b, qwen, DType::kF16, reps);

@@ -98,6 +98,16 @@ void Backend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Ten
   attention(q, k_cache, v_cache, pos, attn, out);
 }
 
+void Backend::qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                            const AttentionSpec& attn, Tensor& out) {
+  SHOAL_CHECK(qkv.size() == 3 && qkv[0].y && qkv[1].y && qkv[2].y, "qkv_attention needs the q, k and v products");
+  matmuls(x, norm, qkv);
+  rope_kv_attention(*qkv[0].y, *qkv[1].y, *qkv[2].y, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn,
+                    out);
+}
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view device, const BackendOptions& opts) {
   if (device == "cpu" || device == "cpu-ref") {
     BackendOptions o = opts;

@@ -203,6 +203,15 @@ class Backend {
   virtual void rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                                  float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                                  Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out);
+  /// A layer's attention from its input: matmuls(x, norm, qkv), where qkv holds exactly the q, k
+  /// and v products in that order, then rope_kv_attention(*qkv[0].y, *qkv[1].y, *qkv[2].y,
+  /// q_norm, ...). Backends may fuse RoPE and the cache write into the products instead (CUDA);
+  /// q and k are then left rotated, or (as rope_kv_attention) raw. Errors are bugs (SHOAL_CHECK),
+  /// as in those two ops.
+  virtual void qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                             const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                             const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                             const AttentionSpec& attn, Tensor& out);
 
   // ---- whole-step recording -------------------------------------------------------------------
   /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a

@@ -61,7 +61,6 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   const MatmulOut qkv[3] = {{&w.wq, &q, has(w.bq) ? &w.bq : nullptr},
                             {&w.wk, &k, has(w.bk) ? &w.bk : nullptr},
                             {&w.wv, &v, has(w.bv) ? &w.bv : nullptr}};
-  be.matmuls(in, an, qkv);
   Tensor pos = rows(a.pos, n).reshaped({n});
   RopeSpec rs{L.n_heads, L.head_dim, c.cfg->rope.rot_dims, c.cfg->rope.interleaved, c.cfg->rope.attn_factor};
   const Tensor& freqs = L.use_local_rope ? a.inv_freq_local : a.inv_freq;
@@ -73,8 +72,8 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   as.sliding_window = L.sliding_window;
   as.softcap = c.cfg->attn_logit_softcap;
   Tensor att = a.att.rows_view(0, n).reshaped({n, qw});
-  be.rope_kv_attention(q, k, v, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
-                       c.cfg->norm_eps, pos, freqs, rs, kv.k, kv.v, as, att);
+  be.qkv_attention(in, an, qkv, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
+                   c.cfg->norm_eps, pos, freqs, rs, kv.k, kv.v, as, att);
   Tensor o = rows(a.o, n);
   block_output(c, w.wo, att, w.bo, w.post_attn_norm, x, o);
 }

@@ -87,6 +87,12 @@ class CudaBackend final : public Backend {
   void rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm, float eps,
                          const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache,
                          Tensor& v_cache, const AttentionSpec& attn, Tensor& out) override;
+  /// One token, plain weights, interleaved RoPE, no q / k norms, f16 caches: RoPE and the cache
+  /// write in the q / k / v GEMV's epilogue (cuda::GemvRope), then attention() (q and k are
+  /// left rotated). Otherwise matmuls then rope_kv_attention.
+  void qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv, const Tensor* q_norm,
+                     const Tensor* k_norm, float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                     Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) override;
 
   /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
   Status run_graph(uint64_t key, const std::function<void()>& record) override;
@@ -97,6 +103,8 @@ class CudaBackend final : public Backend {
   int device() const { return device_; }
   /// GEMV launches so far whose bias / old y were read before their PDL wait (for tests).
   uint64_t early_epilogue_launches() const { return early_epilogues_; }
+  /// qkv_attention calls so far that fused RoPE and the cache write into the GEMV (for tests).
+  uint64_t rope_epilogue_launches() const { return rope_epilogues_; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
   void forget_writes() { written_.op = 0; }
@@ -180,11 +188,11 @@ class CudaBackend final : public Backend {
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
-  uint64_t early_epilogues_ = 0;
+  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0;
   struct {
     uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)
     int n = 0;
-    std::array<std::pair<uintptr_t, uintptr_t>, 3> ranges{};  // [begin, end) of each write (<= 3 per op)
+    std::array<std::pair<uintptr_t, uintptr_t>, 5> ranges{};  // [begin, end) of each write (<= 5 per op)
   } written_;
   // The positions advance_decode last wrote ([begin, end)) and its op. Decode attention reads
   // pos before its PDL wait, so it must not directly follow that kernel (a SHOAL_CHECK: in a
@@ -196,6 +204,13 @@ class CudaBackend final : public Backend {
   /// SHOAL_CHECKs that op `prev` (the op before decode attention) was not an advance_decode
   /// writing `pos`.
   void check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) const;
+  /// matmuls(), with the RoPE / KV cache epilogue when `rope` is given (qkv_attention).
+  void launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
+                      const cuda::GemvRope* rope);
+  /// Whether qkv_attention can fuse RoPE and the cache write into the GEMV (its conditions).
+  bool rope_in_products(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv, const Tensor* q_norm,
+                        const Tensor* k_norm, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                        const Tensor& k_cache, const Tensor& v_cache, const AttentionSpec& attn) const;
   struct {
     uint64_t op = 0;
     const void *k = nullptr, *v = nullptr, *pos = nullptr;

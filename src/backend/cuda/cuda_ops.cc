@@ -1,6 +1,7 @@
 // CudaBackend ops: shape checks (bugs are SHOAL_CHECK, as in the reference) and dispatch to the
 // kernels of kernels.h, or cuBLAS for matmuls of more than kGemvMaxTokens tokens.
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
@@ -282,6 +283,67 @@ void CudaBackend::check_matmul_shapes(const Tensor& x, const InputNorm& norm, st
 }
 
 void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+  launch_matmuls(x, norm, outs, nullptr);
+}
+
+bool CudaBackend::rope_in_products(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                                   const Tensor* q_norm, const Tensor* k_norm, const Tensor& pos,
+                                   const Tensor& inv_freq, const RopeSpec& spec, const Tensor& k_cache,
+                                   const Tensor& v_cache, const AttentionSpec& attn) const {
+  // Pairs (2i, 2i + 1) of whole heads lie in one GEMV block; the per-head q / k norms need whole
+  // heads (not fused); the epilogue stores f16 rows.
+  const int hd = spec.head_dim;
+  if (x.rows() != 1 || qkv.size() != 3 || q_norm || k_norm || !spec.interleaved || hd != attn.head_dim ||
+      spec.n_heads != attn.n_heads || attn.n_kv_heads <= 0 || hd <= 0 || hd % 2 != 0 || spec.rot_dims < 0 ||
+      spec.rot_dims % 2 != 0 || spec.rot_dims > hd || (spec.rot_dims > 0 && inv_freq.n_elements() != spec.rot_dims / 2))
+    return false;
+  const int64_t q_rows = int64_t(attn.n_heads) * hd, kv_rows = int64_t(attn.n_kv_heads) * hd;
+  if (k_cache.dtype != DType::kF16 || v_cache.dtype != DType::kF16 || k_cache.cols() != kv_rows ||
+      v_cache.cols() != kv_rows || k_cache.rows() != v_cache.rows() || pos.dtype != DType::kI32 ||
+      pos.n_elements() != 1)
+    return false;
+  const DType wt = qkv[0].w ? qkv[0].w->dtype : DType::kF32;
+  const int64_t vals = wt == DType::kF32 ? 4 : 8;  // per 16-byte vector (the GEMV's vector path)
+  if ((wt != DType::kF32 && wt != DType::kF16 && wt != DType::kBF16) || x.cols() % vals != 0) return false;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned(x.data) || (norm.w && !aligned(norm.w->data))) return false;
+  for (size_t i = 0; i < 3; ++i) {
+    const MatmulOut& o = qkv[i];
+    if (!o.w || !o.y || o.up || o.accumulate || o.w->dtype != wt || o.w->cols() != x.cols() ||
+        o.w->rows() != (i == 0 ? q_rows : kv_rows) || o.y->n_elements() != o.w->rows())
+      return false;
+  }
+  return true;
+}
+
+void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                                const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                                const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                                const AttentionSpec& attn, Tensor& out) {
+  if (!rope_in_products(x, norm, qkv, q_norm, k_norm, pos, inv_freq, spec, k_cache, v_cache, attn)) {
+    Backend::qkv_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
+    return;
+  }
+  cuda::GemvRope r;
+  r.pos = static_cast<const int32_t*>(pos.data);
+  r.inv_freq = spec.rot_dims > 0 ? f32(inv_freq) : nullptr;
+  r.head_dim = spec.head_dim;
+  r.rot_dims = spec.rot_dims;
+  r.attn_factor = spec.attn_factor;
+  r.k_cache = k_cache.data;
+  r.v_cache = v_cache.data;
+  r.n_ctx = k_cache.rows();
+  launch_matmuls(x, norm, qkv, &r);
+  if (failed()) return;
+  // The step's rows of the caches are written: attention loads the older ones before its wait.
+  wrote({qkv[0].y, qkv[1].y, qkv[2].y, &k_cache, &v_cache});
+  kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, 1};
+  ++rope_epilogues_;
+  attention(*qkv[0].y, k_cache, v_cache, pos, attn, out);
+}
+
+void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
+                                 const cuda::GemvRope* rope) {
   const int64_t n = x.rows();
   SHOAL_CHECK(!norm.w || norm.h != nullptr, "matmuls: a norm needs its output tensor h");
   SHOAL_CHECK(!norm.w || norm.h->data != x.data, "matmuls: h must not alias x");
@@ -296,6 +358,7 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   bool fusable = n >= 1 && n <= cuda::kGemvMaxTokens && aligned(x.data) && (!norm.w || aligned(norm.w->data));
   for (const MatmulOut& o : outs)
     fusable = fusable && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
+  SHOAL_CHECK(!rope || fusable, "matmuls: the RoPE epilogue needs the one-launch GEMV path");
   if (!fusable) {
     if (n <= cuda::kGemvMaxTokens || !gemm_matmuls(x, norm, outs)) Backend::matmuls(x, norm, outs);
     return;
@@ -307,6 +370,7 @@ void CudaBackend::matmuls(const Tensor& x, const InputNorm& norm, std::span<cons
   cuda::GemvOpts opts;
   opts.norm_w = norm.w ? f32(*norm.w) : nullptr;
   opts.eps = norm.eps;
+  opts.rope = rope;
   const MatmulOut* launched[cuda::kGemvMaxOuts];
   const Tensor* ys[cuda::kGemvMaxOuts];
   int count = 0;

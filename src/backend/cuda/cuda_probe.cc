@@ -264,6 +264,11 @@ int64_t early_epilogue_launches(Backend& b) {
   return cb ? int64_t(cb->early_epilogue_launches()) : -1;
 }
 
+int64_t rope_epilogue_launches(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->rope_epilogue_launches()) : -1;
+}
+
 void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }
 
 void set_pdl(bool on) { cuda::set_pdl(on); }

@@ -58,6 +58,9 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale = 1.0f);
 /// GEMV launches of the CUDA backend b so far that read their bias / old y before the PDL wait
 /// (GemvOpts::early_epilogue); -1 if b is not a CUDA backend. For tests.
 int64_t early_epilogue_launches(Backend& b);
+/// qkv_attention calls of the CUDA backend b so far that rotated q / k and wrote the caches in
+/// the GEMV's epilogue (cuda::GemvRope); -1 if b is not a CUDA backend. For tests.
+int64_t rope_epilogue_launches(Backend& b);
 
 /// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
 /// quantized weights 16 or 32 (one or two tensor-core tiles).

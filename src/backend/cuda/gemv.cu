@@ -7,7 +7,8 @@
 // (R = 2, 4 vectors per lane per row in flight; rows of one token: R = 8 / 4 with 1 / 2 vectors
 // when narrow, R = 8 with 1 vector over several passes when 512 vectors or wider).
 // Partial sums are reduced in a fixed order (warp butterfly, then warps 0..3): results are
-// deterministic.
+// deterministic. A q / k / v launch of one token may also rotate q and k (RoPE, interleaved
+// pairs: both rows of a pair are in one block) and store k and v in the KV cache (GemvRope).
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
 #include <cuda_fp16.h>
 
@@ -29,6 +30,7 @@ struct GemvSeg {
   const float* bias;   // [rows] or null
   float* y;            // [n, rows]
   unsigned block_end;  // blocks of this segment and of those before it
+  int role;            // with a RoPE epilogue: 0 q, 1 k, 2 v
 };
 
 struct GemvArgs {
@@ -43,6 +45,7 @@ struct GemvArgs {
   bool accumulate;  // y += result
   bool early_epilogue;  // bias and old y may be read before the PDL wait (GemvOpts)
   Act act;
+  GemvRope rope;  // used by the Rope kernels only
 };
 
 // Per-dtype decoding of one 16-byte vector. kVals: values per vector; dot() adds w . x to acc.
@@ -120,12 +123,30 @@ __device__ __forceinline__ EpilogueIn early_epilogue(const GemvArgs& a, const Ge
   return load_epilogue(sg.bias, row, a.accumulate, sg.y + int64_t(t) * sg.rows + row);
 }
 
+// For the epilogue of a Rope kernel (after the products, so nothing of it is held in registers
+// through the weight loop): the step's position p and, in thread r < R, the cos / sin of its
+// row's pair when the row is a rotated dim of q or k (else cs stays (1, 0), unused).
+template <int R>
+__device__ __forceinline__ void rope_prepare(const GemvArgs& a, const GemvSeg& sg, int64_t row0, double2& cs,
+                                             int32_t& p) {
+  if (threadIdx.x >= R) return;
+  p = *a.rope.pos;
+  const int64_t row = row0 + threadIdx.x;
+  if (row >= sg.rows || sg.role > 1) return;
+  const int d = int(row % a.rope.head_dim);
+  if (d < a.rope.rot_dims) cs = rope_cos_sin(p, a.rope.inv_freq[d / 2], a.rope.attn_factor);
+}
+
 // Reduces acc[S][R][NT] (and the squares ss[NT] of a fused norm) over the block and writes y:
 // the dot, times 1 / rms(x) with a fused norm, plus bias, or act(gate) * up when S == 2; added
-// to y when accumulating. e: thread i's EpilogueIn (early_epilogue()).
-template <int S, int R, int NT>
+// to y when accumulating. e: thread i's EpilogueIn (early_epilogue()). Rope (one token, one
+// product): thread r < R of warp 0 finishes row row0 + r, trades it with its pair's other row
+// (r ^ 1), rotates it by cs when it is a rotated dim of q or k, stores it, and stores k and v
+// rows as f16 in the caches at row p.
+template <int S, int R, int NT, bool Rope = false>
 __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (&ss)[NT], const GemvArgs& a,
-                                                 const GemvSeg& sg, int64_t row0, const EpilogueIn& e) {
+                                                 const GemvSeg& sg, int64_t row0, const EpilogueIn& e,
+                                                 double2 cs = {}, int32_t p = 0) {
   static_assert(R * NT <= kThreads, "a thread per output element");
   constexpr int kSq = S * R * NT;  // offset of the squares in red
   __shared__ float red[kWarps][kSq + NT];
@@ -148,6 +169,31 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
   }
   __syncthreads();
   const int i = threadIdx.x;  // (a thread per output element)
+  if constexpr (Rope) {
+    static_assert(S == 1 && NT == 1 && R % 2 == 0 && R <= 32, "RoPE pairs of one token's rows in warp 0");
+    if (i >= 32) return;
+    const int64_t row = row0 + i;
+    const bool live = i < R && row < sg.rows;
+    float v = 0.0f;
+    if (live) {
+      const float inv = block_inv_rms<kWarps>(a.norm_w ? &red[0][kSq] : nullptr, kSq + NT, a.cols, a.eps);
+      v = add_bias(warps_sum<kWarps>(&red[0][i], kSq + NT) * inv, sg.bias, row, e);
+    }
+    const float other = __shfl_xor_sync(0xffffffffu, v, 1);  // the pair's other row
+    if (!live) return;
+    const int d = int(row % a.rope.head_dim);
+    if (sg.role <= 1 && d < a.rope.rot_dims) {
+      const bool odd = d & 1;
+      float x0 = odd ? other : v, x1 = odd ? v : other;
+      rope_rotate(x0, x1, cs);
+      v = odd ? x1 : x0;
+    }
+    sg.y[row] = v;
+    if (sg.role >= 1 && p >= 0 && p < a.rope.n_ctx)
+      static_cast<__half*>(sg.role == 1 ? a.rope.k_cache : a.rope.v_cache)[int64_t(p) * sg.rows + row] =
+          __float2half_rn(v);
+    return;
+  }
   const int r = i / NT, t = i % NT;
   const int64_t row = row0 + r;
   if (i >= R * NT || row >= sg.rows || t >= a.n) return;
@@ -158,9 +204,13 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[S][R][NT], float (
 // The plain kernel: R rows per block, NT tokens, S = 2 for the gate/up fusion, U vectors
 // per row loaded per lane before use. Late: the next kernel may start only once this block's
 // products are done (not right after its PDL wait), so its early blocks do not take the SMs
-// this kernel's later blocks need.
-template <class T, int R, int NT, int S, int U, bool Late = false>
-__global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
+// this kernel's later blocks need. Rope: the RoPE / KV cache epilogue (GemvRope), held to 80
+// registers (6 blocks per SM, as the plain F16 wide-row kernel): with the cos / sin before the
+// wait it took 96, the Llama-3-8B q/k/v GEMV's 768 blocks no longer fit in one wave and the F16
+// decode step was 20 us slower than without the fusion (H200; docs/cuda.md, v20). (0: no bound,
+// the other kernels unchanged.)
+template <class T, int R, int NT, int S, int U, bool Late = false, bool Rope = false>
+__global__ void __launch_bounds__(kThreads, Rope ? 6 : 0) gemv_vec_kernel(const GemvArgs a) {
   int64_t local;
   const GemvSeg sg = block_seg(a, local);
   const int64_t row0 = local * R;
@@ -216,7 +266,10 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a) {
     }
   }
   if constexpr (Late) pdl_trigger();
-  reduce_and_store<S, R, NT>(acc, ss, a, sg, row0, e);
+  [[maybe_unused]] double2 cs = make_double2(1.0, 0.0);
+  [[maybe_unused]] int32_t p = 0;
+  if constexpr (Rope) rope_prepare<R>(a, sg, row0, cs, p);
+  reduce_and_store<S, R, NT, Rope>(acc, ss, a, sg, row0, e, cs, p);
 }
 
 // Element loaders for the scalar path (plain weights whose rows are not whole 16-byte vectors).
@@ -276,17 +329,19 @@ unsigned assign_blocks(GemvArgs& a, int64_t rows_per_block) {
   return assign_seg_blocks(a.seg, a.n_segs, rows_per_block, [](const GemvSeg& s) { return s.rows; });
 }
 
-template <class T, int R, int NT, int S, int U = 4, bool Late = false>
+template <class T, int R, int NT, int S, int U = 4, bool Late = false, bool Rope = false>
 cudaError_t launch_plain(GemvArgs a, cudaStream_t stream) {
   const unsigned grid = assign_blocks(a, R);
-  SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, U, Late>, grid, kThreads, 0, stream, a));
+  SHOAL_TRY_LAUNCH(launch(gemv_vec_kernel<T, R, NT, S, U, Late, Rope>, grid, kThreads, 0, stream, a));
   return cudaGetLastError();
 }
 
-template <class T, int S, int NT>
+// Rope: the q / k / v launch of one token with the RoPE epilogue (qkv_attention): the same row
+// counts (all even, so a pair's rows share a block) as without it, no benchmark override.
+template <class T, int S, int NT, bool Rope = false>
 cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
   constexpr int kDefault = plain_rows<S, NT>();
-  if constexpr (S == 1 && NT == 1) {  // benchmarks try other row counts for the plain GEMV
+  if constexpr (S == 1 && NT == 1 && !Rope) {  // benchmarks try other row counts for the plain GEMV
     if (g_rows_override == 1 && kDefault != 1) return launch_plain<T, 1, 1, 1>(a, stream);
     if (g_rows_override == 4 && kDefault != 4) return launch_plain<T, 4, 1, 1>(a, stream);
   }
@@ -298,8 +353,8 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // SMs in one wave (Qwen3-0.6B: 384 instead of 768), step 0.823-0.843 -> 0.802-0.815 ms
     // (H200; 8 rows for wo's two-vector rows or 4 rows of three vectors for its down projection
     // measured slower; docs/cuda.md, v13).
-    if (a.nvec <= kThreads) return launch_plain<T, 8, 1, S, 1>(a, stream);
-    if (a.nvec <= 2 * kThreads) return launch_plain<T, 4 / S, 1, S, 2>(a, stream);
+    if (a.nvec <= kThreads) return launch_plain<T, 8, 1, S, 1, false, Rope>(a, stream);
+    if (a.nvec <= 2 * kThreads) return launch_plain<T, 4 / S, 1, S, 2, false, Rope>(a, stream);
     // Wide rows (F16 / BF16 from 4096 columns, F32 from 2048): one vector per lane and row,
     // 8 / S rows, several passes per row. Llama-3-8B F16 decode step 4.24 -> 4.12 ms (H200;
     // 4096x14336 alone 72% -> 82% of read; docs/cuda.md, v12); rows of 3 passes (Qwen3-0.6B
@@ -311,15 +366,17 @@ cudaError_t dispatch_rows(const GemvArgs& a, cudaStream_t stream) {
     // Tall ones (one product of 16384+ rows: LM heads) take 4 rows with 4 vectors each in flight
     // per lane instead: their many waves of blocks need no late trigger, and more loads in flight
     // per lane read faster (F16 128256x4096 alone 97% -> 99% of read, H200; docs/cuda.md, v19).
-    if constexpr (S == 1)
+    if constexpr (S == 1 && !Rope)
       if (a.nvec >= 4 * kThreads && a.n_segs == 1 && a.seg[0].rows >= 16384) return launch_plain<T, 4, 1, 1>(a, stream);
-    if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1, true>(a, stream);
+    if (a.nvec >= 4 * kThreads) return launch_plain<T, 8 / S, 1, S, 1, true, Rope>(a, stream);
   }
-  return launch_plain<T, kDefault, NT, S>(a, stream);
+  return launch_plain<T, kDefault, NT, S, 4, false, Rope>(a, stream);
 }
 
 template <class T, int S>
-cudaError_t dispatch_tokens(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t dispatch_tokens(const GemvArgs& a, cudaStream_t stream, bool rope) {
+  if constexpr (S == 1)
+    if (rope) return dispatch_rows<T, 1, 1, true>(a, stream);  // (one token: checked by run())
   if (a.n == 1) return dispatch_rows<T, S, 1>(a, stream);
   if (a.n == 2) return dispatch_rows<T, S, 2>(a, stream);
   if (a.n <= 4) return dispatch_rows<T, S, 4>(a, stream);
@@ -368,7 +425,8 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
     sg.y = g.y;
   }
   if (a.n_segs == 0) return cudaSuccess;
-  if (kind == WKind::kQ8_0 || kind == WKind::kQ4_0) return gemv_quant(outs, count, x, n, o, stream);
+  if (kind == WKind::kQ8_0 || kind == WKind::kQ4_0)
+    return o.rope ? cudaErrorInvalidValue : gemv_quant(outs, count, x, n, o, stream);
   const int vals = vals_per_vector(kind);
   a.cols = cols;
   a.nvec = cols / vals;
@@ -381,13 +439,29 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
   a.act = o.act;
   const bool vec_ok = cols % vals == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       (!o.norm_w || reinterpret_cast<uintptr_t>(o.norm_w) % 16 == 0);
+  if (o.rope) {
+    if constexpr (S != 1) {
+      return cudaErrorInvalidValue;
+    } else {
+      const GemvRope& r = *o.rope;
+      const int64_t hd = r.head_dim;
+      if (count != 3 || a.n_segs != 3 || n != 1 || o.accumulate || !vec_ok || vals == 1 || hd <= 0 || hd % 2 != 0 ||
+          r.rot_dims < 0 || r.rot_dims % 2 != 0 || r.rot_dims > hd || a.seg[0].rows % hd != 0 ||
+          a.seg[1].rows % hd != 0 || a.seg[1].rows != a.seg[2].rows || !r.pos || !r.k_cache || !r.v_cache ||
+          (r.rot_dims > 0 && !r.inv_freq))
+        return cudaErrorInvalidValue;
+      for (int i = 0; i < 3; ++i) a.seg[i].role = i;
+      a.rope = r;
+    }
+  }
+  const bool rope = o.rope != nullptr;
   switch (kind) {
     case WKind::kF32:
-      return vec_ok ? dispatch_tokens<F32W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
+      return vec_ok ? dispatch_tokens<F32W, S>(a, stream, rope) : launch_scalar<S>(a, kind, stream);
     case WKind::kF16:
-      return vec_ok ? dispatch_tokens<F16W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
+      return vec_ok ? dispatch_tokens<F16W, S>(a, stream, rope) : launch_scalar<S>(a, kind, stream);
     case WKind::kBF16:
-      return vec_ok ? dispatch_tokens<BF16W, S>(a, stream) : launch_scalar<S>(a, kind, stream);
+      return vec_ok ? dispatch_tokens<BF16W, S>(a, stream, rope) : launch_scalar<S>(a, kind, stream);
     default:
       break;
   }

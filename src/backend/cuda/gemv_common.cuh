@@ -51,6 +51,11 @@ __device__ __forceinline__ EpilogueIn load_epilogue(const float* bias, int64_t r
   return e;
 }
 
+/// v + bias[row] (from `e` when it is ready), or v when bias is null.
+__device__ __forceinline__ float add_bias(float v, const float* bias, int64_t row, const EpilogueIn& e) {
+  return bias ? v + (e.ready ? e.bias : bias[row]) : v;
+}
+
 /// The epilogue of one output element: v holds the finished dot product(s), already times
 /// 1 / rms; with S == 2 (gate, up) act(gate) * up, else v[0] + bias[row] (bias may be null);
 /// written to *y, or added to it when accumulating. Bias and old y come from `e` when it is
@@ -62,8 +67,28 @@ __device__ __forceinline__ void store_output(const float (&v)[S], Act act, const
   if constexpr (S == 2)
     out = apply_act(v[0], act) * v[1];
   else
-    out = bias ? v[0] + (e.ready ? e.bias : bias[row]) : v[0];
+    out = add_bias(v[0], bias, row, e);
   *y = accumulate ? (e.ready ? e.y : *y) + out : out;
+}
+
+/// 1 / rms of a token whose W warps left their shares of its sum of squares at sq[w * sq_stride]
+/// (cols values, eps); 1 when sq is null (no fused norm).
+template <int W>
+__device__ __forceinline__ float block_inv_rms(const float* sq, int sq_stride, int64_t cols, float eps) {
+  if (!sq) return 1.0f;
+  float q = 0.0f;
+#pragma unroll
+  for (int w = 0; w < W; ++w) q += sq[w * sq_stride];
+  return inv_rms(q, cols, eps);
+}
+
+/// The W warps' partial dot products at dots[w * warp_stride], summed in warp order.
+template <int W>
+__device__ __forceinline__ float warps_sum(const float* dots, int warp_stride) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < W; ++w) sum += dots[w * warp_stride];
+  return sum;
 }
 
 /// The reduction and epilogue of output element (row, token) of a block whose W warps left
@@ -75,21 +100,10 @@ template <int S, int W>
 __device__ __forceinline__ void reduce_store(const float* dots, int warp_stride, int s_stride, const float* sq,
                                              int sq_stride, int64_t cols, float eps, Act act, const float* bias,
                                              int64_t row, bool accumulate, float* y, const EpilogueIn& e) {
-  float inv = 1.0f;
-  if (sq) {
-    float q = 0.0f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) q += sq[w * sq_stride];
-    inv = inv_rms(q, cols, eps);
-  }
+  const float inv = block_inv_rms<W>(sq, sq_stride, cols, eps);
   float v[S];
 #pragma unroll
-  for (int s = 0; s < S; ++s) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) sum += dots[w * warp_stride + s * s_stride];
-    v[s] = sum * inv;
-  }
+  for (int s = 0; s < S; ++s) v[s] = warps_sum<W>(dots + s * s_stride, warp_stride) * inv;
   store_output(v, act, bias, row, accumulate, y, e);
 }
 

@@ -84,6 +84,23 @@ struct GemvOut {
   const float* bias = nullptr;  // [w.rows] or null (not with up)
   float* y = nullptr;           // f32 [n, w.rows]
 };
+/// RoPE and the KV cache write as the epilogue of a q / k / v launch of gemv_multi() (one token,
+/// outs[0..2] = q, k, v; plain weights): q and k are rotated by pos[0] * inv_freq in interleaved
+/// pairs (2i, 2i + 1) of the first rot_dims dims of every head_dim-wide head (RoFormer,
+/// arXiv:2104.09864; cos / sin and the rotation in double, as rope()), and k and v are also
+/// stored as f16 at row pos[0] of k_cache / v_cache ([n_ctx, k rows]; skipped outside [0, n_ctx)),
+/// as kv_write(). The same values as the GEMV, rope() and kv_write() launched one after another.
+/// The epilogue reads pos and computes cos / sin after the products, so they hold no registers
+/// through the weight loop.
+struct GemvRope {
+  const int32_t* pos = nullptr;
+  const float* inv_freq = nullptr;  // [rot_dims / 2]
+  int head_dim = 0, rot_dims = 0;
+  float attn_factor = 1.0f;
+  void* k_cache = nullptr;  // f16 [n_ctx, k rows]
+  void* v_cache = nullptr;
+  int64_t n_ctx = 0;
+};
 /// What the products of one gemv_multi() launch share.
 struct GemvOpts {
   const float* norm_w = nullptr;  // RMSNorm weight [cols]: the input is rms_norm(x) (eps below)
@@ -93,13 +110,19 @@ struct GemvOpts {
   // The bias and, when accumulating, the old y may be read before the PDL wait (launch.cuh):
   // only when the kernel launched just before writes neither. Off: read after it.
   bool early_epilogue = false;
+  // RoPE and the KV cache write fused into the epilogue (q / k / v of one token), or null.
+  const GemvRope* rope = nullptr;
 };
 constexpr int kGemvMaxOuts = 3;
 /// Up to kGemvMaxOuts products of the same input in one launch (q, k and v of a layer): every
 /// weight has the same kind and cols, and all or none have `up`. With norm_w, each block
 /// computes the RMS of x itself (Zhang & Sennrich 2019; the 1/rms factor multiplies the dot
 /// products, the norm weight the activations), so the normed input is never written.
-/// Errors: cudaErrorInvalidValue for mixed kinds or widths, count or n out of range.
+/// Errors: cudaErrorInvalidValue for mixed kinds or widths, count or n out of range; with
+/// opts.rope, unless there are exactly three non-empty products of one token on the vector path
+/// (plain weights, cols a multiple of the values per 16 bytes, x and norm_w 16-byte aligned),
+/// none accumulating or with `up`, q and k rows whole heads of an even head_dim, k and v the same
+/// rows, an even rot_dims <= head_dim, and pos, the caches and (rot_dims > 0) inv_freq given.
 cudaError_t gemv_multi(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
                        cudaStream_t stream);
 /// The Q8_0 / Q4_0 path of gemv_multi() (gemv_quant.cu): f16 tensor-core MMAs on the tile

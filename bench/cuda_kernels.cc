@@ -359,8 +359,9 @@ std::vector<int32_t> g_positions = {576};
 int g_chain_steps = 0;
 
 // fused: the graph of model/forward.cc (norms and residual adds inside the GEMVs, q/k/v in one
-// launch, qk-norm + RoPE + KV write in one kernel); else the op-by-op sequence of the first
-// CUDA version, for comparison.
+// launch with attention as qkv_attention: RoPE and the KV write in the GEMV's epilogue for the
+// Llama shape, qk-norm + RoPE + KV write inside decode attention for Qwen3-0.6B); else the
+// op-by-op sequence of the first CUDA version, for comparison.
 void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, int reps, const char* note,
                   bool fused = true) {
   const int32_t largest = *std::max_element(g_positions.begin(), g_positions.end());

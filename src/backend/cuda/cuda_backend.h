@@ -192,7 +192,7 @@ class CudaBackend final : public Backend {
   struct {
     uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)
     int n = 0;
-    std::array<std::pair<uintptr_t, uintptr_t>, 5> ranges{};  // [begin, end) of each write (<= 5 per op)
+    std::array<std::pair<uintptr_t, uintptr_t>, 3> ranges{};  // [begin, end) of each write (<= 3 per op)
   } written_;
   // The positions advance_decode last wrote ([begin, end)) and its op. Decode attention reads
   // pos before its PDL wait, so it must not directly follow that kernel (a SHOAL_CHECK: in a

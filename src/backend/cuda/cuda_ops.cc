@@ -1,7 +1,6 @@
 // CudaBackend ops: shape checks (bugs are SHOAL_CHECK, as in the reference) and dispatch to the
 // kernels of kernels.h, or cuBLAS for matmuls of more than kGemvMaxTokens tokens.
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
@@ -335,8 +334,7 @@ void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::spa
   r.n_ctx = k_cache.rows();
   launch_matmuls(x, norm, qkv, &r);
   if (failed()) return;
-  // The step's rows of the caches are written: attention loads the older ones before its wait.
-  wrote({qkv[0].y, qkv[1].y, qkv[2].y, &k_cache, &v_cache});
+  // Only the step's rows of the caches are written: attention loads the older ones before its wait.
   kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, 1};
   ++rope_epilogues_;
   attention(*qkv[0].y, k_cache, v_cache, pos, attn, out);

@@ -7,7 +7,8 @@
 // first weights before it: weights are written only by uploads, i.e. copies and repack kernels
 // that are never directly followed by a GEMV. Decode attention reads pos (the backend checks
 // that advance_decode, the one kernel writing it, did not run just before), and with
-// AttnArgs::early_kv or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies)
+// AttnArgs::early_kv (after a KV write or a q/k/v GEMV with the RoPE epilogue, which write only
+// the step's rows) or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies)
 // the cache rows of earlier steps, before it; the GEMVs with GemvOpts::early_epilogue their bias
 // and the old y of a residual add: a kernel may start only once the previous one passed its own
 // wait, so everything before the previous kernel is complete; the backend takes these paths only

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
-#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 

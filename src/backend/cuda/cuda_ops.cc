@@ -37,6 +37,18 @@ int plain_id(DType t) {
   return int(t);
 }
 
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether matmuls(x, norm, outs) runs as GEMV launches (gemv_multi): n <= 8, 16-byte aligned x
+// and norm weight (a row view of x at an odd row of a width that is not a multiple of 4 is not),
+// and GLU pairs of one weight kind.
+bool gemv_launches(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+  const int64_t n = x.rows();
+  bool ok = n >= 1 && n <= cuda::kGemvMaxTokens && aligned16(x.data) && (!norm.w || aligned16(norm.w->data));
+  for (const MatmulOut& o : outs) ok = ok && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
+  return ok;
+}
+
 }  // namespace
 
 cuda::WeightRef CudaBackend::weight_ref(const Tensor& w) const {
@@ -81,7 +93,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tens
   SHOAL_CHECK(!bias || bias->n_elements() == out, "matmul: bias {} for out={}", bias->shape_string(), out);
   const cuda::WeightRef wr = weight_ref(w);
   const float* xs = f32(x);
-  SHOAL_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0, "matmul input not 16-byte aligned");
+  SHOAL_CHECK(aligned16(xs), "matmul input not 16-byte aligned");
   if (failed() || !use_device()) return;
   const float* b = bias ? f32(*bias) : nullptr;
   if (n <= cuda::kGemvMaxTokens)
@@ -168,7 +180,7 @@ cuda::AttnArgs attn_args(const Tensor& q, const Tensor& k_cache, const Tensor& v
   SHOAL_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 256,
               "CUDA attention needs head_dim % 8 == 0 and <= 256, got {}", spec.head_dim);
   SHOAL_CHECK(n <= 65535, "attention over {} tokens in one call (at most 65535)", n);
-  SHOAL_CHECK(reinterpret_cast<uintptr_t>(out.data) % 16 == 0, "attention out not 16-byte aligned");
+  SHOAL_CHECK(aligned16(out.data), "attention out not 16-byte aligned");
   cuda::AttnArgs a;
   a.n_tokens = n;
   a.n_ctx = k_cache.rows();
@@ -261,7 +273,7 @@ void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Ten
               "matmul_glu: gate {} up {} x {}", w_gate.shape_string(), w_up.shape_string(), x.shape_string());
   SHOAL_CHECK(out.rows() == n && out.cols() == w_gate.rows(), "matmul_glu out {}", out.shape_string());
   const float* xs = f32(x);
-  SHOAL_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0, "matmul input not 16-byte aligned");
+  SHOAL_CHECK(aligned16(xs), "matmul input not 16-byte aligned");
   if (failed() || !use_device()) return;
   note(cuda::gemv_glu(weight_ref(w_gate), weight_ref(w_up), xs, int(n), act_of(act), f32(out), stream_), "gemv_glu");
 }
@@ -304,15 +316,13 @@ bool CudaBackend::rope_in_products(const Tensor& x, const InputNorm& norm, std::
   const DType wt = qkv[0].w ? qkv[0].w->dtype : DType::kF32;
   const int64_t vals = wt == DType::kF32 ? 4 : 8;  // per 16-byte vector (the GEMV's vector path)
   if ((wt != DType::kF32 && wt != DType::kF16 && wt != DType::kBF16) || x.cols() % vals != 0) return false;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(x.data) || (norm.w && !aligned(norm.w->data))) return false;
   for (size_t i = 0; i < 3; ++i) {
     const MatmulOut& o = qkv[i];
     if (!o.w || !o.y || o.up || o.accumulate || o.w->dtype != wt || o.w->cols() != x.cols() ||
         o.w->rows() != (i == 0 ? q_rows : kv_rows) || o.y->n_elements() != o.w->rows())
       return false;
   }
-  return true;
+  return gemv_launches(x, norm, qkv);
 }
 
 void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
@@ -350,12 +360,7 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
     SHOAL_CHECK(outs[i].y->data != x.data, "matmuls: y must not alias x");
     for (size_t j = 0; j < i; ++j) SHOAL_CHECK(outs[j].y->data != outs[i].y->data, "matmuls: two outputs share y");
   }
-  // One launch needs n <= 8, 16-byte aligned x and norm weight (a row view of x at an odd row of
-  // a width that is not a multiple of 4 is not), and GLU pairs of one weight kind.
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  bool fusable = n >= 1 && n <= cuda::kGemvMaxTokens && aligned(x.data) && (!norm.w || aligned(norm.w->data));
-  for (const MatmulOut& o : outs)
-    fusable = fusable && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
+  const bool fusable = gemv_launches(x, norm, outs);
   SHOAL_CHECK(!rope || fusable, "matmuls: the RoPE epilogue needs the one-launch GEMV path");
   if (!fusable) {
     if (n <= cuda::kGemvMaxTokens || !gemm_matmuls(x, norm, outs)) Backend::matmuls(x, norm, outs);

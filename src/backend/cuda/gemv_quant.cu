@@ -57,7 +57,8 @@ constexpr int kThreads = kWarps * 32;
 // Dynamic shared memory per block, at most: the weight rings and a stage of activation fragments
 // (one token's fragments of a 14336-value row fit beside the rings); lowered to what the device
 // allows (sm_86 / sm_89: 99 KiB per block in all). Two blocks fit on an SM of sm_90 (228 KiB);
-// on sm_80 (164 KiB) two fit while the fragments stay under ~30 KiB (one token, ~7k columns).
+// on sm_80 (164 KiB) two fit while the fragments stay under ~30 KiB (one token, ~7k columns;
+// a 3-slot ring is taken only where it keeps as many blocks per SM as 2 slots, launch_quant).
 constexpr int64_t kSmemBytes = 110 * 1024;
 
 struct QSeg {
@@ -139,11 +140,13 @@ struct Shape {
   static constexpr int kWords = kQ4 ? 2 : 1;            // 16-byte fragment words per chunk (2 k-steps each)
   static constexpr int kLoads = S * RT;                 // 16-byte weight loads per lane and chunk
   // Slots of a warp's ring, a pair of chunks each (the chunks c and c + 8 of a warp): at most
-  // 4 for one weight and up to 3 tokens (8 loads per lane), else 3 for Q8_0 and 2 for Q4_0; 2
-  // also when the fragments of a whole row fit beside 2 slots but not beside the most (one
-  // stage, looping over units, beats a deeper ring). While a pair is computed, the other slots'
-  // (slots - 1) * 2 * kLoads loads are in flight. (H200, Llama-3-8B decode step: Q8_0 with 3
-  // slots for gate+up 0.8% faster than with 2 or 4; Q4_0 gate+up no faster with 3.)
+  // 4 with one load per lane and chunk and NT < 4 (one weight, one tile, n <= 2 tokens); else
+  // 3 for Q8_0 (gate+up, two-tile units as in LM heads, n >= 3) and 2 for Q4_0. 2 also when the
+  // row needs several stages, or would with more slots (one stage, looping over units, beats a
+  // deeper ring), and for 3 when it would hold fewer blocks per SM (launch_quant). While a pair
+  // is computed, the other slots' (slots - 1) * 2 * kLoads loads are in flight. (H200,
+  // Llama-3-8B decode step: Q8_0 with 3 slots 0.8% faster than with 2 or 4; Q4_0 gate+up no
+  // faster with 3, and its 4-token GEMV slower.)
   static constexpr int kMaxSlots = NT >= 4 || kLoads > 1 ? (kQ4 ? 2 : 3) : 4;
   // The ring slot after slot i of a ring of `slots` (kMaxSlots or 2): a mask for powers of two
   // (the Q4_0 decode step was 1% slower with the compare in every kernel).
@@ -535,13 +538,28 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
   // Stages of a multiple of 16 chunks: a warp's pairs (c, c + 8) never straddle two. The
   // deepest ring that leaves one stage for the whole row; else 2 slots and the largest stage.
+  // A 3-slot ring only where it keeps the blocks per SM of 2 slots (its 60 KiB would cost one on
+  // sm_80 from ~4.6k columns, and on sm_90 for Q8_0 gate+up rows of 2.5-3k columns at 3-4
+  // tokens or 5.6-6k at 2).
   auto stage_for = [&](int slots) {
     return std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::ring_bytes(slots)) / per_chunk / (2 * kWarps)) * 2 *
            kWarps;
   };
+  auto per_sm_at = [&](int slots, int& per_sm) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads,
+        size_t(Sh::ring_bytes(slots) + stage_for(slots) * per_chunk));
+  };
   a.slots = Sh::kMaxSlots;
   a.stage_chunks = stage_for(a.slots);
-  if (a.stage_chunks < a.chunks) {
+  bool shallower = a.stage_chunks < a.chunks;
+  if (Sh::kMaxSlots == 3 && !shallower) {
+    int deep = 0, shallow = 0;
+    SHOAL_TRY_LAUNCH(per_sm_at(3, deep));
+    SHOAL_TRY_LAUNCH(per_sm_at(2, shallow));
+    shallower = deep < shallow;
+  }
+  if (shallower) {
     a.slots = 2;
     a.stage_chunks = stage_for(a.slots);
   }

@@ -545,19 +545,23 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
     return std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::ring_bytes(slots)) / per_chunk / (2 * kWarps)) * 2 *
            kWarps;
   };
-  auto per_sm_at = [&](int slots, int& per_sm) {
+  auto per_sm_at = [&](int slots, int& blocks) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads,
+        &blocks, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads,
         size_t(Sh::ring_bytes(slots) + stage_for(slots) * per_chunk));
   };
   a.slots = Sh::kMaxSlots;
   a.stage_chunks = stage_for(a.slots);
   bool shallower = a.stage_chunks < a.chunks;
-  if (Sh::kMaxSlots == 3 && !shallower) {
-    int deep = 0, shallow = 0;
-    SHOAL_TRY_LAUNCH(per_sm_at(3, deep));
-    SHOAL_TRY_LAUNCH(per_sm_at(2, shallow));
-    shallower = deep < shallow;
+  int per_sm = 0;  // resident blocks per SM at a.slots, once known
+  if constexpr (Sh::kMaxSlots == 3) {
+    if (!shallower) {
+      int deep = 0, shallow = 0;
+      SHOAL_TRY_LAUNCH(per_sm_at(3, deep));
+      SHOAL_TRY_LAUNCH(per_sm_at(2, shallow));
+      shallower = deep < shallow;
+      per_sm = shallower ? shallow : deep;
+    }
   }
   if (shallower) {
     a.slots = 2;
@@ -572,9 +576,7 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   // blocks as are resident at once. Several stages: one unit per block.
   int64_t grid = a.units;
   if (stages == 1) {
-    int per_sm = 0;
-    SHOAL_TRY_LAUNCH(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads, smem));
+    if (per_sm == 0) SHOAL_TRY_LAUNCH(per_sm_at(a.slots, per_sm));
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * d.sms);
   }
   SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT>, unsigned(grid), kThreads, smem, stream, a));

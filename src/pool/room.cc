@@ -82,12 +82,11 @@ void Room::accept_loop() {
     p.conn = conn.get();
     p.thread = std::thread([this, c = std::move(conn), &p]() mutable {
       auto role = auth_server(*c, opts_.secret, opts_.handshake_timeout);
-      if (!role.ok()) {
-        spdlog::warn("room {}: refused {}: {}", address_, c->peer(), role.status().to_string());
-        if (opts_.on_refused) opts_.on_refused(c->peer(), role.status());
-      } else {
-        spdlog::info("room {}: {} joined as {}", address_, c->peer(), peer_role_name(*role));
-      }
+      const std::string peer = c->peer();
+      if (!role.ok())
+        spdlog::warn("room {}: refused {}: {}", address_, peer, role.status().to_string());
+      else
+        spdlog::info("room {}: {} joined as {}", address_, peer, peer_role_name(*role));
       std::unique_ptr<Connection> dropped;
       {
         std::lock_guard lock(mu_);
@@ -98,9 +97,14 @@ void Room::accept_loop() {
         } else {
           dropped = std::move(c);
         }
-        p.done = true;
         cv_.notify_all();
       }
+      // Reported once counted, so refused() already includes it when on_refused runs (as for
+      // the refusals of accept_loop); done only after it, so the accept loop, which joins done
+      // threads under mu_, never waits on a callback that may call refused().
+      if (!role.ok() && opts_.on_refused) opts_.on_refused(peer, role.status());
+      std::lock_guard lock(mu_);
+      p.done = true;
     });
   }
 }

@@ -14,6 +14,7 @@
 #include "backend/cpu/attention_fast.h"
 #include "core/half.h"
 #include "tensor/quant.h"
+#include "cpu_test_util.h"
 
 namespace shoal {
 namespace {
@@ -88,13 +89,6 @@ std::vector<float> run(ThreadPool& pool, CpuIsa isa, std::vector<float>& q, Cach
   return out;
 }
 
-std::vector<CpuIsa> isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512})
-    if (int(i) <= int(cpu_isa_supported())) v.push_back(i);
-  return v;
-}
-
 struct Case {
   int n_heads, n_kv_heads, head_dim;
   int window;
@@ -113,7 +107,7 @@ TEST(CpuAttention, MatchesDoubleReference) {
   std::mt19937 rng(2024);
   ThreadPool pool(2);
   double worst = 0;
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kCacheTypes) {
       for (const Case& c : cases) {
         AttentionSpec s{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
@@ -144,7 +138,7 @@ TEST(CpuAttention, MatchesDoubleReference) {
 TEST(CpuAttention, DeterministicOverThreadsAndBatch) {
   std::mt19937 rng(7);
   ThreadPool p1(1), p2(2), p3(3);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kCacheTypes) {
       AttentionSpec s{6, 2, 64, 0.125f, 0, 0.0f};
       const int64_t n = 9, ctx = 150, qw = 6 * 64;

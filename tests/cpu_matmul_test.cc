@@ -14,6 +14,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/half.h"
 #include "tensor/quant.h"
+#include "cpu_test_util.h"
 
 namespace shoal {
 namespace {
@@ -100,13 +101,6 @@ double max_normalised_error(const std::vector<float>& y, const std::vector<doubl
   return worst;
 }
 
-std::vector<CpuIsa> isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512})
-    if (int(i) <= int(cpu_isa_supported())) v.push_back(i);
-  return v;
-}
-
 bool is_quant(DType d) { return d == DType::kQ8_0 || d == DType::kQ4_0; }
 
 struct Shape {
@@ -125,7 +119,7 @@ TEST(CpuMatmul, MatchesDoubleReference) {
   std::mt19937 rng(1234);
   ThreadPool pool(2);
   double worst[2] = {0, 0};
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kDtypes) {
       for (const Shape& s : shapes) {
         if (is_quant(dt) && s.in % 32 != 0) continue;
@@ -151,7 +145,7 @@ TEST(CpuMatmul, MatchesDoubleReference) {
 TEST(CpuMatmul, ThreadCountDoesNotChangeBits) {
   std::mt19937 rng(77);
   ThreadPool p1(1), p2(2), p3(3);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kDtypes) {
       Weights w = make_weights(dt, 67, 288, rng);
       for (int64_t n : {1, 7}) {
@@ -170,7 +164,7 @@ TEST(CpuMatmul, ThreadCountDoesNotChangeBits) {
 TEST(CpuMatmul, BatchRowEqualsGemvOfThatRow) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kDtypes) {
       const int64_t in = 1056, out = 19;
       Weights w = make_weights(dt, out, in, rng);
@@ -192,7 +186,7 @@ TEST(CpuMatmul, ZeroAndLargeActivations) {
   // A zero token (scale 0 in the 8-bit path) and a token with one huge value next to tiny ones.
   std::mt19937 rng(5);
   ThreadPool pool(2);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kDtypes) {
       Weights w = make_weights(dt, 5, 64, rng);
       std::vector<float> x(128, 0.0f);

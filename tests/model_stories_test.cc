@@ -19,13 +19,13 @@ nlohmann::json expected() {
   return nlohmann::json::parse(in);
 }
 
-struct Case {
+struct StoriesCase {
   std::string device;
   DType kv;
   int threads;
 };
 
-class StoriesGreedy : public ::testing::TestWithParam<Case> {};
+class StoriesGreedy : public ::testing::TestWithParam<StoriesCase> {};
 
 TEST_P(StoriesGreedy, MatchesLlamaCpp) {
   LocalModelOptions o;
@@ -52,15 +52,15 @@ TEST_P(StoriesGreedy, MatchesLlamaCpp) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+std::string stories_case_name(const ::testing::TestParamInfo<StoriesCase>& i) {
   std::string d = i.param.device == "cpu-ref" ? "cpu_ref" : i.param.device;
   return d + "_kv_" + std::string(dtype_name(i.param.kv)) + "_" + std::to_string(i.param.threads) + "t";
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, StoriesGreedy,
-                         ::testing::Values(Case{"cpu-ref", DType::kF32, 1}, Case{"cpu", DType::kF16, 2},
-                                           Case{"cpu", DType::kF32, 1}, Case{"cpu", DType::kQ8_0, 3}),
-                         case_name);
+                         ::testing::Values(StoriesCase{"cpu-ref", DType::kF32, 1}, StoriesCase{"cpu", DType::kF16, 2},
+                                           StoriesCase{"cpu", DType::kF32, 1}, StoriesCase{"cpu", DType::kQ8_0, 3}),
+                         stories_case_name);
 
 TEST(StoriesCli, RunPrintsTheExpectedContinuation) {
   const auto c = expected()["cases"][0];

@@ -18,9 +18,12 @@
 #include "pool/room.h"
 #include "pool/transport_inproc.h"
 #include "pool/transport_tcp.h"
+#include "test_util.h"
 
 namespace shoal::pool {
 namespace {
+
+using test::expect_status;
 
 using namespace std::chrono_literals;
 
@@ -30,11 +33,6 @@ std::string hex(const Mac& m) {
   std::string s;
   for (uint8_t b : m) s += fmt::format("{:02x}", b);
   return s;
-}
-
-void expect_status(const Status& st, Code code, const std::string& needle) {
-  EXPECT_EQ(st.code(), code) << st.to_string();
-  EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
 }
 
 TEST(Auth, MacMatchesHmacSha256) {

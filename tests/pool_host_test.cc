@@ -27,7 +27,7 @@
 namespace shoal::pool {
 namespace {
 
-const std::string kSecret = "test-room-secret";
+const std::string kRoomSecret = "test-room-secret";
 
 std::string stories() { return test::fixture("models/stories260K.gguf"); }
 
@@ -38,7 +38,7 @@ HostOptions host_opts(const std::string& model) {
   o.n_ctx = 256;
   o.kv_dtype = DType::kF32;
   o.progress = false;
-  o.secret = kSecret;
+  o.secret = kRoomSecret;
   o.hop_dtype = HopDType::kF32;
   o.probe_budget = Millis(20);
   return o;
@@ -47,7 +47,7 @@ HostOptions host_opts(const std::string& model) {
 WorkerOptions worker_opts(const std::string& host, const std::string& name) {
   WorkerOptions w;
   w.host = host;
-  w.secret = kSecret;
+  w.secret = kRoomSecret;
   w.threads = 1;
   w.name = name;
   w.probe_budget = Millis(20);
@@ -308,7 +308,7 @@ TEST(PoolHost, HelloOfAnotherProtocolVersionIsRefused) {
   ASSERT_TRUE(h.ok());
   auto c = tcp_network().connect((*h)->address(), Millis(5000));
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE(auth_client(**c, kSecret, PeerRole::kWorker).ok());
+  ASSERT_TRUE(auth_client(**c, kRoomSecret, PeerRole::kWorker).ok());
   Hello hello;
   hello.protocol_version = kProtocolVersion + 1;
   hello.name = "from-the-future";

@@ -17,17 +17,15 @@
 #include "pool/messages.h"
 #include "pool/transport_inproc.h"
 #include "pool/transport_tcp.h"
+#include "test_util.h"
 
 namespace shoal::pool {
 namespace {
 
+using test::expect_status;
+
 using namespace std::chrono_literals;
 using Bytes = std::vector<uint8_t>;
-
-void expect_status(const Status& st, Code code, const std::string& needle) {
-  EXPECT_EQ(st.code(), code) << st.to_string();
-  EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
-}
 
 Status write_raw(ByteStream& s, const Bytes& b) {
   const std::span<const uint8_t> parts[1] = {b};

@@ -11,9 +11,12 @@
 #include "pool/crc32c.h"
 #include "pool/messages.h"
 #include "pool/wire.h"
+#include "test_util.h"
 
 namespace shoal::pool {
 namespace {
+
+using test::expect_status;
 
 using Bytes = std::vector<uint8_t>;
 
@@ -311,11 +314,6 @@ TEST(Payload, RoundTripsEveryType) {
   EXPECT_EQ(e.code, Code::kNotFound);
   EXPECT_EQ(e.message, "wrong model file");
   EXPECT_EQ(round_trip(Bye{""}).reason, "");
-}
-
-void expect_status(const Status& st, Code code, const std::string& needle) {
-  EXPECT_EQ(st.code(), code) << st.to_string();
-  EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
 }
 
 TEST(PayloadMalformed, WrongMessageType) {

@@ -7,6 +7,10 @@
 #include <cstdlib>
 #include <string>
 
+#include <gtest/gtest.h>
+
+#include "core/status.h"
+
 namespace shoal::test {
 
 /// $SHOAL_FIXTURES, else ../shared/fixtures beside the source tree.
@@ -38,6 +42,12 @@ inline CommandResult run_command(const std::string& cmd) {
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+/// Expects `st` to carry `code` and a message containing `needle`.
+inline void expect_status(const Status& st, Code code, const std::string& needle) {
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
 }
 
 }  // namespace shoal::test

@@ -15,12 +15,6 @@
 namespace shoal {
 namespace {
 
-std::unique_ptr<Tokenizer> load(const std::string& rel) {
-  auto t = load_tokenizer_from_path(test::fixture(rel));
-  EXPECT_TRUE(t.ok()) << rel << ": " << t.status().to_string();
-  return t.ok() ? std::move(t).value() : nullptr;
-}
-
 const tok::Vocab& vocab_of(const Tokenizer& t) { return dynamic_cast<const tok::VocabTokenizer&>(t).vocab(); }
 
 // hf/llama/tokenizer.json (512 tokens, 255 merges; identical in every hf/* byte-level folder).
@@ -30,7 +24,7 @@ const tok::Vocab& vocab_of(const Tokenizer& t) { return dynamic_cast<const tok::
 //   "the":   t h e;     10: t h -> th (267); "th e" is no merge (only "Ġth e"), e = 69
 //   "."  = 14 (byte-level alphabet: '!' is 1, so ASCII c is c - 0x20)
 TEST(TokenizerForms, HfTokenizerJsonHandDerivedMerges) {
-  auto tok = load("hf/llama");
+  auto tok = test::load_tokenizer_fixture("hf/llama");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 512);
   EXPECT_EQ(tok->encode(" self", false, false), (std::vector<int32_t>{289}));
@@ -43,7 +37,7 @@ TEST(TokenizerForms, HfTokenizerJsonHandDerivedMerges) {
 }
 
 TEST(TokenizerForms, HfQwen3TokenizerJsonSpecialToken) {
-  auto tok = load("hf/qwen3");
+  auto tok = test::load_tokenizer_fixture("hf/qwen3");
   ASSERT_NE(tok, nullptr);
   // <|endoftext|> is the only added token (special): id 0 with parse_special, text otherwise.
   EXPECT_EQ(tok->encode("<|endoftext|>", false, true), (std::vector<int32_t>{0}));
@@ -57,8 +51,8 @@ TEST(TokenizerForms, HfQwen3TokenizerJsonSpecialToken) {
 
 // tokenizer.json and llama.cpp's GGUF conversion of the same checkpoint must agree everywhere.
 TEST(TokenizerForms, HfTokenizerJsonAgreesWithItsGgufConversion) {
-  auto json_tok = load("hf/llama");
-  auto gguf_tok = load("hf/llama/model-bf16.gguf");
+  auto json_tok = test::load_tokenizer_fixture("hf/llama");
+  auto gguf_tok = test::load_tokenizer_fixture("hf/llama/model-bf16.gguf");
   ASSERT_NE(json_tok, nullptr);
   ASSERT_NE(gguf_tok, nullptr);
   ASSERT_EQ(json_tok->vocab_size(), gguf_tok->vocab_size());
@@ -75,8 +69,8 @@ TEST(TokenizerForms, HfTokenizerJsonAgreesWithItsGgufConversion) {
 // SentencePiece protobuf vs llama.cpp's conversion: same pieces, scores and special ids, and
 // (where the converter kept the model's add_dummy_prefix) the same encodings.
 void expect_spm_matches_gguf(const std::string& arch, bool same_space_prefix) {
-  auto sp = load("hf/" + arch);
-  auto gg = load("hf/" + arch + "/model-bf16.gguf");
+  auto sp = test::load_tokenizer_fixture("hf/" + arch);
+  auto gg = test::load_tokenizer_fixture("hf/" + arch + "/model-bf16.gguf");
   ASSERT_NE(sp, nullptr);
   ASSERT_NE(gg, nullptr);
   EXPECT_EQ(sp->kind(), TokenizerKind::kSentencePiece);
@@ -102,7 +96,7 @@ TEST(TokenizerForms, SentencePiecePhi3AgreesWithGguf) { expect_spm_matches_gguf(
 TEST(TokenizerForms, SentencePieceGemma3AgreesWithGguf) { expect_spm_matches_gguf("gemma3_text", false); }
 
 TEST(TokenizerForms, StoriesGgufSpmBosRules) {
-  auto tok = load("models/stories260K.gguf");
+  auto tok = test::load_tokenizer_fixture("models/stories260K.gguf");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->describe(), "llama/spm");
   EXPECT_EQ(tok->bos_id(), 1);
@@ -115,7 +109,7 @@ TEST(TokenizerForms, StoriesGgufSpmBosRules) {
 
 // llama.cpp's own tokenization and pieces for stories260K (expected/stories260K_greedy.json).
 TEST(TokenizerForms, StoriesMatchesLlamaCppPromptIdsAndPieces) {
-  auto tok = load("models/stories260K.gguf");
+  auto tok = test::load_tokenizer_fixture("models/stories260K.gguf");
   ASSERT_NE(tok, nullptr);
   const auto ref = nlohmann::json::parse(test::slurp(test::fixture("expected/stories260K_greedy.json")));
   ASSERT_EQ(ref["cases"].size(), 3u);

@@ -20,22 +20,18 @@ void expect_golden(const Tokenizer& tok, const std::string& vectors_base) {
     EXPECT_EQ(ids, cases[i].ids) << "case " << i << ": '" << cases[i].text << "'";
     failures += ids != cases[i].ids;
     // Byte-level BPE is lossless on valid UTF-8: the pieces give back the text.
-    if (tok.kind() == TokenizerKind::kByteBpe) EXPECT_EQ(tok.decode(ids), cases[i].text) << "case " << i;
+    if (tok.kind() == TokenizerKind::kByteBpe) {
+      EXPECT_EQ(tok.decode(ids), cases[i].text) << "case " << i;
+    }
   }
   EXPECT_EQ(failures, 0) << vectors_base;
-}
-
-std::unique_ptr<Tokenizer> load(const std::string& rel) {
-  auto t = load_tokenizer_from_path(test::fixture(rel));
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  return t.ok() ? std::move(t).value() : nullptr;
 }
 
 class VocabGguf : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(VocabGguf, MatchesLlamaCppVectors) {
   const std::string name = std::string("vocab/ggml-vocab-") + GetParam() + ".gguf";
-  auto tok = load(name);
+  auto tok = test::load_tokenizer_fixture(name);
   ASSERT_NE(tok, nullptr);
   expect_golden(*tok, test::fixture(name));
 }
@@ -51,14 +47,14 @@ INSTANTIATE_TEST_SUITE_P(Tokenizer, VocabGguf,
 
 // Vocab files without vectors upstream: they load, and encode/decode consistently.
 TEST(TokenizerGolden, BaichuanAndGptNeoxLoad) {
-  auto baichuan = load("vocab/ggml-vocab-baichuan.gguf");
+  auto baichuan = test::load_tokenizer_fixture("vocab/ggml-vocab-baichuan.gguf");
   ASSERT_NE(baichuan, nullptr);
   EXPECT_EQ(baichuan->describe(), "llama/spm");
   const auto ids = baichuan->encode("Hello world", true, false);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(baichuan->decode(ids), " Hello world");
-  auto neox = load("vocab/ggml-vocab-gpt-neox.gguf");
+  auto neox = test::load_tokenizer_fixture("vocab/ggml-vocab-gpt-neox.gguf");
   ASSERT_NE(neox, nullptr);
   EXPECT_EQ(neox->describe(), "gpt2/default");  // no tokenizer.ggml.pre: llama.cpp's default
   for (const auto& c : test::read_golden(test::fixture("vocab/ggml-vocab-mpt.gguf"))) {
@@ -67,14 +63,14 @@ TEST(TokenizerGolden, BaichuanAndGptNeoxLoad) {
 }
 
 TEST(TokenizerGolden, Qwen2VocabMergesMatchesLlamaCppVectors) {
-  auto tok = load("tokenizers/qwen2");
+  auto tok = test::load_tokenizer_fixture("tokenizers/qwen2");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->describe(), "gpt2/qwen2");
   expect_golden(*tok, test::fixture("vocab/vectors-without-vocab/ggml-vocab-qwen2.gguf"));
 }
 
 TEST(TokenizerGolden, Llama3TiktokenMatchesLlamaCppVectors) {
-  auto tok = load("tokenizers/llama3/tokenizer.model");
+  auto tok = test::load_tokenizer_fixture("tokenizers/llama3/tokenizer.model");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->describe(), "tiktoken/llama3");
   expect_golden(*tok, test::fixture("vocab/vectors-without-vocab/ggml-vocab-llama-bpe.gguf"));

@@ -15,15 +15,9 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::unique_ptr<Tokenizer> load(const std::string& rel) {
-  auto t = load_tokenizer_from_path(test::fixture(rel));
-  EXPECT_TRUE(t.ok()) << rel << ": " << t.status().to_string();
-  return t.ok() ? std::move(t).value() : nullptr;
-}
-
 class TokenizerQwen2 : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { tok_ = load("tokenizers/qwen2").release(); }
+  static void SetUpTestSuite() { tok_ = test::load_tokenizer_fixture("tokenizers/qwen2").release(); }
   static void TearDownTestSuite() { delete tok_; }
   static Tokenizer* tok_;
 };
@@ -61,7 +55,7 @@ TEST_F(TokenizerQwen2, ByteLevelRoundTripsEveryGoldenString) {
 }
 
 TEST(TokenizerRules, Llama3BosSpecialsAndEndOfGeneration) {
-  auto tok = load("tokenizers/llama3/tokenizer.model");
+  auto tok = test::load_tokenizer_fixture("tokenizers/llama3/tokenizer.model");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 128256);
   EXPECT_TRUE(tok->add_bos());
@@ -78,7 +72,7 @@ TEST(TokenizerRules, Llama3BosSpecialsAndEndOfGeneration) {
 }
 
 TEST(TokenizerRules, SpmBosEosAndLeadingSpaceOnDecode) {
-  auto tok = load("vocab/ggml-vocab-llama-spm.gguf");
+  auto tok = test::load_tokenizer_fixture("vocab/ggml-vocab-llama-spm.gguf");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->encode("Hello world", true, false), (Ids{1, 15043, 3186}));
   EXPECT_EQ(tok->encode("", true, false), (Ids{1}));
@@ -92,14 +86,14 @@ TEST(TokenizerRules, SpmBosEosAndLeadingSpaceOnDecode) {
 }
 
 TEST(TokenizerRules, BertAddsClsAndSep) {
-  auto tok = load("vocab/ggml-vocab-bert-bge.gguf");
+  auto tok = test::load_tokenizer_fixture("vocab/ggml-vocab-bert-bge.gguf");
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->kind(), TokenizerKind::kWordPiece);
   EXPECT_EQ(tok->encode("Hello world", true, false), (Ids{101, 7592, 2088, 102}));
 }
 
 TEST(TokenizerRules, StreamingHoldsSplitUtf8) {
-  auto tok = load("vocab/ggml-vocab-llama-spm.gguf");
+  auto tok = test::load_tokenizer_fixture("vocab/ggml-vocab-llama-spm.gguf");
   ASSERT_NE(tok, nullptr);
   // From the golden vectors: " this is 🦙.cpp" has 🦙 as byte tokens 243 162 169 156 (<0xF0>...).
   const Ids ids = tok->encode(" this is \xF0\x9F\xA6\x99.cpp", false, false);

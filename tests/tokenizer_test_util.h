@@ -2,13 +2,23 @@
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace shoal::test {
+
+/// The tokenizer of fixture file `rel` (e.g. "models/stories260K.gguf"); null, with a failed
+/// expectation naming the file, if it does not load.
+inline std::unique_ptr<Tokenizer> load_tokenizer_fixture(const std::string& rel) {
+  auto t = load_tokenizer_from_path(fixture(rel));
+  EXPECT_TRUE(t.ok()) << rel << ": " << t.status().to_string();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
 
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -18,7 +18,7 @@ namespace {
 // output are rescaled once.
 constexpr int64_t kChunk = 64;
 
-const AttnKernels& kernels_for(CpuIsa isa) {
+const AttnKernels& attn_kernels_for(CpuIsa isa) {
   SHOAL_CHECK(int(isa) <= int(cpu_isa_supported()), "attention kernels {} requested on a CPU that supports only {}",
               cpu_isa_name(isa), cpu_isa_name(cpu_isa_supported()));
   switch (isa) {
@@ -72,7 +72,7 @@ bool cache_dtype_ok(DType d) { return d == DType::kF32 || d == DType::kF16 || d 
 
 void fast_attention_isa(ThreadPool& pool, CpuIsa isa, const Tensor& q, const Tensor& k_cache,
                         const Tensor& v_cache, const Tensor& pos, const AttentionSpec& spec, Tensor& out) {
-  const AttnKernels& k = kernels_for(isa);
+  const AttnKernels& k = attn_kernels_for(isa);
   const int64_t n = q.rows(), hd = spec.head_dim, n_kv = spec.n_kv_heads;
   SHOAL_CHECK(spec.n_heads > 0 && n_kv > 0 && hd > 0 && spec.n_heads % n_kv == 0, "attention heads {} / {}",
               spec.n_heads, n_kv);

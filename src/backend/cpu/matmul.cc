@@ -13,7 +13,7 @@ using namespace cpu_detail;
 
 namespace {
 
-const IsaKernels& kernels_for(CpuIsa isa) {
+const IsaKernels& matmul_kernels_for(CpuIsa isa) {
   SHOAL_CHECK(int(isa) <= int(cpu_isa_supported()), "CPU kernels {} requested on a CPU that supports only {}",
               cpu_isa_name(isa), cpu_isa_name(cpu_isa_supported()));
   switch (isa) {
@@ -59,7 +59,7 @@ void fast_matmul_isa(ThreadPool& pool, CpuIsa isa, const Tensor& w, const Tensor
   SHOAL_CHECK(y.data != x.data, "matmul y must not alias x");
   if (n == 0 || out == 0) return;
 
-  const IsaKernels& k = kernels_for(isa);
+  const IsaKernels& k = matmul_kernels_for(isa);
   MatmulJob job;
   job.w = static_cast<const uint8_t*>(w.data);
   job.w_row_bytes = w.row_bytes();

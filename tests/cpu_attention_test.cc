@@ -89,7 +89,7 @@ std::vector<float> run(ThreadPool& pool, CpuIsa isa, std::vector<float>& q, Cach
   return out;
 }
 
-struct Case {
+struct AttnCase {
   int n_heads, n_kv_heads, head_dim;
   int window;
   float softcap;
@@ -101,7 +101,7 @@ const DType kCacheTypes[] = {DType::kF32, DType::kF16, DType::kQ8_0};
 TEST(CpuAttention, MatchesDoubleReference) {
   // head_dim 80: Q8_0 head slices that start inside a block; positions past 64 and 128 cross the
   // kernel's key chunks; window 20 and 100; softcap 30 (Gemma 2's value).
-  const Case cases[] = {{4, 2, 64, 0, 0.0f, 1, 0},    {4, 2, 64, 0, 0.0f, 7, 130}, {2, 2, 32, 0, 0.0f, 16, 0},
+  const AttnCase cases[] = {{4, 2, 64, 0, 0.0f, 1, 0},    {4, 2, 64, 0, 0.0f, 7, 130}, {2, 2, 32, 0, 0.0f, 16, 0},
                         {6, 2, 80, 0, 0.0f, 3, 70},   {8, 1, 64, 20, 0.0f, 16, 90}, {4, 4, 64, 100, 0.0f, 2, 140},
                         {4, 2, 64, 0, 30.0f, 5, 60},  {2, 1, 96, 33, 30.0f, 7, 40}};
   std::mt19937 rng(2024);
@@ -109,7 +109,7 @@ TEST(CpuAttention, MatchesDoubleReference) {
   double worst = 0;
   for (CpuIsa isa : test::supported_isas()) {
     for (DType dt : kCacheTypes) {
-      for (const Case& c : cases) {
+      for (const AttnCase& c : cases) {
         AttentionSpec s{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
         const int64_t ctx = c.first_pos + c.n + 3, width = int64_t(c.n_kv_heads) * c.head_dim;
         Cache k = make_cache(dt, ctx, width, rng), v = make_cache(dt, ctx, width, rng);

@@ -20,7 +20,7 @@ Status parse(const Bytes& x) {
   return r.ok() ? Status::Ok() : r.status();
 }
 
-void expect_error(const Bytes& x, Code code, const std::string& phrase) {
+void expect_gguf_error(const Bytes& x, Code code, const std::string& phrase) {
   Status s = parse(x);
   ASSERT_FALSE(s.ok()) << "expected an error containing: " << phrase;
   EXPECT_EQ(s.code(), code) << s.to_string();
@@ -54,10 +54,10 @@ TEST(FormatGgufMalformed, GoodFileParses) {
   EXPECT_EQ(r->tensors[1].nbytes, 64u);
 }
 
-TEST(FormatGgufMalformed, EmptyFile) { expect_error(Bytes{}, Code::kCorrupt, "truncated: magic"); }
+TEST(FormatGgufMalformed, EmptyFile) { expect_gguf_error(Bytes{}, Code::kCorrupt, "truncated: magic"); }
 
 TEST(FormatGgufMalformed, TruncatedInHeader) {
-  expect_error(truncated(12), Code::kCorrupt, "truncated: tensor count");
+  expect_gguf_error(truncated(12), Code::kCorrupt, "truncated: tensor count");
 }
 
 TEST(FormatGgufMalformed, TruncatedInMetadata) {
@@ -66,11 +66,11 @@ TEST(FormatGgufMalformed, TruncatedInMetadata) {
   const size_t value_at = x.b.size() + 8 + 6 + 4;  // key "test.s", type, then the string value
   x.str("test.s").u32(8).str(std::string(100, 's'));
   x.b.resize(value_at + 8 + 50);
-  expect_error(x, Code::kCorrupt, "string value of length 100");
-  expect_error(x, Code::kCorrupt, "runs past the end of the file (size");
-  expect_error(x, Code::kCorrupt, "(metadata key 'test.s')");
+  expect_gguf_error(x, Code::kCorrupt, "string value of length 100");
+  expect_gguf_error(x, Code::kCorrupt, "runs past the end of the file (size");
+                    expect_gguf_error(x, Code::kCorrupt, "(metadata key 'test.s')");
   x.b.resize(value_at + 3);
-  expect_error(x, Code::kCorrupt, "truncated: value needs 8 bytes");
+  expect_gguf_error(x, Code::kCorrupt, "truncated: value needs 8 bytes");
 }
 
 TEST(FormatGgufMalformed, TruncatedInTensorInfos) {
@@ -81,32 +81,32 @@ TEST(FormatGgufMalformed, TruncatedInTensorInfos) {
   x.add(gguf_tensor("b", {8, 2}, kF32, 32));
   x.pad_to(32).zeros(96);
   x.b.resize(b_at + 9 + 4 + 16 + 4 + 2);  // inside tensor b's offset
-  expect_error(x, Code::kCorrupt, "truncated: tensor 'b' dims, type and offset needs 28 bytes");
+  expect_gguf_error(x, Code::kCorrupt, "truncated: tensor 'b' dims, type and offset needs 28 bytes");
 }
 
 TEST(FormatGgufMalformed, TruncatedInData) {
   Bytes x = good();
-  expect_error(truncated(x.b.size() - 1), Code::kCorrupt,
-               "tensor 'b' data [");
-  expect_error(truncated(x.b.size() - 1), Code::kCorrupt, "ends past end of file");
+  expect_gguf_error(truncated(x.b.size() - 1), Code::kCorrupt,
+                    "tensor 'b' data [");
+  expect_gguf_error(truncated(x.b.size() - 1), Code::kCorrupt, "ends past end of file");
 }
 
 TEST(FormatGgufMalformed, BadMagic) {
   Bytes x = good();
   x.b[0] = 'X';
-  expect_error(x, Code::kCorrupt, "bad magic 'XGUF'");
+  expect_gguf_error(x, Code::kCorrupt, "bad magic 'XGUF'");
 }
 
 TEST(FormatGgufMalformed, Version1IsUnsupported) {
-  expect_error(gguf_header(0, 0, 1), Code::kUnsupported, "version 1 is not supported");
+  expect_gguf_error(gguf_header(0, 0, 1), Code::kUnsupported, "version 1 is not supported");
 }
 
 TEST(FormatGgufMalformed, UnknownVersion) {
-  expect_error(gguf_header(0, 0, 4), Code::kUnsupported, "version 4 is not supported");
+  expect_gguf_error(gguf_header(0, 0, 4), Code::kUnsupported, "version 4 is not supported");
 }
 
 TEST(FormatGgufMalformed, BigEndianIsUnsupported) {
-  expect_error(gguf_header(0, 0, 0x03000000), Code::kUnsupported, "big-endian");
+  expect_gguf_error(gguf_header(0, 0, 0x03000000), Code::kUnsupported, "big-endian");
 }
 
 TEST(FormatGgufMalformed, Version2Parses) {
@@ -116,48 +116,48 @@ TEST(FormatGgufMalformed, Version2Parses) {
 }
 
 TEST(FormatGgufMalformed, HugeMetadataCount) {
-  expect_error(gguf_header(0, uint64_t(1) << 60), Code::kCorrupt, "metadata count 1152921504606846976 cannot fit");
+  expect_gguf_error(gguf_header(0, uint64_t(1) << 60), Code::kCorrupt, "metadata count 1152921504606846976 cannot fit");
 }
 
 TEST(FormatGgufMalformed, HugeTensorCount) {
-  expect_error(gguf_header(~uint64_t(0), 0), Code::kCorrupt, "tensor count");
+  expect_gguf_error(gguf_header(~uint64_t(0), 0), Code::kCorrupt, "tensor count");
 }
 
 TEST(FormatGgufMalformed, KeyLengthPastEnd) {
   Bytes x = gguf_header(0, 1);
   x.u64(1000).zeros(10);
-  expect_error(x, Code::kCorrupt, "metadata key #0 of length 1000");
+  expect_gguf_error(x, Code::kCorrupt, "metadata key #0 of length 1000");
 }
 
 TEST(FormatGgufMalformed, KeyTooLong) {
   Bytes x = gguf_header(0, 1);
   x.str(std::string(70000, 'k')).u32(4).u32(1);
-  expect_error(x, Code::kCorrupt, "has length 70000 (limit 65535)");
+  expect_gguf_error(x, Code::kCorrupt, "has length 70000 (limit 65535)");
 }
 
 TEST(FormatGgufMalformed, EmptyKey) {
   Bytes x = gguf_header(0, 1);
   x.add(gguf_kv_u32("", 1));
-  expect_error(x, Code::kCorrupt, "metadata key #0 is empty");
+  expect_gguf_error(x, Code::kCorrupt, "metadata key #0 is empty");
 }
 
 TEST(FormatGgufMalformed, StringValuePastEnd) {
   Bytes x = gguf_header(0, 1);
   x.str("name").u32(8).u64(~uint64_t(0) - 3).zeros(4);
-  expect_error(x, Code::kCorrupt, "runs past the end of the file");
+  expect_gguf_error(x, Code::kCorrupt, "runs past the end of the file");
 }
 
 TEST(FormatGgufMalformed, ArrayLengthOverflow) {
   // 2^62 u32 elements: count x 4 overflows u64; must be rejected before allocating.
   Bytes x = gguf_header(0, 1);
   x.str("arr").u32(9).u32(4).u64(uint64_t(1) << 62).zeros(16);
-  expect_error(x, Code::kCorrupt, "array of 4611686018427387904 u32 elements");
+  expect_gguf_error(x, Code::kCorrupt, "array of 4611686018427387904 u32 elements");
 }
 
 TEST(FormatGgufMalformed, StringArrayLengthTooLarge) {
   Bytes x = gguf_header(0, 1);
   x.str("arr").u32(9).u32(8).u64(1000).str("a").str("b");
-  expect_error(x, Code::kCorrupt, "cannot fit in the");
+  expect_gguf_error(x, Code::kCorrupt, "cannot fit in the");
 }
 
 TEST(FormatGgufMalformed, NestedArrayBombDepth) {
@@ -165,14 +165,14 @@ TEST(FormatGgufMalformed, NestedArrayBombDepth) {
   x.str("deep").u32(9);
   for (int i = 0; i < 100; ++i) x.u32(9).u64(1);  // array of array of ... (100 levels)
   x.u32(4).u64(0);
-  expect_error(x, Code::kCorrupt, "arrays nested deeper than 8");
+  expect_gguf_error(x, Code::kCorrupt, "arrays nested deeper than 8");
 }
 
 TEST(FormatGgufMalformed, NestedArrayBombWidth) {
   // An array of 2 arrays, each claiming 2^40 u64 elements.
   Bytes x = gguf_header(0, 1);
   x.str("wide").u32(9).u32(9).u64(2).u32(10).u64(uint64_t(1) << 40).zeros(64);
-  expect_error(x, Code::kCorrupt, "array of 1099511627776 u64 elements");
+  expect_gguf_error(x, Code::kCorrupt, "array of 1099511627776 u64 elements");
 }
 
 TEST(FormatGgufMalformed, NestedArraysParse) {
@@ -192,25 +192,25 @@ TEST(FormatGgufMalformed, NestedArraysParse) {
 TEST(FormatGgufMalformed, UnknownValueType) {
   Bytes x = gguf_header(0, 1);
   x.str("k").u32(13).u32(0);
-  expect_error(x, Code::kCorrupt, "metadata key 'k' has unknown value type 13");
+  expect_gguf_error(x, Code::kCorrupt, "metadata key 'k' has unknown value type 13");
 }
 
 TEST(FormatGgufMalformed, UnknownArrayElementType) {
   Bytes x = gguf_header(0, 1);
   x.str("k").u32(9).u32(77).u64(0);
-  expect_error(x, Code::kCorrupt, "unknown array element type 77");
+  expect_gguf_error(x, Code::kCorrupt, "unknown array element type 77");
 }
 
 TEST(FormatGgufMalformed, BoolOutOfRange) {
   Bytes x = gguf_header(0, 1);
   x.str("flag").u32(7).u8(2);
-  expect_error(x, Code::kCorrupt, "bool value 2");
+  expect_gguf_error(x, Code::kCorrupt, "bool value 2");
 }
 
 TEST(FormatGgufMalformed, DuplicateKey) {
   Bytes x = gguf_header(0, 2);
   x.add(gguf_kv_u32("dup", 1)).add(gguf_kv_u32("dup", 2));
-  expect_error(x, Code::kCorrupt, "duplicate metadata key 'dup'");
+  expect_gguf_error(x, Code::kCorrupt, "duplicate metadata key 'dup'");
 }
 
 Bytes one_tensor(const Bytes& info, uint64_t data_bytes, const Bytes& kv = Bytes{}, uint64_t n_kv = 0) {
@@ -220,29 +220,29 @@ Bytes one_tensor(const Bytes& info, uint64_t data_bytes, const Bytes& kv = Bytes
 }
 
 TEST(FormatGgufMalformed, UnknownDtype) {
-  expect_error(one_tensor(gguf_tensor("t", {4}, 4, 0), 32), Code::kUnsupported,
-               "tensor 't' has unknown tensor type id 4");
-  expect_error(one_tensor(gguf_tensor("t", {4}, 1000, 0), 32), Code::kUnsupported,
-               "unknown tensor type id 1000");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, 4, 0), 32), Code::kUnsupported,
+                    "tensor 't' has unknown tensor type id 4");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, 1000, 0), 32), Code::kUnsupported,
+                    "unknown tensor type id 1000");
 }
 
 TEST(FormatGgufMalformed, TooManyDims) {
-  expect_error(one_tensor(gguf_tensor("t", {1, 1, 1, 1, 1}, kF32, 0), 32), Code::kCorrupt,
-               "tensor 't' has n_dims 5 (must be 1..4)");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {1, 1, 1, 1, 1}, kF32, 0), 32), Code::kCorrupt,
+                    "tensor 't' has n_dims 5 (must be 1..4)");
 }
 
 TEST(FormatGgufMalformed, ZeroDims) {
-  expect_error(one_tensor(gguf_tensor("t", {}, kF32, 0), 32), Code::kCorrupt, "n_dims 0");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {}, kF32, 0), 32), Code::kCorrupt, "n_dims 0");
 }
 
 TEST(FormatGgufMalformed, ZeroDim) {
-  expect_error(one_tensor(gguf_tensor("t", {4, 0}, kF32, 0), 32), Code::kCorrupt,
-               "tensor 't' dimension ne[1] = 0");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4, 0}, kF32, 0), 32), Code::kCorrupt,
+                    "tensor 't' dimension ne[1] = 0");
 }
 
 TEST(FormatGgufMalformed, NegativeDim) {
-  expect_error(one_tensor(gguf_tensor("t", {uint64_t(-4)}, kF32, 0), 32), Code::kCorrupt,
-               "dimension ne[0] = 18446744073709551612");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {uint64_t(-4)}, kF32, 0), 32), Code::kCorrupt,
+                    "dimension ne[0] = 18446744073709551612");
 }
 
 TEST(FormatGgufMalformed, DimsOfOneAreFine) {
@@ -250,43 +250,43 @@ TEST(FormatGgufMalformed, DimsOfOneAreFine) {
 }
 
 TEST(FormatGgufMalformed, ElementCountOverflow) {
-  expect_error(one_tensor(gguf_tensor("t", {uint64_t(1) << 32, uint64_t(1) << 32}, kF32, 0), 32),
-               Code::kCorrupt, "element count overflows");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {uint64_t(1) << 32, uint64_t(1) << 32}, kF32, 0), 32),
+                    Code::kCorrupt, "element count overflows");
 }
 
 TEST(FormatGgufMalformed, ByteSizeOverflow) {
   // 2^62 elements fit in int64, but 2^62 x 4 bytes does not fit in u64.
-  expect_error(one_tensor(gguf_tensor("t", {uint64_t(1) << 31, uint64_t(1) << 31}, kF32, 0), 32),
-               Code::kCorrupt, "byte size overflows");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {uint64_t(1) << 31, uint64_t(1) << 31}, kF32, 0), 32),
+                    Code::kCorrupt, "byte size overflows");
 }
 
 TEST(FormatGgufMalformed, NotAWholeNumberOfBlocks) {
-  expect_error(one_tensor(gguf_tensor("t", {48}, kQ4_0, 0), 64), Code::kCorrupt,
-               "ne[0] = 48 is not a multiple of the Q4_0 block size 32");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {48}, kQ4_0, 0), 64), Code::kCorrupt,
+                    "ne[0] = 48 is not a multiple of the Q4_0 block size 32");
 }
 
 TEST(FormatGgufMalformed, OffsetPastEnd) {
-  expect_error(one_tensor(gguf_tensor("t", {4}, kF32, 64), 32), Code::kCorrupt,
-               "tensor 't' data [");
-  expect_error(one_tensor(gguf_tensor("t", {4}, kF32, ~uint64_t(0) - 31), 32), Code::kCorrupt,
-               "offset 18446744073709551584 overflows");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, kF32, 64), 32), Code::kCorrupt,
+                    "tensor 't' data [");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, kF32, ~uint64_t(0) - 31), 32), Code::kCorrupt,
+                    "offset 18446744073709551584 overflows");
 }
 
 TEST(FormatGgufMalformed, MisalignedOffset) {
-  expect_error(one_tensor(gguf_tensor("t", {4}, kF32, 4), 32), Code::kCorrupt,
-               "offset 4 is not a multiple of the alignment 32");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, kF32, 4), 32), Code::kCorrupt,
+                    "offset 4 is not a multiple of the alignment 32");
 }
 
 TEST(FormatGgufMalformed, BadAlignmentValue) {
   for (uint32_t a : {0u, 3u, 48u, 1u << 21}) {
     SCOPED_TRACE(a);
-    expect_error(one_tensor(gguf_tensor("t", {4}, kF32, 0), 32, gguf_kv_u32("general.alignment", a), 1),
-                 Code::kCorrupt, "general.alignment");
+    expect_gguf_error(one_tensor(gguf_tensor("t", {4}, kF32, 0), 32, gguf_kv_u32("general.alignment", a), 1),
+                      Code::kCorrupt, "general.alignment");
   }
   Bytes kv;
   kv.str("general.alignment").u32(10).u64(64);  // u64, not u32
-  expect_error(one_tensor(gguf_tensor("t", {4}, kF32, 0), 32, kv, 1), Code::kCorrupt,
-               "general.alignment has type u64");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, kF32, 0), 32, kv, 1), Code::kCorrupt,
+                    "general.alignment has type u64");
 }
 
 TEST(FormatGgufMalformed, CustomAlignmentIsUsed) {
@@ -298,28 +298,28 @@ TEST(FormatGgufMalformed, CustomAlignmentIsUsed) {
   EXPECT_EQ(r->alignment, 64u);
   EXPECT_EQ(r->data_offset % 64, 0u);
   EXPECT_EQ(r->tensors[0].offset, r->data_offset + 64);
-  expect_error(one_tensor(gguf_tensor("t", {4}, kF32, 32), 64, gguf_kv_u32("general.alignment", 64), 1),
-               Code::kCorrupt, "not a multiple of the alignment 64");
+  expect_gguf_error(one_tensor(gguf_tensor("t", {4}, kF32, 32), 64, gguf_kv_u32("general.alignment", 64), 1),
+                    Code::kCorrupt, "not a multiple of the alignment 64");
 }
 
 TEST(FormatGgufMalformed, DuplicateTensorName) {
   Bytes x = gguf_header(2, 0);
   x.add(gguf_tensor("t", {4}, kF32, 0)).add(gguf_tensor("t", {4}, kF32, 32));
   x.pad_to(32).zeros(64);
-  expect_error(x, Code::kCorrupt, "duplicate tensor name 't'");
+  expect_gguf_error(x, Code::kCorrupt, "duplicate tensor name 't'");
 }
 
 TEST(FormatGgufMalformed, OverlappingTensors) {
   Bytes x = gguf_header(2, 0);
   x.add(gguf_tensor("a", {16}, kF32, 0)).add(gguf_tensor("b", {4}, kF32, 32));
   x.pad_to(32).zeros(64);
-  expect_error(x, Code::kCorrupt, "overlaps tensor 'a'");
+  expect_gguf_error(x, Code::kCorrupt, "overlaps tensor 'a'");
 }
 
 TEST(FormatGgufMalformed, TensorNameTooLongOrEmpty) {
-  expect_error(one_tensor(gguf_tensor(std::string(65, 'n'), {4}, kF32, 0), 32), Code::kCorrupt,
-               "has length 65 (limit 64)");
-  expect_error(one_tensor(gguf_tensor("", {4}, kF32, 0), 32), Code::kCorrupt, "empty name");
+  expect_gguf_error(one_tensor(gguf_tensor(std::string(65, 'n'), {4}, kF32, 0), 32), Code::kCorrupt,
+                    "has length 65 (limit 64)");
+  expect_gguf_error(one_tensor(gguf_tensor("", {4}, kF32, 0), 32), Code::kCorrupt, "empty name");
 }
 
 TEST(FormatGgufMalformed, VocabOnlyFileWithoutPadding) {

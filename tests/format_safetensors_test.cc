@@ -93,7 +93,7 @@ std::vector<uint8_t> with_header(const std::string& json, size_t data_bytes, uin
   return b;
 }
 
-void expect_error(const std::vector<uint8_t>& b, Code code, const std::string& phrase) {
+void expect_safetensors_error(const std::vector<uint8_t>& b, Code code, const std::string& phrase) {
   auto r = parse_safetensors(b.data(), b.size(), "bad.safetensors");
   ASSERT_FALSE(r.ok()) << "expected an error containing: " << phrase;
   EXPECT_EQ(r.status().code(), code) << r.status().to_string();
@@ -102,19 +102,19 @@ void expect_error(const std::vector<uint8_t>& b, Code code, const std::string& p
 }
 
 void expect_json_error(const std::string& json, size_t data, Code code, const std::string& phrase) {
-  expect_error(with_header(json, data), code, phrase);
+  expect_safetensors_error(with_header(json, data), code, phrase);
 }
 
 TEST(FormatSafetensorsMalformed, TooShort) {
-  expect_error({1, 2, 3}, Code::kCorrupt, "too short for the header length");
+  expect_safetensors_error({1, 2, 3}, Code::kCorrupt, "too short for the header length");
 }
 
 TEST(FormatSafetensorsMalformed, HeaderLengthPastEnd) {
-  expect_error(with_header("{}", 0, 1000), Code::kCorrupt, "header length 1000 runs past the end");
+  expect_safetensors_error(with_header("{}", 0, 1000), Code::kCorrupt, "header length 1000 runs past the end");
 }
 
 TEST(FormatSafetensorsMalformed, HeaderLengthOverLimit) {
-  expect_error(with_header("{}", 0, uint64_t(1) << 40), Code::kCorrupt, "exceeds the limit 100000000");
+  expect_safetensors_error(with_header("{}", 0, uint64_t(1) << 40), Code::kCorrupt, "exceeds the limit 100000000");
 }
 
 TEST(FormatSafetensorsMalformed, InvalidJson) {

@@ -10,23 +10,23 @@
 namespace shoal {
 namespace {
 
-struct Case {
+struct HfCase {
   std::string arch;
   std::string form;  // "hf" (the folder) or "gguf"
   std::string device;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+std::string hf_case_name(const ::testing::TestParamInfo<HfCase>& i) {
   std::string d = i.param.device;
   for (char& c : d)
     if (c == '-' || c == ':') c = '_';
   return i.param.arch + "_" + i.param.form + "_" + d;
 }
 
-class HfCheck : public ::testing::TestWithParam<Case> {};
+class HfCheck : public ::testing::TestWithParam<HfCase> {};
 
 TEST_P(HfCheck, LogitsAndGreedyMatchTheReference) {
-  const Case& c = GetParam();
+  const HfCase& c = GetParam();
   const std::string dir = test::fixture("hf/" + c.arch);
   const std::string model = c.form == "hf" ? dir : dir + "/model-bf16.gguf";
   const auto r = test::run_command(test::shoal_bin() + " --log-level warn check -m " + model + " --reference " + dir +
@@ -40,10 +40,10 @@ TEST_P(HfCheck, LogitsAndGreedyMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Llama, HfCheck,
-                         ::testing::Values(Case{"llama", "hf", "cpu"}, Case{"llama", "gguf", "cpu"},
-                                           Case{"qwen3", "hf", "cpu"}, Case{"qwen3", "gguf", "cpu"},
-                                           Case{"llama", "hf", "cpu-ref"}, Case{"qwen3", "gguf", "cpu-ref"}),
-                         case_name);
+                         ::testing::Values(HfCase{"llama", "hf", "cpu"}, HfCase{"llama", "gguf", "cpu"},
+                                           HfCase{"qwen3", "hf", "cpu"}, HfCase{"qwen3", "gguf", "cpu"},
+                                           HfCase{"llama", "hf", "cpu-ref"}, HfCase{"qwen3", "gguf", "cpu-ref"}),
+                         hf_case_name);
 
 TEST(HfCheckCli, FailsWhenTheToleranceIsTooTight) {
   const std::string dir = test::fixture("hf/llama");

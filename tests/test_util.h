@@ -1,4 +1,5 @@
-// Helpers shared by the tests: where the fixtures are, the shoal binary, running a command.
+// Helpers shared by the tests: where the fixtures are, the shoal binary, running a command, expected
+// errors.
 #pragma once
 
 #include <sys/wait.h>

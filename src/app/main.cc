@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "stderr log level: trace, debug, info, warn, error, off")
+  app.add_option("--log-level", log_level,
+                 "stderr log level: trace, debug, info, warn (or warning), error, critical, off")
       ->capture_default_str()
       ->transform(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"},
                                 CLI::ignore_case));

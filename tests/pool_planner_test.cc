@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "pool/planner.h"
+#include "test_util.h"
 
 namespace shoal::pool {
 namespace {
+
+using test::expect_error;
 
 constexpr uint64_t GiB = 1ull << 30;
 constexpr double kHop = 0.5e-3;  // PlanOptions::default_hop_s
@@ -38,12 +41,6 @@ void expect_stages(const Plan& p, const std::vector<Expect>& want) {
     EXPECT_EQ(p.stages[i].first, want[i].first);
     EXPECT_EQ(p.stages[i].n_layers, want[i].n_layers);
   }
-}
-
-void expect_error(const Result<Plan>& r, Code code, const std::string& needle) {
-  ASSERT_FALSE(r.ok()) << "expected: " << needle;
-  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-  EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().to_string();
 }
 
 TEST(Planner, OneDeviceHoldsEverything) {

@@ -16,6 +16,7 @@
 namespace shoal::pool {
 namespace {
 
+using test::expect_error;
 using test::expect_status;
 
 using Bytes = std::vector<uint8_t>;
@@ -32,12 +33,6 @@ Result<std::optional<Message>> decode_bytes(const Bytes& b, uint32_t max_payload
   RecordDecoder d(max_payload);
   d.feed(b);
   return d.next();
-}
-
-void expect_error(const Result<std::optional<Message>>& r, Code code, const std::string& needle) {
-  ASSERT_FALSE(r.ok()) << "expected an error containing '" << needle << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-  EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().to_string();
 }
 
 // A record with the given header fields and payload, and a correct CRC.

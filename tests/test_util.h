@@ -1,5 +1,5 @@
 // Helpers shared by the tests: where the fixtures are, the shoal binary, running a command, expected
-// errors.
+// errors (of a Status or a Result).
 #pragma once
 
 #include <sys/wait.h>
@@ -49,6 +49,13 @@ inline CommandResult run_command(const std::string& cmd) {
 inline void expect_status(const Status& st, Code code, const std::string& needle) {
   EXPECT_EQ(st.code(), code) << st.to_string();
   EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
+}
+
+/// Expects `r` to hold an error carrying `code` and a message containing `needle`.
+template <typename T>
+void expect_error(const Result<T>& r, Code code, const std::string& needle) {
+  ASSERT_FALSE(r.ok()) << "expected an error containing '" << needle << "'";
+  expect_status(r.status(), code, needle);
 }
 
 }  // namespace shoal::test

@@ -13,18 +13,13 @@
 namespace shoal::tok {
 namespace {
 
+using test::expect_error;
+
 using nlohmann::json;
 
 const char* kGoodJson =
     R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}})";
-
-template <typename T>
-void expect_error(const Result<T>& r, Code code, const std::string& fragment) {
-  ASSERT_FALSE(r.ok()) << "expected an error mentioning '" << fragment << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-  EXPECT_NE(r.status().message().find(fragment), std::string::npos) << r.status().to_string();
-}
 
 TEST(TokenizerMalformed, GoodTinyTokenizerJsonLoads) {
   auto v = vocab_from_tokenizer_json(kGoodJson, json(), "t.json");

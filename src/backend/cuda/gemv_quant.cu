@@ -545,10 +545,10 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
     return std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::ring_bytes(slots)) / per_chunk / (2 * kWarps)) * 2 *
            kWarps;
   };
+  auto smem_at = [&](int slots) { return size_t(Sh::ring_bytes(slots) + stage_for(slots) * per_chunk); };
   auto per_sm_at = [&](int slots, int& blocks) {
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads,
-        size_t(Sh::ring_bytes(slots) + stage_for(slots) * per_chunk));
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads,
+                                                         smem_at(slots));
   };
   a.slots = Sh::kMaxSlots;
   a.stage_chunks = stage_for(a.slots);
@@ -571,7 +571,7 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   // take ~81 KiB, within the 99 KiB per block of every supported device.)
   if (a.stage_chunks < 2 * kWarps) return cudaErrorInvalidConfiguration;
   const int64_t stages = div_up(a.chunks, a.stage_chunks);
-  const size_t smem = size_t(Sh::ring_bytes(a.slots) + a.stage_chunks * per_chunk);
+  const size_t smem = smem_at(a.slots);
   // One stage: each block builds the activation fragments once and loops over units, as many
   // blocks as are resident at once. Several stages: one unit per block.
   int64_t grid = a.units;

@@ -5,7 +5,7 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
-//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--only llama-q4_0] [--position 576 [640 ...]]
+//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--only llama-q4_0] [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -129,6 +129,51 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
       b.reset_graphs();
     }
   }
+}
+
+// ---- GEMV by row count (--sweep) ------------------------------------------------------------
+// Quantized GEMVs of 4096 columns at n = 1, one tile of 16 rows per unit, by tile count: how the
+// time follows the rounds of units over the resident blocks (2 per SM) versus the bytes.
+void bench_sweep(Backend& b, const Ceilings& c, int reps) {
+  std::printf("\n## Quantized GEMV by row tiles (4096 columns, n = 1, 16 rows per unit)\n");
+  std::printf("| dtype | tiles | glu | us | GB/s | %% of read |\n|---|---|---|---|---|---|\n");
+  const int64_t cols = 4096;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+    for (int64_t tiles : {128, 256, 264, 265, 330, 384, 396, 448, 528, 529, 660, 792, 896, 1056}) {
+      const int64_t rows = 16 * tiles;
+      const double wb = weight_bytes(t, rows, cols);
+      const int copies = int(std::max(4.0, std::min(64.0, std::ceil(512.0 * (1 << 20) / wb))));
+      std::vector<Tensor> ws;
+      for (int i = 0; i < copies; ++i) ws.push_back(weight(b, t, rows, cols, uint64_t(i + 1)));
+      Tensor x = act(b, DType::kF32, {1, cols}, 99), y = must(b.alloc(DType::kF32, {1, rows}));
+      probe::set_gemv_rows(16);
+      for (bool glu : {false, true}) {
+        const int per = glu ? 2 : 1;
+        const double ms = must(probe::time_graph_ms(
+                              b,
+                              [&] {
+                                for (int i = 0; i + per <= copies; i += per) {
+                                  if (glu)
+                                    b.matmul_glu(ws[size_t(i)], ws[size_t(i + 1)], x, Activation::kSilu, y, y, y);
+                                  else
+                                    b.matmul(ws[size_t(i)], x, y, nullptr);
+                                }
+                              },
+                              reps)) /
+                          (copies / per);
+        const double bytes = per * wb;
+        std::printf("| %s | %lld | %s | %.2f | %.0f | %.0f%% |\n", std::string(dtype_name(t)).c_str(),
+                    (long long)tiles, glu ? "yes" : "no", ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+                    100 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
+      }
+      probe::set_gemv_rows(0);
+      for (auto& w : ws) b.free(w);
+      b.free(x);
+      b.free(y);
+      b.reset_graphs();
+    }
+  }
+  std::fflush(stdout);
 }
 
 // ---- attention -----------------------------------------------------------------------------
@@ -458,7 +503,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
-int run(int device, int reps, bool quick, bool prefill, const std::string& only) {
+int run(int device, int reps, bool quick, bool prefill, bool sweep, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -478,6 +523,10 @@ int run(int device, int reps, bool quick, bool prefill, const std::string& only)
   Backend& b = *backend;
   const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false, true};
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true, false};
+  if (sweep) {
+    bench_sweep(b, c, reps);
+    return 0;
+  }
   if (prefill || !quick) {
     for (DType t : {DType::kF16, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
     bench_prefill(b, qwen, DType::kF16, reps);
@@ -524,7 +573,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
-  bool prefill = false;
+  bool prefill = false, sweep = false;
+  app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
   app.add_option("--position", shoal::g_positions,
@@ -538,7 +588,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, only);
+  return shoal::run(device, reps, quick, prefill, sweep, only);
 }
 
 #else  // no CUDA backend in this build

@@ -133,7 +133,8 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
 
 // ---- GEMV by row count (--sweep) ------------------------------------------------------------
 // Quantized GEMVs of 4096 columns at n = 1, one tile of 16 rows per unit, by tile count: how the
-// time follows the rounds of units over the resident blocks (2 per SM) versus the bytes.
+// time follows the rounds of units over the resident blocks (2 per SM) versus the bytes. The
+// counts bracket multiples of the H200's 264 resident blocks (docs/cuda.md, v23).
 void bench_sweep(Backend& b, const Ceilings& c, int reps) {
   std::printf("\n## Quantized GEMV by row tiles (4096 columns, n = 1, 16 rows per unit)\n");
   std::printf("| dtype | tiles | glu | us | GB/s | %% of read |\n|---|---|---|---|---|---|\n");

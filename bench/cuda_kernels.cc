@@ -67,6 +67,12 @@ Tensor act(Backend& b, DType t, std::initializer_list<int64_t> shape, uint64_t s
   return x;
 }
 
+/// Copies of a weight of `wb` bytes to rotate over so the timed products read >= 512 MiB from
+/// DRAM, not L2 (at least `at_least`, at most 64).
+int rotation_copies(double wb, double at_least) {
+  return int(std::max(at_least, std::min(64.0, std::ceil(512.0 * (1 << 20) / wb))));
+}
+
 // ---- GEMV -------------------------------------------------------------------------------------
 void bench_gemv(Backend& b, const Ceilings& c, int reps) {
   std::printf("\n## GEMV (n = 1 unless noted), weights rotated over >= 512 MiB of copies\n");
@@ -75,7 +81,7 @@ void bench_gemv(Backend& b, const Ceilings& c, int reps) {
   for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (auto [rows, cols] : shapes) {
       const double wb = weight_bytes(t, rows, cols);
-      const int copies = int(std::max(2.0, std::min(64.0, std::ceil(512.0 * (1 << 20) / wb))));
+      const int copies = rotation_copies(wb, 2);
       std::vector<Tensor> ws;
       for (int i = 0; i < copies; ++i) ws.push_back(weight(b, t, rows, cols, uint64_t(i + 1)));
       Tensor x = act(b, DType::kF32, {8, cols}, 99), y = must(b.alloc(DType::kF32, {8, rows}));
@@ -143,7 +149,7 @@ void bench_sweep(Backend& b, const Ceilings& c, int reps) {
     for (int64_t tiles : {128, 256, 264, 265, 330, 384, 396, 448, 528, 529, 660, 792, 896, 1056}) {
       const int64_t rows = 16 * tiles;
       const double wb = weight_bytes(t, rows, cols);
-      const int copies = int(std::max(4.0, std::min(64.0, std::ceil(512.0 * (1 << 20) / wb))));
+      const int copies = rotation_copies(wb, 4);  // >= 2 gate+up pairs
       std::vector<Tensor> ws;
       for (int i = 0; i < copies; ++i) ws.push_back(weight(b, t, rows, cols, uint64_t(i + 1)));
       Tensor x = act(b, DType::kF32, {1, cols}, 99), y = must(b.alloc(DType::kF32, {1, rows}));

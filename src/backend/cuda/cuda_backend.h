@@ -105,13 +105,29 @@ class CudaBackend final : public Backend {
   uint64_t early_epilogue_launches() const { return early_epilogues_; }
   /// qkv_attention calls so far that fused RoPE and the cache write into the GEMV (for tests).
   uint64_t rope_epilogue_launches() const { return rope_epilogues_; }
+  /// GEMV launches so far that took their input as fragments from the GEMV before (for tests).
+  uint64_t fragment_handoffs() const { return frag_handoffs_; }
+  /// Whether a quantized GLU GEMV also writes its output as the next GEMV's activation
+  /// fragments (GemvOpts::frags_out), taken by a quantized GEMV launched right after on that
+  /// output. On unless SHOAL_CUDA_FRAGS=0 at creation; for tests and comparisons.
+  void set_fragment_handoff(bool on) { frags_ = on; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
   void forget_writes() { written_.op = 0; }
 
  private:
   CudaBackend() = default;
-  enum Scratch { kAttnScratch, kSampleScratch, kGemmWeight, kGemmInput, kGemmOut, kGemmUp, kScratchCount };
+  enum Scratch {
+    kAttnScratch,
+    kSampleScratch,
+    kGemmWeight,
+    kGemmInput,
+    kGemmOut,
+    kGemmUp,
+    kFrags0,  // GEMV activation fragments, two in turn (a launch may read one and write the other)
+    kFrags1,
+    kScratchCount
+  };
 
   /// The activations of a prefill product as 16-bit parts (gemm_prep.cu split_activations):
   /// x16 [parts][n][k] in scratch kGemmInput, inv_scale [n].
@@ -188,7 +204,16 @@ class CudaBackend final : public Backend {
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
-  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0;
+  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0;
+  bool frags_ = true;
+  // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.
+  struct {
+    uint64_t op = 0;
+    const void* y = nullptr;
+    int64_t cols = 0;
+    void* data = nullptr;
+    int slot = 0;
+  } frags_written_;
   struct {
     uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)
     int n = 0;

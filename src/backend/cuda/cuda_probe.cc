@@ -269,6 +269,15 @@ int64_t rope_epilogue_launches(Backend& b) {
   return cb ? int64_t(cb->rope_epilogue_launches()) : -1;
 }
 
+int64_t fragment_handoffs(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->fragment_handoffs()) : -1;
+}
+
+void set_fragment_handoff(Backend& b, bool on) {
+  if (CudaBackend* cb = as_cuda(b)) cb->set_fragment_handoff(on);
+}
+
 void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }
 
 void set_pdl(bool on) { cuda::set_pdl(on); }

@@ -61,6 +61,11 @@ int64_t early_epilogue_launches(Backend& b);
 /// qkv_attention calls of the CUDA backend b so far that rotated q / k and wrote the caches in
 /// the GEMV's epilogue (cuda::GemvRope); -1 if b is not a CUDA backend. For tests.
 int64_t rope_epilogue_launches(Backend& b);
+/// GEMV launches of the CUDA backend b so far that took their input as activation fragments
+/// written by the GEMV before (cuda::GemvOpts::frags_in); -1 if b is not a CUDA backend.
+int64_t fragment_handoffs(Backend& b);
+/// Turns those fragment handoffs on or off for b's ops from now on (no-op if b is not CUDA).
+void set_fragment_handoff(Backend& b, bool on);
 
 /// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
 /// quantized weights 16 or 32 (one or two tensor-core tiles).

@@ -59,16 +59,18 @@ __device__ __forceinline__ float add_bias(float v, const float* bias, int64_t ro
 /// The epilogue of one output element: v holds the finished dot product(s), already times
 /// 1 / rms; with S == 2 (gate, up) act(gate) * up, else v[0] + bias[row] (bias may be null);
 /// written to *y, or added to it when accumulating. Bias and old y come from `e` when it is
-/// ready.
+/// ready. Returns the value stored.
 template <int S>
-__device__ __forceinline__ void store_output(const float (&v)[S], Act act, const float* bias, int64_t row,
+__device__ __forceinline__ float store_output(const float (&v)[S], Act act, const float* bias, int64_t row,
                                              bool accumulate, float* y, const EpilogueIn& e) {
   float out;
   if constexpr (S == 2)
     out = apply_act(v[0], act) * v[1];
   else
     out = add_bias(v[0], bias, row, e);
-  *y = accumulate ? (e.ready ? e.y : *y) + out : out;
+  const float stored = accumulate ? (e.ready ? e.y : *y) + out : out;
+  *y = stored;
+  return stored;
 }
 
 /// 1 / rms of a token whose W warps left their shares of its sum of squares at sq[w * sq_stride]
@@ -95,16 +97,16 @@ __device__ __forceinline__ float warps_sum(const float* dots, int warp_stride) {
 /// partial results in shared memory: dot product s of warp w at dots[w * warp_stride +
 /// s * s_stride]; with a fused RMSNorm (sq not null) the warp's share of the token's sum of
 /// squares at sq[w * sq_stride] (cols values, eps). Sums in warp order (deterministic), times
-/// 1 / rms, then store_output() into *y.
+/// 1 / rms, then store_output() into *y. Returns the value stored.
 template <int S, int W>
-__device__ __forceinline__ void reduce_store(const float* dots, int warp_stride, int s_stride, const float* sq,
+__device__ __forceinline__ float reduce_store(const float* dots, int warp_stride, int s_stride, const float* sq,
                                              int sq_stride, int64_t cols, float eps, Act act, const float* bias,
                                              int64_t row, bool accumulate, float* y, const EpilogueIn& e) {
   const float inv = block_inv_rms<W>(sq, sq_stride, cols, eps);
   float v[S];
 #pragma unroll
   for (int s = 0; s < S; ++s) v[s] = warps_sum<W>(dots + s * s_stride, warp_stride) * inv;
-  store_output(v, act, bias, row, accumulate, y, e);
+  return store_output(v, act, bias, row, accumulate, y, e);
 }
 
 /// Gives each of the n segments div_up(units, units_per_block) blocks, where units() is its

@@ -85,7 +85,18 @@ struct QArgs {
   bool accumulate;
   bool early_epilogue;  // bias and old y may be read before the PDL wait (GemvOpts)
   Act act;
+  // GemvOpts::frags_in / frags_out (one token): fragments [word][kLanes] and 1 / scales [word]
+  // (gemv_frag_bytes). With frag_out a block takes the units (tiles) of a 32-row word in turn,
+  // 2 b, 2 b + 1, then 2 (b + grid), ... (`pairs`; one segment, RT == 1).
+  const uint4* frag_in;
+  const float* inv_in;
+  uint4* frag_out;
+  float* inv_out;
+  bool pairs;
 };
+
+// Tokens a kernel is built for: n rounded up to 1, 2, 4 or 8.
+constexpr int tokens_of(int n) { return n <= 2 ? n : n <= 4 ? 4 : 8; }
 
 // (a & mask) | bits in one instruction.
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
@@ -130,6 +141,39 @@ __device__ __forceinline__ void q8_fragment(uint32_t w0, uint32_t w1, uint32_t (
   a[3] = hsub2(__byte_perm(w1, k1024, 0x5352), k1152);
 }
 
+// The activation fragments of one lane column t of a 32-value word (a quant block) for one token
+// (the B operand words of its two k-steps): v holds the lane's 8 values, pairs at 2t + 8p
+// (p = 0..3). The 4 lanes of the word (t = 0..3, adjacent lanes of one quad, all calling) share
+// its power-of-two scale, which puts max |x| of the 32 values in [2^14, 2^15): no f16 overflow,
+// lo clear of the subnormals. Writes the f16 hi and lo parts (x * scale = hi + lo); returns
+// 1 / scale. The same function for fragments built by a GEMV from its input and for those a
+// GEMV writes of its output (GemvOpts::frags_out), so both are the same bit for bit.
+__device__ __forceinline__ float fragment_word(const float2 (&v)[4], int lane, uint4& hi4, uint4& lo4) {
+  float mx = 0.0f;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) mx = fmaxf(mx, fmaxf(fabsf(v[p].x), fabsf(v[p].y)));
+  const unsigned quad = 0xfu << (lane & ~3);
+  mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 2));
+  // mx = f * 2^e with f in [0.5, 1) (e from the exponent bits; 0 for zero, inf, NaN); the scale
+  // 2^(15 - e) and its inverse are built from exponent bits too.
+  const int eb = int(__float_as_uint(mx) >> 23) & 0xff;
+  const int e = (eb == 0 || eb == 0xff) ? 0 : eb - 126;
+  const int sh = max(-100, min(100, 15 - e));
+  const float scale = __uint_as_float(uint32_t(127 + sh) << 23);
+  uint32_t hi[4], lo[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const float x0 = v[p].x * scale, x1 = v[p].y * scale;
+    hi[p] = half2_bits(x0, x1);
+    const float2 h = bits_half2(hi[p]);
+    lo[p] = half2_bits(x0 - h.x, x1 - h.y);
+  }
+  hi4 = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  lo4 = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  return __uint_as_float(uint32_t(127 - sh) << 23);
+}
+
 // (mma(), half2_bits(), cp_async(): mma.cuh. Each lane reads back only the ring words it copied
 // itself, so cp.async.wait_group alone makes the data visible: no barrier.)
 
@@ -164,8 +208,13 @@ struct Shape {
   static constexpr int64_t ring_bytes(int slots) { return ring_quants(slots) * int64_t(16 + sizeof(Scale)); }
 };
 
-template <bool kQ4, int S, int RT, int NT>
+// kFrags (one token, one tile per unit): a GLU (S == 2) writes its output as fragments too, with
+// `pairs` (frag_out); a single product (S == 1) copies its input fragments (frag_in). Separate
+// instances, so the other kernels carry none of that code.
+template <bool kQ4, int S, int RT, int NT, bool kFrags = false>
 __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
+  static_assert(!kFrags || (RT == 1 && NT == 1), "fragment handoffs: one token, one tile per unit");
+  constexpr bool kOut = kFrags && S == 2, kIn = kFrags && S == 1;
   using Sh = Shape<kQ4, S, RT, NT>;
   using Scale = typename Sh::Scale;
   constexpr int kSets = Sh::kSets, kLanes = Sh::kLanes, kWords = Sh::kWords, kLoads = Sh::kLoads;
@@ -176,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   float* inv_scale = reinterpret_cast<float*>(frag + a.stage_chunks * kWords * kSets * kLanes);  // [word][NT]
   __shared__ float red[2][kWarps][S][RT * 16][NT];  // by unit parity: one barrier per unit
   __shared__ float sq[kWarps][NT];
+  __shared__ float word_out[kOut ? 32 : 1][NT];  // a word's outputs (frag_out): tiles 2w, 2w + 1
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 
@@ -213,7 +263,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   Scale* ring_s = ring_s_all + warp * slots * kPairLoads * 32 + lane;
   const uint4* pw[kLoads];  // the next pair's quants and scales (this lane's)
   const Scale* psc[kLoads];
-  int64_t p_unit = blockIdx.x;
+  // The block's units: b, b + grid, ...; with kOut (pairs) 2 b, 2 b + 1, 2 (b + grid), ...
+  const int64_t first_unit = kOut ? 2 * int64_t(blockIdx.x) : int64_t(blockIdx.x);
+  auto next_unit = [&](int64_t u) {
+    if constexpr (kOut)
+      return (u & 1) ? u - 1 + 2 * int64_t(gridDim.x) : u + 1;
+    else
+      return u + int64_t(gridDim.x);
+  };
+  int64_t p_unit = first_unit;
   int p_left = 0, p_slot = 0;  // chunks of p_unit still to copy; ring slot of the next pair
   auto point = [&](int64_t u) {
     QSeg sg;
@@ -247,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
       p_left -= second ? 2 : 1;
       if (p_left == 0) {
-        p_unit += gridDim.x;
+        p_unit = next_unit(p_unit);
         if (p_unit < a.units) point(p_unit);
       }
     }
@@ -258,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 #pragma unroll 1
   for (int i = 0; i < slots - 1; ++i) issue();  // before the wait: weights never depend on it
   EpilogueIn e;  // of the unit: loaded at its start (the first one's before the wait, if allowed)
-  if (a.early_epilogue && blockIdx.x < a.units) e = unit_epilogue(blockIdx.x);
+  if (a.early_epilogue && first_unit < a.units) e = unit_epilogue(first_unit);
   pdl_prologue();
 
   float ss[NT];  // this thread's share of each token's sum of squares (RMSNorm)
@@ -273,11 +331,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   const bool single_stage = a.stage_chunks >= a.chunks;
   bool built = false;  // the fragments of the only stage are in shared memory
   int parity = 0, c_slot = 0;
-  for (int64_t unit = blockIdx.x; unit < a.units; unit += gridDim.x) {
+  for (int64_t unit = first_unit; unit < a.units; unit = next_unit(unit)) {
     QSeg sg;
     int64_t tile0;
     unit_of(unit, sg, tile0);
-    if (unit != blockIdx.x || !a.early_epilogue) e = unit_epilogue(unit);
+    if (unit != first_unit || !a.early_epilogue) e = unit_epilogue(unit);
     float acc[S][RT][kSets][4];
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -290,7 +348,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 
     for (int64_t c0 = 0; c0 < a.chunks; c0 += a.stage_chunks) {
       const int64_t c1 = min(c0 + a.stage_chunks, a.chunks);
-      if (!built || !single_stage) {
+      if (kIn && (!built || !single_stage)) {
+        // This warp's chunks of [c0, c1) as the GEMV before wrote them (frags_out): c0 + warp +
+        // kWarps m, each kE fragment words and kEI 1 / scales, in the layout of `frag` and
+        // `inv_scale` (stage-local).
+        __syncwarp();  // the previous stage's fragments are read
+        constexpr int kE = kWords * kSets * kLanes, kEI = kWords * NT;
+        const int m = int((c1 - c0 - warp + kWarps - 1) / kWarps);
+        const uint4* fsrc = a.frag_in + c0 * kE;
+        for (int i = lane; i < m * kE; i += 32) {
+          const int at = (warp + kWarps * (i / kE)) * kE + i % kE;
+          cp_async(frag + at, fsrc + at, std::integral_constant<int, 16>{});
+        }
+        const float* isrc = a.inv_in + c0 * kEI;
+        for (int i = lane; i < m * kEI; i += 32) {
+          const int at = (warp + kWarps * (i / kEI)) * kEI + i % kEI;
+          cp_async(inv_scale + at, isrc + at, std::integral_constant<int, 4>{});
+        }
+        cp_async_commit();
+        cp_async_wait<0>();  // (the weight pairs in flight too)
+        __syncwarp();
+      } else if (!built || !single_stage) {
         __syncwarp();  // the previous stage's fragments are read
         // The activation fragments of this warp's chunks of [c0, c1) (c0 is a multiple of
         // kWarps, so they are c0 + warp + kWarps m, and no other warp reads them). An item is
@@ -341,30 +419,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 #pragma unroll
             for (int jj = 0; jj < NT; ++jj)  // (ss[j] would put ss in local memory)
               if (jj == j) ss[jj] += sumsq[gi];
-            float mx = 0.0f;
-#pragma unroll
-            for (int p = 0; p < 4; ++p) mx = fmaxf(mx, fmaxf(fabsf(v[gi][p].x), fabsf(v[gi][p].y)));
-            const unsigned quad = 0xfu << (lane & ~3);
-            mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(quad, mx, 2));
-            // mx = f * 2^e with f in [0.5, 1) (e from the exponent bits; 0 for zero, inf, NaN);
-            // the scale 2^(15 - e) and its inverse are built from exponent bits too.
-            const int eb = int(__float_as_uint(mx) >> 23) & 0xff;
-            const int e = (eb == 0 || eb == 0xff) ? 0 : eb - 126;
-            const int sh = max(-100, min(100, 15 - e));
-            const float scale = __uint_as_float(uint32_t(127 + sh) << 23);
-            if (t == 0) inv_scale[word * NT + j] = __uint_as_float(uint32_t(127 - sh) << 23);
-            uint32_t hi[4], lo[4];
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-              const float x0 = v[gi][p].x * scale, x1 = v[gi][p].y * scale;
-              hi[p] = half2_bits(x0, x1);
-              const float2 h = bits_half2(hi[p]);
-              lo[p] = half2_bits(x0 - h.x, x1 - h.y);
-            }
             uint4* f = frag + (word * kSets + j / 4) * kLanes + 8 * (j % 4) + t;
-            f[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            f[4] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            const float inv = fragment_word(v[gi], lane, f[0], f[4]);
+            if (t == 0) inv_scale[word * NT + j] = inv;
           }
         }
         __syncwarp();
@@ -454,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
             red[parity][warp][s][r * 16 + g + 8][j] = acc[s][r][q][2] + acc[s][r][q][3];
           }
         }
-    if (a.norm_w && unit == blockIdx.x) {
+    if (a.norm_w && unit == first_unit) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const float v = warp_sum(ss[j]);
@@ -465,10 +522,32 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
     {
       const int i = threadIdx.x, rl = i / NT, j = i % NT;  // (a thread per output element)
       const int64_t row = tile0 * 16 + rl;
-      if (i < RT * 16 * NT && row < sg.rows && j < a.n)
-        reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
-                                a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act, sg.bias, row, a.accumulate,
-                                sg.y + int64_t(j) * sg.rows + row, e);
+      if (i < RT * 16 * NT && row < sg.rows && j < a.n) {
+        const float out = reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
+                                                  a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act, sg.bias,
+                                                  row, a.accumulate, sg.y + int64_t(j) * sg.rows + row, e);
+        if constexpr (kOut) word_out[(tile0 & 1) * 16 + rl][j] = out;
+      }
+    }
+    if constexpr (kOut) {
+      // The second tile of a word: the word's fragments, by lanes 4 j + t of warp 0 (token j,
+      // lane column t), as a GEMV reading y would build them.
+      if (tile0 & 1) {
+        __syncthreads();
+        const int j = int(threadIdx.x) >> 2, tq = int(threadIdx.x) & 3;
+        if (int(threadIdx.x) < 4 * NT && j < a.n) {
+          float2 v[4];
+#pragma unroll
+          for (int p = 0; p < 4; ++p) v[p] = make_float2(word_out[2 * tq + 8 * p][j], word_out[2 * tq + 8 * p + 1][j]);
+          const int64_t w = tile0 >> 1;
+          uint4 hi, lo;
+          const float inv = fragment_word(v, lane, hi, lo);
+          uint4* f = a.frag_out + (w * kSets + j / 4) * kLanes + 8 * (j % 4) + tq;
+          f[0] = hi;
+          f[4] = lo;
+          if (tq == 0) a.inv_out[w * NT + j] = inv;
+        }
+      }
     }
     parity ^= 1;  // (red[parity] of two units ago was read before this unit's barrier)
     if (!single_stage) {
@@ -506,7 +585,7 @@ cudaError_t device_limits(DeviceLimits& out) {
 // Dynamic shared memory the kernel may use on this device (the opt-in limit less its static
 // arrays, at most kSmemBytes); raises the kernel's limit to that once per device, so launches of
 // different shapes never lower it for each other.
-template <bool kQ4, int S, int RT, int NT>
+template <bool kQ4, int S, int RT, int NT, bool kFrags>
 cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
   static std::mutex mu;
   static std::map<int, int64_t> known;
@@ -516,9 +595,9 @@ cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
     return cudaSuccess;
   }
   cudaFuncAttributes attr{};
-  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT>); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT, kFrags>); e != cudaSuccess) return e;
   const int64_t b = std::min<int64_t>(kSmemBytes, int64_t(d.smem_optin) - int64_t(attr.sharedSizeBytes));
-  if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT>,
+  if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT, kFrags>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(b));
       e != cudaSuccess)
     return e;
@@ -527,13 +606,13 @@ cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
   return cudaSuccess;
 }
 
-template <bool kQ4, int S, int RT, int NT>
+template <bool kQ4, int S, int RT, int NT, bool kFrags = false>
 cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   using Sh = Shape<kQ4, S, RT, NT>;
   DeviceLimits d;
   int64_t budget = 0;
   SHOAL_TRY_LAUNCH(device_limits(d));
-  SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT>(d, budget)));
+  SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT, kFrags>(d, budget)));
   a.units = assign_seg_blocks(a.seg, a.n_segs, RT, [](const QSeg& s) { return s.tiles; });
   const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
   // Stages of a multiple of 16 chunks: a warp's pairs (c, c + 8) never straddle two. The
@@ -547,7 +626,7 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   };
   auto smem_at = [&](int slots) { return size_t(Sh::ring_bytes(slots) + stage_for(slots) * per_chunk); };
   auto per_sm_at = [&](int slots, int& blocks) {
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_quant_kernel<kQ4, S, RT, NT>, kThreads,
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_quant_kernel<kQ4, S, RT, NT, kFrags>, kThreads,
                                                          smem_at(slots));
   };
   a.slots = Sh::kMaxSlots;
@@ -574,12 +653,12 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   const size_t smem = smem_at(a.slots);
   // One stage: each block builds the activation fragments once and loops over units, as many
   // blocks as are resident at once. Several stages: one unit per block.
-  int64_t grid = a.units;
+  int64_t grid = a.pairs ? a.units / 2 : a.units;
   if (stages == 1) {
     if (per_sm == 0) SHOAL_TRY_LAUNCH(per_sm_at(a.slots, per_sm));
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * d.sms);
   }
-  SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT>, unsigned(grid), kThreads, smem, stream, a));
+  SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT, kFrags>, unsigned(grid), kThreads, smem, stream, a));
   return cudaGetLastError();
 }
 
@@ -590,6 +669,7 @@ cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
       // Two tiles per unit (sharing the fragment loads) once there are units enough to fill the
       // SMs twice over; not for gate+up, whose two weights already double the loads.
       const int ov = gemv_rows_override();
+      if (a.frag_in || a.frag_out) return launch_quant<kQ4, S, 1, 1, true>(a, stream);
       if constexpr (S == 1)
         if (ov == 32 || (ov != 16 && tiles >= 512)) return launch_quant<kQ4, S, 2, 1>(a, stream);
       return launch_quant<kQ4, S, 1, 1>(a, stream);
@@ -605,6 +685,8 @@ cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int64_t gemv_frag_bytes(int64_t cols, int n) { return cols / 32 * tokens_of(n) * (8 * 16 + 4); }
 
 cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
   const WKind kind = outs[0].w.kind;
@@ -639,7 +721,21 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
   a.accumulate = o.accumulate;
   a.early_epilogue = o.early_epilogue;
   a.act = o.act;
+  const int64_t nt = tokens_of(n);
   const bool glu = outs[0].up != nullptr;
+  if (o.frags_in) {
+    if (n != 1 || glu || o.norm_w || reinterpret_cast<uintptr_t>(o.frags_in) % 16 != 0) return cudaErrorInvalidValue;
+    a.frag_in = static_cast<const uint4*>(o.frags_in);
+    a.inv_in = reinterpret_cast<const float*>(a.frag_in + cols / 32 * 8 * nt);
+  }
+  if (o.frags_out) {
+    if (n != 1 || !glu || a.n_segs != 1 || a.seg[0].rows % 32 != 0 ||
+        reinterpret_cast<uintptr_t>(o.frags_out) % 16 != 0)
+      return cudaErrorInvalidValue;
+    a.frag_out = static_cast<uint4*>(o.frags_out);
+    a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * 8 * nt);
+    a.pairs = true;
+  }
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
   return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);
 }

@@ -113,7 +113,10 @@ class CudaBackend final : public Backend {
   void set_fragment_handoff(bool on) { frags_ = on; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
-  void forget_writes() { written_.op = 0; }
+  void forget_writes() {
+    written_.op = 0;
+    frags_written_.op = 0;
+  }
 
  private:
   CudaBackend() = default;
@@ -124,8 +127,7 @@ class CudaBackend final : public Backend {
     kGemmInput,
     kGemmOut,
     kGemmUp,
-    kFrags0,  // GEMV activation fragments, two in turn (a launch may read one and write the other)
-    kFrags1,
+    kFrags,  // GEMV activation fragments (GemvOpts::frags_out / frags_in)
     kScratchCount
   };
 
@@ -207,12 +209,13 @@ class CudaBackend final : public Backend {
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0;
   bool frags_ = true;
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.
+  // One buffer is enough: a launch that writes them runs after its PDL wait, i.e. after every
+  // earlier kernel, including the last one that read them.
   struct {
     uint64_t op = 0;
     const void* y = nullptr;
     int64_t cols = 0;
     void* data = nullptr;
-    int slot = 0;
   } frags_written_;
   struct {
     uint64_t op = 0;  // 0: none recorded (ops_ counts from 1)

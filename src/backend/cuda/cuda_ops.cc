@@ -393,16 +393,17 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
     }
     // Activation fragments (GemvOpts::frags_in / frags_out; one token): a quantized GEMV takes x
     // as fragments when the op just before (ops_, not yet counted for this one) wrote them of
-    // x; a quantized GLU product (gate / up, whose output the down projection reads next)
-    // writes them of its output, into the buffer the launch does not read.
-    const bool quant = g[0].w.kind == WKind::kQ8_0 || g[0].w.kind == WKind::kQ4_0;
+    // x (Q4_0: whole 64-value chunks only); a quantized GLU product (gate / up, whose output
+    // the down projection reads next) writes them of its output.
+    const WKind kind = g[0].w.kind;
+    const bool quant = kind == WKind::kQ8_0 || kind == WKind::kQ4_0;
     const bool take = frags_ && quant && n == 1 && !opts.norm_w && !rope && !g[0].up && frags_written_.op == ops_ &&
-                      frags_written_.y == xs && frags_written_.cols == x.cols();
+                      frags_written_.y == xs && frags_written_.cols == x.cols() &&
+                      (kind != WKind::kQ4_0 || x.cols() % 64 == 0);
     opts.frags_in = take ? frags_written_.data : nullptr;
     opts.frags_out = nullptr;
-    const int slot = take ? 1 - frags_written_.slot : 0;
     if (frags_ && quant && n == 1 && count == 1 && g[0].up && g[0].w.rows % 32 == 0 && !rope) {
-      opts.frags_out = scratch(slot ? kFrags1 : kFrags0, uint64_t(cuda::gemv_frag_bytes(g[0].w.rows, int(n))));
+      opts.frags_out = scratch(kFrags, uint64_t(cuda::gemv_frag_bytes(g[0].w.rows, int(n))));
       if (!opts.frags_out) {  // (the sticky error)
         count = 0;
         return;
@@ -415,7 +416,7 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
     note(cuda::gemv_multi(g, count, xs, int(n), opts, stream_), "gemv");
     if (opts.early_epilogue) ++early_epilogues_;
     if (opts.frags_in) ++frag_handoffs_;
-    if (opts.frags_out) frags_written_ = {ops_, g[0].y, g[0].w.rows, opts.frags_out, slot};
+    if (opts.frags_out) frags_written_ = {ops_, g[0].y, g[0].w.rows, opts.frags_out};
     for (int i = 0; i < count; ++i) ys[i] = launched[i]->y;
     wrote(std::span<const Tensor* const>(ys, size_t(count)));
     count = 0;

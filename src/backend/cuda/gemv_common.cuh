@@ -62,7 +62,7 @@ __device__ __forceinline__ float add_bias(float v, const float* bias, int64_t ro
 /// ready. Returns the value stored.
 template <int S>
 __device__ __forceinline__ float store_output(const float (&v)[S], Act act, const float* bias, int64_t row,
-                                             bool accumulate, float* y, const EpilogueIn& e) {
+                                              bool accumulate, float* y, const EpilogueIn& e) {
   float out;
   if constexpr (S == 2)
     out = apply_act(v[0], act) * v[1];
@@ -100,8 +100,8 @@ __device__ __forceinline__ float warps_sum(const float* dots, int warp_stride) {
 /// 1 / rms, then store_output() into *y. Returns the value stored.
 template <int S, int W>
 __device__ __forceinline__ float reduce_store(const float* dots, int warp_stride, int s_stride, const float* sq,
-                                             int sq_stride, int64_t cols, float eps, Act act, const float* bias,
-                                             int64_t row, bool accumulate, float* y, const EpilogueIn& e) {
+                                              int sq_stride, int64_t cols, float eps, Act act, const float* bias,
+                                              int64_t row, bool accumulate, float* y, const EpilogueIn& e) {
   const float inv = block_inv_rms<W>(sq, sq_stride, cols, eps);
   float v[S];
 #pragma unroll

@@ -537,11 +537,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
     }
     if constexpr (kOut) {
       // The second tile of a word: the word's fragments, by lanes 4 j + t of warp 0 (token j,
-      // lane column t), as a GEMV reading y would build them.
-      if (tile0 & 1) {
-        __syncthreads();
-        const int j = int(threadIdx.x) >> 2, tq = int(threadIdx.x) & 3;
-        if (int(threadIdx.x) < 4 * NT && j < a.n) {
+      // lane column t), as a GEMV reading y would build them. (Warp 0 alone wrote word_out.)
+      static_assert(RT * 16 * NT <= 32, "the word's outputs are warp 0's");
+      if ((tile0 & 1) && warp == 0) {
+        __syncwarp();
+        const int j = lane >> 2, tq = lane & 3;
+        if (lane < 4 * NT && j < a.n) {
           float2 v[4];
 #pragma unroll
           for (int p = 0; p < 4; ++p) v[p] = make_float2(word_out[2 * tq + 8 * p][j], word_out[2 * tq + 8 * p + 1][j]);
@@ -601,7 +602,8 @@ cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
     return cudaSuccess;
   }
   cudaFuncAttributes attr{};
-  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT, kFrags>); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT, kFrags>); e != cudaSuccess)
+    return e;
   const int64_t b = std::min<int64_t>(kSmemBytes, int64_t(d.smem_optin) - int64_t(attr.sharedSizeBytes));
   if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT, kFrags>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(b));
@@ -730,7 +732,9 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
   const int64_t nt = tokens_of(n);
   const bool glu = outs[0].up != nullptr;
   if (o.frags_in) {
-    if (n != 1 || glu || o.norm_w || reinterpret_cast<uintptr_t>(o.frags_in) % 16 != 0) return cudaErrorInvalidValue;
+    // (Q4_0: a chunk's second word past the row would be copied unwritten: whole chunks only.)
+    if (n != 1 || glu || o.norm_w || (q4 && cols % 64 != 0) || reinterpret_cast<uintptr_t>(o.frags_in) % 16 != 0)
+      return cudaErrorInvalidValue;
     a.frag_in = static_cast<const uint4*>(o.frags_in);
     a.inv_in = reinterpret_cast<const float*>(a.frag_in + cols / 32 * 8 * nt);
   }

@@ -115,9 +115,9 @@ struct GemvOpts {
   // Q8_0 / Q4_0 and one token only (gemv_quant). frags_out: the launch also writes its output
   // y as the activation fragments of a quantized GEMV that reads y next (gemv_frag_bytes(rows,
   // 1) bytes at frags_out; one GLU product of rows % 32 == 0). frags_in: x as fragments written
-  // so by the launch just before (no norm_w, no up): the launch copies them instead of
-  // building them from x, with the same results bit for bit. Errors: cudaErrorInvalidValue
-  // otherwise.
+  // so by the launch just before (no norm_w, no up; Q4_0: cols % 64 == 0): the launch copies
+  // them instead of building them from x, with the same results bit for bit. Errors:
+  // cudaErrorInvalidValue otherwise.
   void* frags_out = nullptr;
   const void* frags_in = nullptr;
 };

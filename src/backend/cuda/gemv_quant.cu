@@ -40,7 +40,8 @@
 // one after the other (the word's power-of-two scale needs all 32 values), and the down GEMV
 // that reads it next copies them with cp.async instead of building them from x (H200,
 // Llama-3-8B decode step: Q8_0 2.65 -> 2.58 ms, Q4_0 1.96 -> 1.95; docs/cuda.md v24).
-// Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc.
+// Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_matmul_test.cc,
+// tests/cuda/cuda_frags_test.cc (the handoff).
 #include <cuda_fp16.h>
 
 #include <algorithm>

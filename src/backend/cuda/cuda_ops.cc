@@ -397,13 +397,13 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
     // the down projection reads next) writes them of its output.
     const WKind kind = g[0].w.kind;
     const bool quant = kind == WKind::kQ8_0 || kind == WKind::kQ4_0;
-    const bool take = frags_ && quant && n == 1 && !opts.norm_w && !rope && !g[0].up && frags_written_.op == ops_ &&
+    const bool take = frags_ && quant && n == 1 && !opts.norm_w && !g[0].up && frags_written_.op == ops_ &&
                       frags_written_.y == xs && frags_written_.cols == x.cols() &&
                       (kind != WKind::kQ4_0 || x.cols() % 64 == 0);
     opts.frags_in = take ? frags_written_.data : nullptr;
     opts.frags_out = nullptr;
-    if (frags_ && quant && n == 1 && count == 1 && g[0].up && g[0].w.rows % 32 == 0 && !rope) {
-      opts.frags_out = scratch(kFrags, uint64_t(cuda::gemv_frag_bytes(g[0].w.rows, int(n))));
+    if (frags_ && quant && n == 1 && count == 1 && g[0].up && g[0].w.rows % 32 == 0) {
+      opts.frags_out = scratch(kFrags, uint64_t(cuda::gemv_frag_bytes(g[0].w.rows)));
       if (!opts.frags_out) {  // (the sticky error)
         count = 0;
         return;

@@ -94,16 +94,12 @@ struct QArgs {
   Act act;
   // GemvOpts::frags_in / frags_out (one token): fragments [word][kLanes] and 1 / scales [word]
   // (gemv_frag_bytes). With frag_out a block takes the units (tiles) of a 32-row word in turn,
-  // 2 b, 2 b + 1, then 2 (b + grid), ... (`pairs`; one segment, RT == 1).
+  // 2 b, 2 b + 1, then 2 (b + grid), ... (one segment, RT == 1).
   const uint4* frag_in;
   const float* inv_in;
   uint4* frag_out;
   float* inv_out;
-  bool pairs;
 };
-
-// Tokens a kernel is built for: n rounded up to 1, 2, 4 or 8.
-constexpr int tokens_of(int n) { return n <= 2 ? n : n <= 4 ? 4 : 8; }
 
 // (a & mask) | bits in one instruction.
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
@@ -216,7 +212,7 @@ struct Shape {
 };
 
 // kFrags (one token, one tile per unit): a GLU (S == 2) writes its output as fragments too, with
-// `pairs` (frag_out); a single product (S == 1) copies its input fragments (frag_in). Separate
+// units in word pairs (frag_out); a single product (S == 1) copies its input fragments (frag_in). Separate
 // instances, so the other kernels carry none of that code.
 template <bool kQ4, int S, int RT, int NT, bool kFrags = false>
 __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
@@ -362,16 +358,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         __syncwarp();  // the previous stage's fragments are read
         constexpr int kE = kWords * kSets * kLanes, kEI = kWords * NT;
         const int m = int((c1 - c0 - warp + kWarps - 1) / kWarps);
-        const uint4* fsrc = a.frag_in + c0 * kE;
-        for (int i = lane; i < m * kE; i += 32) {
-          const int at = (warp + kWarps * (i / kE)) * kE + i % kE;
-          cp_async(frag + at, fsrc + at, std::integral_constant<int, 16>{});
-        }
-        const float* isrc = a.inv_in + c0 * kEI;
-        for (int i = lane; i < m * kEI; i += 32) {
-          const int at = (warp + kWarps * (i / kEI)) * kEI + i % kEI;
-          cp_async(inv_scale + at, isrc + at, std::integral_constant<int, 4>{});
-        }
+        // per: elements per chunk (a power of two); dst / src: the stage's first chunk.
+        auto copy = [&](auto* dst, const auto* src, auto per) {
+          for (int i = lane; i < m * per; i += 32) {
+            const int at = (warp + kWarps * (i / per)) * per + i % per;
+            cp_async(dst + at, src + at, std::integral_constant<int, int(sizeof(*dst))>{});
+          }
+        };
+        copy(frag, a.frag_in + c0 * kE, std::integral_constant<int, kE>{});
+        copy(inv_scale, a.inv_in + c0 * kEI, std::integral_constant<int, kEI>{});
         cp_async_commit();
         cp_async_wait<0>();  // (the weight pairs in flight too)
         __syncwarp();
@@ -662,7 +657,7 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   const size_t smem = smem_at(a.slots);
   // One stage: each block builds the activation fragments once and loops over units, as many
   // blocks as are resident at once. Several stages: one unit per block (with pairs, one word).
-  int64_t grid = a.pairs ? a.units / 2 : a.units;
+  int64_t grid = a.frag_out ? a.units / 2 : a.units;
   if (stages == 1) {
     if (per_sm == 0) SHOAL_TRY_LAUNCH(per_sm_at(a.slots, per_sm));
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * d.sms);
@@ -695,7 +690,7 @@ cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
 
 }  // namespace
 
-int64_t gemv_frag_bytes(int64_t cols, int n) { return cols / 32 * tokens_of(n) * (8 * 16 + 4); }
+int64_t gemv_frag_bytes(int64_t cols) { return cols / 32 * (8 * 16 + 4); }
 
 cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
   const WKind kind = outs[0].w.kind;
@@ -730,22 +725,20 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
   a.accumulate = o.accumulate;
   a.early_epilogue = o.early_epilogue;
   a.act = o.act;
-  const int64_t nt = tokens_of(n);
   const bool glu = outs[0].up != nullptr;
   if (o.frags_in) {
     // (Q4_0: a chunk's second word past the row would be copied unwritten: whole chunks only.)
     if (n != 1 || glu || o.norm_w || (q4 && cols % 64 != 0) || reinterpret_cast<uintptr_t>(o.frags_in) % 16 != 0)
       return cudaErrorInvalidValue;
     a.frag_in = static_cast<const uint4*>(o.frags_in);
-    a.inv_in = reinterpret_cast<const float*>(a.frag_in + cols / 32 * 8 * nt);
+    a.inv_in = reinterpret_cast<const float*>(a.frag_in + cols / 32 * 8);
   }
   if (o.frags_out) {
     if (n != 1 || !glu || a.n_segs != 1 || a.seg[0].rows % 32 != 0 ||
         reinterpret_cast<uintptr_t>(o.frags_out) % 16 != 0)
       return cudaErrorInvalidValue;
     a.frag_out = static_cast<uint4*>(o.frags_out);
-    a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * 8 * nt);
-    a.pairs = true;
+    a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * 8);
   }
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
   return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);

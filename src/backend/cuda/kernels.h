@@ -113,8 +113,8 @@ struct GemvOpts {
   // RoPE and the KV cache write fused into the epilogue (q / k / v of one token), or null.
   const GemvRope* rope = nullptr;
   // Q8_0 / Q4_0 and one token only (gemv_quant). frags_out: the launch also writes its output
-  // y as the activation fragments of a quantized GEMV that reads y next (gemv_frag_bytes(rows,
-  // 1) bytes at frags_out; one GLU product of rows % 32 == 0). frags_in: x as fragments written
+  // y as the activation fragments of a quantized GEMV that reads y next (gemv_frag_bytes(rows)
+  // bytes at frags_out; one GLU product of rows % 32 == 0). frags_in: x as fragments written
   // so by the launch just before (no norm_w, no up; Q4_0: cols % 64 == 0): the launch copies
   // them instead of building them from x, with the same results bit for bit. Errors:
   // cudaErrorInvalidValue otherwise.
@@ -122,10 +122,9 @@ struct GemvOpts {
   const void* frags_in = nullptr;
 };
 /// Bytes of the activation fragments of a quantized GEMV input of `cols` values (a multiple of
-/// 32) and n tokens, NT = n rounded up to 1, 2, 4 or 8: per 32-value word, 8 NT 16-byte words of
-/// f16 hi and lo parts in the MMA's B-operand order (gemv_quant.cu), then f32 [cols / 32][NT],
-/// each word's 1 / scale per token.
-int64_t gemv_frag_bytes(int64_t cols, int n);
+/// 32), one token: per 32-value word, 8 16-byte words of f16 hi and lo parts in the MMA's
+/// B-operand order (gemv_quant.cu), then f32 [cols / 32], each word's 1 / scale.
+int64_t gemv_frag_bytes(int64_t cols);
 constexpr int kGemvMaxOuts = 3;
 /// Up to kGemvMaxOuts products of the same input in one launch (q, k and v of a layer): every
 /// weight has the same kind and cols, and all or none have `up`. With norm_w, each block

@@ -253,7 +253,7 @@ void bench_sampling(Backend& b, int reps) {
 
 // ---- prefill GEMM --------------------------------------------------------------------------
 void bench_gemm(Backend& b, const Ceilings& c, int reps) {
-  std::printf("\n## Prefill GEMM, 512 tokens x [14336, 4096] (cuBLAS; quantized weights dequantized per tile)\n");
+  std::printf("\n## Prefill GEMM, 512 tokens x [14336, 4096] (F16 / BF16 on cuBLAS; Q8_0 / Q4_0 on gemm_quant's wgmma where the device has it, else cuBLAS on dequantized tiles)\n");
   std::printf("| dtype | ms | TFLOP/s | %% of cuBLAS bf16 at this shape |\n|---|---|---|---|\n");
   for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     Tensor w = weight(b, t, 14336, 4096, 5);
@@ -534,8 +534,9 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, const std::s
     bench_sweep(b, c, reps);
     return 0;
   }
+  if (prefill) bench_gemm(b, c, reps);
   if (prefill || !quick) {
-    for (DType t : {DType::kF16, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
+    for (DType t : {DType::kF16, DType::kQ8_0, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
     bench_prefill(b, qwen, DType::kF16, reps);
     if (prefill) return 0;
   }

@@ -70,7 +70,8 @@ Status CudaBackend::init(int device) {
   name_ = fmt::format("cuda:{} {}", device, prop.name);
   // Programmatic dependent launch (sm_90+) hides launch gaps between the kernels of a step;
   // thread-block clusters (sm_90+) let decode attention merge its splits in one kernel.
-  // SHOAL_CUDA_PDL=0 / SHOAL_CUDA_CLUSTERS=0 / SHOAL_CUDA_FRAGS=0 (set_fragment_handoff) turn
+  // Hopper runs quantized prefill products on gemm_quant (wgmma). SHOAL_CUDA_PDL=0 /
+  // SHOAL_CUDA_CLUSTERS=0 / SHOAL_CUDA_FRAGS=0 (set_fragment_handoff) / SHOAL_CUDA_QGEMM=0 turn
   // them off (for comparisons).
   const auto off = [](const char* name) {
     const char* v = std::getenv(name);
@@ -80,6 +81,7 @@ Status CudaBackend::init(int device) {
   cuda::set_pdl(sm90 && !off("SHOAL_CUDA_PDL"));
   cuda::set_clusters(sm90 && !off("SHOAL_CUDA_CLUSTERS"));
   frags_ = !off("SHOAL_CUDA_FRAGS");
+  qgemm_ = !off("SHOAL_CUDA_QGEMM") && cuda::gemm_quant_available();
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

@@ -111,6 +111,10 @@ class CudaBackend final : public Backend {
   /// fragments (GemvOpts::frags_out), taken by a quantized GEMV launched right after on that
   /// output. On unless SHOAL_CUDA_FRAGS=0 at creation; for tests and comparisons.
   void set_fragment_handoff(bool on) { frags_ = on; }
+  uint64_t quant_gemm_launches() const { return qgemm_launches_; }
+  /// gemm_quant for quantized prefill products where the device runs it (on), or cuBLAS on
+  /// dequantized parts (off).
+  void set_quant_gemm(bool on) { qgemm_ = on && cuda::gemm_quant_available(); }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
   void forget_writes() {
@@ -206,8 +210,9 @@ class CudaBackend final : public Backend {
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
-  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0;
+  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0;
   bool frags_ = true;
+  bool qgemm_ = false;  // gemm_quant for quantized prefill products (gemm_quant_available)
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.
   // One buffer is enough: a launch that writes them runs after its PDL wait, i.e. after every
   // earlier kernel, including the last one that read them.

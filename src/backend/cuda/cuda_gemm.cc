@@ -1,8 +1,10 @@
 // Prefill products (more than kGemvMaxTokens tokens) on cuBLAS: tensor cores on 16-bit
 // operands with f32 accumulation, kept within ~1e-6 of the f32 result by splitting
 // (gemm_prep.cu): F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights times
-// x = hi + mid + lo in bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times x = hi + lo:
-// w_hi * [x_hi x_lo] + w_lo * x_hi, the last accumulated into the first (beta = 1). The
+// x = hi + mid + lo in bf16; Q8_0 / Q4_0 weights on Hopper by gemm_quant (gemm_quant.cu: the
+// small integers q exact in f16, block scales in f32, times [x_hi x_lo]), elsewhere dequantized
+// to hi + lo in f16, times x = hi + lo: w_hi * [x_hi x_lo] + w_lo * x_hi, the last accumulated
+// into the first (beta = 1). The
 // activation parts go side by side as extra columns of one product; one kernel sums the partial
 // products with the op's epilogue. matmuls() splits its input once for all its products, with
 // the RMSNorm fused into the split.
@@ -44,6 +46,10 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
                        "cublasGemmEx (16-bit parts)")
                ? in.parts
                : 0;
+  }
+  if (qgemm_ && !in.bf16) {  // one product per activation part, no dequantized copy
+    ++qgemm_launches_;
+    return note(cuda::gemm_quant(w, in.x16, 2 * nn, yp, stream_), "gemm_quant") ? 2 : 0;
   }
   // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
   constexpr uint64_t kTileBytes = 64ull << 20;

@@ -278,6 +278,15 @@ void set_fragment_handoff(Backend& b, bool on) {
   if (CudaBackend* cb = as_cuda(b)) cb->set_fragment_handoff(on);
 }
 
+int64_t quant_gemm_launches(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->quant_gemm_launches()) : -1;
+}
+
+void set_quant_gemm(Backend& b, bool on) {
+  if (CudaBackend* cb = as_cuda(b)) cb->set_quant_gemm(on);
+}
+
 void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }
 
 void set_pdl(bool on) { cuda::set_pdl(on); }

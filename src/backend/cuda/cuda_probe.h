@@ -67,6 +67,12 @@ int64_t fragment_handoffs(Backend& b);
 /// Turns those fragment handoffs on or off for b's ops from now on (no-op if b is not CUDA).
 void set_fragment_handoff(Backend& b, bool on);
 
+/// Quantized prefill products of the CUDA backend b so far that ran on gemm_quant (Hopper's
+/// wgmma) instead of cuBLAS; -1 if b is not a CUDA backend. For tests.
+int64_t quant_gemm_launches(Backend& b);
+/// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.
+void set_quant_gemm(Backend& b, bool on);
+
 /// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
 /// quantized weights 16 or 32 (one or two tensor-core tiles).
 void set_gemv_rows(int rows_per_block);

@@ -1,0 +1,62 @@
+// The quantized prefill GEMM on Hopper's wgmma (gemm_quant.cu): matmuls of more than 8 tokens
+// with Q8_0 / Q4_0 weights against the CPU reference, on shapes at the edges of its tiles (rows
+// of part of a 16-row tile or of a 128-row block, columns of part of a 128-column block, a Q4_0
+// row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
+// (the cuBLAS path on dequantized parts). On a device without sm_90a code it must not run.
+#include "backend/cuda/cuda_probe.h"
+#include "backend/cuda/kernels.h"
+#include "cuda/cuda_test_util.h"
+
+namespace shoal::test {
+namespace {
+
+class CudaGemmQuantTest : public CudaVsRef {
+ protected:
+  // As the GEMV and cuBLAS paths: f32 sums of exact products, against the double reference.
+  static constexpr double kTol = 2e-5;
+
+  // y = x W^T (+ bias) on both paths of the GPU; returns the wgmma launches the first one made.
+  int64_t check(DType t, int64_t out, int64_t in, int64_t n, bool with_bias) {
+    SCOPED_TRACE(fmt::format("{} [{}, {}] x n={} bias={}", dtype_name(t), out, in, n, with_bias));
+    Dual w = make_weight(t, {out, in});
+    Dual x = make_f32({n, in}, randn(n * in, 3.0f));
+    Dual b = make_f32({out}, randn(out));
+    Dual y = output(DType::kF32, {n, out});
+    cpu_->matmul(w.c, x.c, y.c, with_bias ? &b.c : nullptr);
+    const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+    gpu_->matmul(w.g, x.g, y.g, with_bias ? &b.g : nullptr);
+    const int64_t launches = cuda_probe::quant_gemm_launches(*gpu_) - before;
+    EXPECT_LT(nerr(y), kTol);
+    cuda_probe::set_quant_gemm(*gpu_, false);
+    poison(y);
+    gpu_->matmul(w.g, x.g, y.g, with_bias ? &b.g : nullptr);
+    EXPECT_LT(nerr(y), kTol) << "cuBLAS path";
+    EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, launches);
+    cuda_probe::set_quant_gemm(*gpu_, true);
+    return launches;
+  }
+};
+
+TEST_F(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
+  const int64_t expect = cuda::gemm_quant_available() ? 1 : 0;
+  struct Shape {
+    int64_t out, in, n;
+  };
+  // (out: part of a tile, whole blocks, part of a block; in: one chunk, half a Q4_0 chunk at the
+  // end, several stages; n: above the GEMV's 8 tokens, 2n across column blocks.)
+  const Shape shapes[] = {{7, 64, 9}, {128, 96, 64}, {300, 4128, 65}, {515, 768, 40}, {1100, 256, 130}, {16, 32, 9}};
+  for (DType t : {DType::kQ8_0, DType::kQ4_0})
+    for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
+}
+
+TEST_F(CudaGemmQuantTest, PromptSizedProducts) {
+  // A 512-token prompt through Llama-3-8B-like widths, in fewer rows: the ring over many stages.
+  const int64_t expect = cuda::gemm_quant_available() ? 1 : 0;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    EXPECT_EQ(check(t, 384, 4096, 512, false), expect);
+    EXPECT_EQ(check(t, 256, 14336, 100, true), expect);
+  }
+}
+
+}  // namespace
+}  // namespace shoal::test

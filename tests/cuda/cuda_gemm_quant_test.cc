@@ -2,7 +2,8 @@
 // with Q8_0 / Q4_0 weights against the CPU reference, on shapes at the edges of its tiles (rows
 // of part of a 16-row tile or of a 128-row block, columns of part of a 128-column block, a Q4_0
 // row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
-// (the cuBLAS path on dequantized parts). On a device without sm_90a code it must not run.
+// (the cuBLAS path on dequantized parts), and three products of one input in one launch. On a
+// device without sm_90a code it must not run.
 #include "backend/cuda/cuda_probe.h"
 #include "backend/cuda/kernels.h"
 #include "cuda/cuda_test_util.h"
@@ -55,6 +56,39 @@ TEST_F(CudaGemmQuantTest, PromptSizedProducts) {
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     EXPECT_EQ(check(t, 384, 4096, 512, false), expect);
     EXPECT_EQ(check(t, 256, 14336, 100, true), expect);
+  }
+}
+
+TEST_F(CudaGemmQuantTest, QkvProductsInOneLaunch) {
+  // matmuls() of three products of one quantized kind (q / k / v: a tall one and two short ones)
+  // behind the RMSNorm, with a bias and a residual add: one launch, each output as the reference.
+  const int64_t expect = cuda::gemm_quant_available() ? 1 : 0;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t in = 320, n = 70, rows[3] = {272, 40, 130};
+    Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
+    Dual h = output(DType::kF32, {n, in}), b = make_f32({rows[1]}, randn(rows[1]));
+    Dual w[3], y[3], tmp[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i] = make_weight(t, {rows[i], in});
+      y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));
+      tmp[i] = output(DType::kF32, {n, rows[i]});
+    }
+    const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut outs[3];
+      for (int i = 0; i < 3; ++i) {
+        outs[i].w = gp ? &w[i].g : &w[i].c;
+        outs[i].y = gp ? &y[i].g : &y[i].c;
+        outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
+      }
+      outs[1].bias = gp ? &b.g : &b.c;
+      outs[2].accumulate = true;
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+    }
+    EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
+    for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), kTol) << "product " << i;
   }
 }
 

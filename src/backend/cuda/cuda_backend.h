@@ -169,6 +169,9 @@ class CudaBackend final : public Backend {
   /// (a scratch of gemm_out_bytes); returns blocks, 0 on error (sticky).
   int gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp);
   static uint64_t gemm_out_bytes(const GemmInput& in, int64_t m) { return uint64_t(in.parts) * uint64_t(in.n * m) * 4; }
+  /// Two or three products of one quantized kind (no GLU) of the split input in one gemm_quant
+  /// launch, each then summed with its epilogue. False (nothing done) when they do not qualify.
+  bool quant_gemm_together(const GemmInput& in, std::span<const MatmulOut> outs);
   /// matmuls for n > kGemvMaxTokens: x split once (with the norm fused) for every product, each
   /// product's parts summed by one kernel with its epilogue (bias, residual add, or act(gate) *
   /// up). False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a

@@ -49,7 +49,7 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
   }
   if (qgemm_ && !in.bf16) {  // one product per activation part, no dequantized copy
     ++qgemm_launches_;
-    return note(cuda::gemm_quant(w, in.x16, 2 * nn, yp, stream_), "gemm_quant") ? 2 : 0;
+    return note(cuda::gemm_quant(&w, &yp, 1, in.x16, 2 * nn, stream_), "gemm_quant") ? 2 : 0;
   }
   // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
   constexpr uint64_t kTileBytes = 64ull << 20;
@@ -92,6 +92,37 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   if (blocks > 0) note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, bias, false, y, stream_), "combine_parts");
 }
 
+bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const MatmulOut> outs) {
+  // Several products of one quantized kind (q / k / v) in one gemm_quant launch: the small ones
+  // (k and v of a GQA model) would each leave most of the GPU idle.
+  const DType t = outs[0].w->dtype;
+  if (!qgemm_ || in.bf16 || outs.size() < 2 || outs.size() > size_t(cuda::kGemvMaxOuts) ||
+      (t != DType::kQ8_0 && t != DType::kQ4_0))
+    return false;
+  for (const MatmulOut& o : outs)
+    if (o.up || o.w->dtype != t) return false;
+  cuda::WeightRef ws[cuda::kGemvMaxOuts];
+  float* yp[cuda::kGemvMaxOuts];
+  uint64_t bytes[cuda::kGemvMaxOuts + 1] = {0};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ws[i] = weight_ref(*outs[i].w);
+    bytes[i + 1] = bytes[i] + cuda::align_up(gemm_out_bytes(in, outs[i].w->rows()), 256);
+  }
+  auto* base = static_cast<uint8_t*>(scratch(kGemmOut, bytes[outs.size()]));
+  if (!base) return true;  // (the sticky error)
+  for (size_t i = 0; i < outs.size(); ++i) yp[i] = reinterpret_cast<float*>(base + bytes[i]);
+  ++qgemm_launches_;
+  if (!note(cuda::gemm_quant(ws, yp, int(outs.size()), in.x16, 2 * in.n, stream_), "gemm_quant")) return true;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const MatmulOut& o = outs[i];
+    if (!note(cuda::combine_parts(yp[i], 2, in.n, o.w->rows(), in.inv_scale, o.bias ? cuda::f32(*o.bias) : nullptr,
+                                  o.accumulate, cuda::f32(*o.y), stream_),
+              "combine_parts"))
+      return true;
+  }
+  return true;
+}
+
 bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
   const int64_t n = x.rows(), k = x.cols();
   if (outs.empty()) return true;
@@ -107,6 +138,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
   if (failed() || !use_device()) return true;
   GemmInput in;
   if (!gemm_input(cuda::f32(x), n, k, bf16, norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in)) return true;
+  if (quant_gemm_together(in, outs)) return true;
   for (const MatmulOut& o : outs) {
     const int64_t m = o.w->rows();
     auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));

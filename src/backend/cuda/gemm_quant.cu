@@ -41,11 +41,14 @@ constexpr int kStages = 6;
 
 struct QGemmArgs {
   // Tensor maps (TMA) of the activations x16 [ncols, k] f16 (boxes of 64 x 128 in the 128-byte
-  // swizzle), the quants [tiles, chunks x 512 bytes] and the scales [tiles, chunks x 64 / 32
-  // bytes] (boxes of a stage's chunks x the block's tiles); out-of-range parts load as zeros.
-  CUtensorMap tx, tq, ts;
-  int64_t rows, tiles, chunks, k, ncols;
-  float* y;  // [ncols, rows]
+  // swizzle) and of each weight's quants [tiles, chunks x 512 bytes] and scales [tiles, chunks x
+  // 64 / 32 bytes] (boxes of a stage's chunks x a block's tiles); out-of-range parts load as zeros.
+  CUtensorMap tx, tq[kGemvMaxOuts], ts[kGemvMaxOuts];
+  float* y[kGemvMaxOuts];  // [ncols, rows]
+  int64_t rows[kGemvMaxOuts], tiles[kGemvMaxOuts];
+  unsigned block_end[kGemvMaxOuts];  // row blocks of the weights so far (blockIdx.y)
+  int count;
+  int64_t chunks, k, ncols;
 };
 
 template <bool kQ4>
@@ -134,7 +137,12 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
   uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ uint64_t full[kStages], empty[kStages];  // a stage landed / every consumer warp is done with it
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t col0 = int64_t(blockIdx.x) * kCols, tile0 = int64_t(blockIdx.y) * St::kTiles;
+  int wi = 0;  // the weight of this block's rows
+  unsigned first = 0;
+#pragma unroll
+  for (int i = 1; i < kGemvMaxOuts; ++i)
+    if (i < a.count && blockIdx.y >= a.block_end[i - 1]) wi = i, first = a.block_end[i - 1];
+  const int64_t col0 = int64_t(blockIdx.x) * kCols, tile0 = int64_t(blockIdx.y - first) * St::kTiles;
   const int64_t stages = div_up(a.k, kK);
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -155,8 +163,8 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
         uint8_t* base = smem + slot * St::kBytes;
         mbar_expect(&full[slot], St::kB + St::kA + St::kS);
         tma_2d(base, &a.tx, int(s * kK), int(col0), &full[slot]);
-        tma_2d(base + St::kB, &a.tq, int(s * St::kChunks * 128), int(tile0), &full[slot]);
-        tma_2d(base + St::kB + St::kA, &a.ts, int(s * 16), int(tile0), &full[slot]);
+        tma_2d(base + St::kB, &a.tq[wi], int(s * St::kChunks * 128), int(tile0), &full[slot]);
+        tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * 16), int(tile0), &full[slot]);
       }
     }
     return;
@@ -214,13 +222,14 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
     promote(total, acc[1], dbits[1]);
   }
   // Thread (warp, g, t): rows 16 warp + g (+ 8) of the block, columns 8 i + 2 t (+ 1).
-  const int64_t r0 = (tile0 + warp) * 16 + g;
+  const int64_t r0 = (tile0 + warp) * 16 + g, rows = a.rows[wi];
+  float* const y = a.y[wi];
 #pragma unroll
   for (int i = 0; i < 16; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t row = r0 + 8 * (e >> 1), col = col0 + 8 * i + 2 * t + (e & 1);
-      if (tile0 + warp < a.tiles && row < a.rows && col < a.ncols) a.y[col * a.rows + row] = total[4 * i + e];
+      if (row < rows && col < a.ncols) y[col * rows + row] = total[4 * i + e];
     }
 #endif
 }
@@ -291,30 +300,42 @@ bool gemm_quant_available() {
   return known[dev] == 1;
 }
 
-cudaError_t gemm_quant(const WeightRef& w, const uint16_t* x16, int64_t ncols, float* y, cudaStream_t stream) {
-  if (ncols == 0 || w.rows == 0) return cudaSuccess;
-  const bool q4 = w.kind == WKind::kQ4_0;
-  if ((!q4 && w.kind != WKind::kQ8_0) || w.cols % 32 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
+cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
+                       cudaStream_t stream) {
+  if (count < 1 || count > kGemvMaxOuts) return cudaErrorInvalidValue;
+  const bool q4 = w[0].kind == WKind::kQ4_0;
+  for (int i = 0; i < count; ++i)
+    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols) return cudaErrorInvalidValue;
+  if ((!q4 && w[0].kind != WKind::kQ8_0) || w[0].cols % 32 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
     return cudaErrorInvalidValue;
+  if (ncols == 0) return cudaSuccess;
   QGemmArgs a{};
-  a.rows = w.rows;
-  a.tiles = div_up(w.rows, 16);
-  a.chunks = quant_chunks(q4, w.cols);
-  a.k = w.cols;
+  a.count = count;
+  a.chunks = quant_chunks(q4, w[0].cols);
+  a.k = w[0].cols;
   a.ncols = ncols;
-  a.y = y;
-  const uint64_t row_quants = uint64_t(a.chunks) * 512, row_scales = uint64_t(a.chunks) * (q4 ? 64 : 32);
-  const uint32_t stage_chunks = q4 ? 1 : 2;
-  // (A stage: 64 columns of K = 128 x 4-byte words of Q4_0 quants or 256 of Q8_0, 64 bytes of scales.)
-  if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(w.cols), uint64_t(ncols),
-                     uint64_t(w.cols) * 2, kK, kCols, CU_TENSOR_MAP_SWIZZLE_128B) ||
-      !tensor_map_2d(a.tq, CU_TENSOR_MAP_DATA_TYPE_UINT32, w.data, row_quants / 4, uint64_t(a.tiles), row_quants,
-                     stage_chunks * 128, 8, CU_TENSOR_MAP_SWIZZLE_NONE) ||
-      !tensor_map_2d(a.ts, CU_TENSOR_MAP_DATA_TYPE_UINT32, w.scales, row_scales / 4, uint64_t(a.tiles), row_scales, 16,
-                     8, CU_TENSOR_MAP_SWIZZLE_NONE))
+  if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(a.k), uint64_t(ncols), uint64_t(a.k) * 2, kK,
+                     kCols, CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
+  // (A stage: 64 columns of K = 128 x 4-byte words of Q4_0 quants or 256 of Q8_0, 64 bytes of scales.)
+  const uint64_t row_quants = uint64_t(a.chunks) * 512, row_scales = uint64_t(a.chunks) * (q4 ? 64 : 32);
+  unsigned blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    a.y[i] = y[i];
+    a.rows[i] = w[i].rows;
+    a.tiles[i] = div_up(w[i].rows, 16);
+    blocks += unsigned(div_up(a.tiles[i], 8));
+    a.block_end[i] = blocks;
+    if (w[i].rows == 0) continue;  // (no blocks: its maps are never read)
+    if (!tensor_map_2d(a.tq[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].data, row_quants / 4, uint64_t(a.tiles[i]),
+                       row_quants, q4 ? 128 : 256, 8, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+        !tensor_map_2d(a.ts[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].scales, row_scales / 4, uint64_t(a.tiles[i]),
+                       row_scales, 16, 8, CU_TENSOR_MAP_SWIZZLE_NONE))
+      return cudaErrorInvalidValue;
+  }
+  if (blocks == 0) return cudaSuccess;
   auto run = [&](auto kernel, int stage_bytes) -> cudaError_t {
-    const dim3 grid(unsigned(div_up(ncols, kCols)), unsigned(div_up(a.tiles, 8)));
+    const dim3 grid(unsigned(div_up(ncols, kCols)), blocks);
     const size_t smem = size_t(kStages) * size_t(stage_bytes) + 1024;
     // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

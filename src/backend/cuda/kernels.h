@@ -161,13 +161,15 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
 /// Dequantizes rows [r0, r0 + nr) of w into hi and lo f16 parts, [nr, cols] each, hi + lo = w
 /// (exact for Q8_0 and Q4_0 values). Errors: cudaErrorInvalidValue unless w is Q8_0 or Q4_0 and
 /// r0 a multiple of 16 (a tile).
-/// The prefill product of a Q8_0 / Q4_0 weight on Hopper's wgmma (gemm_quant.cu): y[j * rows + r] =
-/// sum_k W[r, k] x16[j, k] in f32 for the ncols rows of x16 ([ncols, cols] f16, 16-byte aligned;
-/// the activation parts of split_activations side by side), exact like the GEMV (f16 products of
-/// the small integers q - 8 or q, f32 sums per 32-value block times the block scale). Only where
-/// gemm_quant_available(). Errors: cudaErrorInvalidValue for other kinds, cols % 32 != 0 or a
-/// misaligned x16.
-cudaError_t gemm_quant(const WeightRef& w, const uint16_t* x16, int64_t ncols, float* y, cudaStream_t stream);
+/// The prefill products of up to kGemvMaxOuts Q8_0 / Q4_0 weights of one kind and width on
+/// Hopper's wgmma, one launch (gemm_quant.cu): y[i][j * rows_i + r] = sum_k W_i[r, k] x16[j, k] in
+/// f32 for the ncols rows of x16 ([ncols, cols] f16, 16-byte aligned; the activation parts of
+/// split_activations side by side), exact like the GEMV (f16 products of the small integers q - 8
+/// or q, f32 sums per 32-value block times the block scale). Only where gemm_quant_available().
+/// Errors: cudaErrorInvalidValue for other kinds, mixed kinds or widths, cols % 32 != 0, a
+/// misaligned x16 or a count out of 1..kGemvMaxOuts.
+cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
+                       cudaStream_t stream);
 /// Whether the current device runs gemm_quant(): compute capability 9.0 and the build's sm_90a code.
 bool gemm_quant_available();
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);

@@ -4,8 +4,9 @@
 // row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
 // (the cuBLAS path on dequantized parts), and three products of one input in one launch. On a
 // device without sm_90a code it must not run.
+#include <cuda_runtime.h>
+
 #include "backend/cuda/cuda_probe.h"
-#include "backend/cuda/kernels.h"
 #include "cuda/cuda_test_util.h"
 
 namespace shoal::test {
@@ -38,8 +39,22 @@ class CudaGemmQuantTest : public CudaVsRef {
   }
 };
 
+TEST_F(CudaGemmQuantTest, RunsOnHopper) {
+  // A build with the sm_90a code must use it on a compute capability 9.0 device.
+  int dev = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+#if defined(SHOAL_CUDA_SM90A)
+  if (major == 9 && minor == 0) {
+    EXPECT_TRUE(cuda_probe::quant_gemm_available(*gpu_));
+  }
+#endif
+  RecordProperty("quant_gemm", cuda_probe::quant_gemm_available(*gpu_) ? "yes" : "no");
+}
+
 TEST_F(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
-  const int64_t expect = cuda::gemm_quant_available() ? 1 : 0;
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
   struct Shape {
     int64_t out, in, n;
   };
@@ -52,17 +67,18 @@ TEST_F(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
 
 TEST_F(CudaGemmQuantTest, PromptSizedProducts) {
   // A 512-token prompt through Llama-3-8B-like widths, in fewer rows: the ring over many stages.
-  const int64_t expect = cuda::gemm_quant_available() ? 1 : 0;
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     EXPECT_EQ(check(t, 384, 4096, 512, false), expect);
     EXPECT_EQ(check(t, 256, 14336, 100, true), expect);
   }
+  EXPECT_EQ(check(DType::kQ4_0, 2300, 16384, 12, false), expect);  // (cuBLAS: 64 MiB dequantized tiles)
 }
 
 TEST_F(CudaGemmQuantTest, QkvProductsInOneLaunch) {
   // matmuls() of three products of one quantized kind (q / k / v: a tall one and two short ones)
   // behind the RMSNorm, with a bias and a residual add: one launch, each output as the reference.
-  const int64_t expect = cuda::gemm_quant_available() ? 1 : 0;
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     SCOPED_TRACE(dtype_name(t));
     const int64_t in = 320, n = 70, rows[3] = {272, 40, 130};

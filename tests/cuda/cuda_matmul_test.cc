@@ -253,7 +253,7 @@ TEST_F(CudaMatmulsTest, MisalignedInputRowsCompose) {
 
 TEST_F(CudaMatmulsTest, OddWidthsAndLargeBatchesCompose) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) check_fused(t, 101, 2, true, true);  // element-wise kernel
-  for (DType t : {DType::kF16, DType::kQ4_0}) check_fused(t, 256, 12, true, true);             // cuBLAS path
+  for (DType t : {DType::kF16, DType::kQ4_0}) check_fused(t, 256, 12, true, true);             // prefill path
 }
 
 TEST_F(CudaMatmulsTest, PrefillSplitsOnceWithFusedEpilogues) {
@@ -286,8 +286,11 @@ TEST_F(CudaMatmulTest, GemmAboveEightTokens) {
 }
 
 TEST_F(CudaMatmulTest, GemmQuantizedInSeveralTiles) {
-  // 64 MiB dequantized tiles of 128-row multiples: 16384 columns give 2048-row tiles.
+  // The cuBLAS path's 64 MiB dequantized tiles of 128-row multiples: 16384 columns give 2048-row
+  // tiles (on Hopper quantized products take gemm_quant unless turned off).
+  cuda_probe::set_quant_gemm(*gpu_, false);
   check(DType::kQ4_0, 2300, 16384, 12, false);
+  cuda_probe::set_quant_gemm(*gpu_, true);
 }
 
 TEST_F(CudaMatmulTest, GemmActivationsBeyondTheF16Range) {

@@ -81,7 +81,8 @@ Status CudaBackend::init(int device) {
   cuda::set_pdl(sm90 && !off("SHOAL_CUDA_PDL"));
   cuda::set_clusters(sm90 && !off("SHOAL_CUDA_CLUSTERS"));
   frags_ = !off("SHOAL_CUDA_FRAGS");
-  qgemm_ = !off("SHOAL_CUDA_QGEMM") && cuda::gemm_quant_available();
+  qgemm_available_ = cuda::gemm_quant_available();  // (the current device: set above)
+  qgemm_ = qgemm_available_ && !off("SHOAL_CUDA_QGEMM");
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

@@ -111,10 +111,13 @@ class CudaBackend final : public Backend {
   /// fragments (GemvOpts::frags_out), taken by a quantized GEMV launched right after on that
   /// output. On unless SHOAL_CUDA_FRAGS=0 at creation; for tests and comparisons.
   void set_fragment_handoff(bool on) { frags_ = on; }
+  /// gemm_quant launches so far (a q / k / v launch counts once; for tests).
   uint64_t quant_gemm_launches() const { return qgemm_launches_; }
-  /// gemm_quant for quantized prefill products where the device runs it (on), or cuBLAS on
-  /// dequantized parts (off).
-  void set_quant_gemm(bool on) { qgemm_ = on && cuda::gemm_quant_available(); }
+  /// Whether this device runs gemm_quant (cuda::gemm_quant_available, probed at creation).
+  bool quant_gemm_available() const { return qgemm_available_; }
+  /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
+  /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
+  void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
   void forget_writes() {
@@ -160,7 +163,7 @@ class CudaBackend final : public Backend {
   /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
   cuda::WeightRef weight_ref(const Tensor& w) const;
-  /// cuBLAS path of matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc).
+  /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias);
   /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2
   /// f16 parts). False on error (sticky).
@@ -215,7 +218,8 @@ class CudaBackend final : public Backend {
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0;
   bool frags_ = true;
-  bool qgemm_ = false;  // gemm_quant for quantized prefill products (gemm_quant_available)
+  bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
+  bool qgemm_ = false;            // gemm_quant for quantized prefill products
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.
   // One buffer is enough: a launch that writes them runs after its PDL wait, i.e. after every
   // earlier kernel, including the last one that read them.

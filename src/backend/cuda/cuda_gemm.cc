@@ -1,13 +1,12 @@
-// Prefill products (more than kGemvMaxTokens tokens) on cuBLAS: tensor cores on 16-bit
-// operands with f32 accumulation, kept within ~1e-6 of the f32 result by splitting
-// (gemm_prep.cu): F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights times
-// x = hi + mid + lo in bf16; Q8_0 / Q4_0 weights on Hopper by gemm_quant (gemm_quant.cu: the
-// small integers q exact in f16, block scales in f32, times [x_hi x_lo]), elsewhere dequantized
-// to hi + lo in f16, times x = hi + lo: w_hi * [x_hi x_lo] + w_lo * x_hi, the last accumulated
-// into the first (beta = 1). The
-// activation parts go side by side as extra columns of one product; one kernel sums the partial
-// products with the op's epilogue. matmuls() splits its input once for all its products, with
-// the RMSNorm fused into the split.
+// Prefill products (more than kGemvMaxTokens tokens) on the tensor cores: 16-bit operands with
+// f32 accumulation, kept within ~1e-6 of the f32 result by splitting (gemm_prep.cu). On cuBLAS:
+// F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights times x = hi + mid + lo in
+// bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times x = hi + lo: w_hi * [x_hi x_lo]
+// + w_lo * x_hi, the last accumulated into the first (beta = 1). On Hopper, Q8_0 / Q4_0 weights
+// run on gemm_quant instead (gemm_quant.cu: the small integers q exact in f16, block scales in
+// f32, times [x_hi x_lo]; q / k / v in one launch). The activation parts go side by side as
+// extra columns of one product; one kernel sums the partial products with the op's epilogue.
+// matmuls() splits its input once for all its products, with the RMSNorm fused into the split.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -48,8 +47,9 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
                : 0;
   }
   if (qgemm_ && !in.bf16) {  // one product per activation part, no dequantized copy
+    if (!note(cuda::gemm_quant(&w, &yp, 1, in.x16, 2 * nn, stream_), "gemm_quant")) return 0;
     ++qgemm_launches_;
-    return note(cuda::gemm_quant(&w, &yp, 1, in.x16, 2 * nn, stream_), "gemm_quant") ? 2 : 0;
+    return 2;
   }
   // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
   constexpr uint64_t kTileBytes = 64ull << 20;
@@ -111,8 +111,8 @@ bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const Matmu
   auto* base = static_cast<uint8_t*>(scratch(kGemmOut, bytes[outs.size()]));
   if (!base) return true;  // (the sticky error)
   for (size_t i = 0; i < outs.size(); ++i) yp[i] = reinterpret_cast<float*>(base + bytes[i]);
-  ++qgemm_launches_;
   if (!note(cuda::gemm_quant(ws, yp, int(outs.size()), in.x16, 2 * in.n, stream_), "gemm_quant")) return true;
+  ++qgemm_launches_;
   for (size_t i = 0; i < outs.size(); ++i) {
     const MatmulOut& o = outs[i];
     if (!note(cuda::combine_parts(yp[i], 2, in.n, o.w->rows(), in.inv_scale, o.bias ? cuda::f32(*o.bias) : nullptr,

@@ -283,6 +283,11 @@ int64_t quant_gemm_launches(Backend& b) {
   return cb ? int64_t(cb->quant_gemm_launches()) : -1;
 }
 
+bool quant_gemm_available(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb && cb->quant_gemm_available();
+}
+
 void set_quant_gemm(Backend& b, bool on) {
   if (CudaBackend* cb = as_cuda(b)) cb->set_quant_gemm(on);
 }

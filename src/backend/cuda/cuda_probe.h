@@ -67,9 +67,12 @@ int64_t fragment_handoffs(Backend& b);
 /// Turns those fragment handoffs on or off for b's ops from now on (no-op if b is not CUDA).
 void set_fragment_handoff(Backend& b, bool on);
 
-/// Quantized prefill products of the CUDA backend b so far that ran on gemm_quant (Hopper's
-/// wgmma) instead of cuBLAS; -1 if b is not a CUDA backend. For tests.
+/// gemm_quant launches (Hopper's wgmma instead of cuBLAS for quantized prefill products; one
+/// per product, or one for q / k / v together) of the CUDA backend b so far; -1 if b is not a
+/// CUDA backend. For tests.
 int64_t quant_gemm_launches(Backend& b);
+/// Whether b's device runs gemm_quant (false if b is not a CUDA backend).
+bool quant_gemm_available(Backend& b);
 /// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.
 void set_quant_gemm(Backend& b, bool on);
 

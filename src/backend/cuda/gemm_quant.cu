@@ -45,17 +45,17 @@ struct QGemmArgs {
   // 64 / 32 bytes] (boxes of a stage's chunks x a block's tiles); out-of-range parts load as zeros.
   CUtensorMap tx, tq[kGemvMaxOuts], ts[kGemvMaxOuts];
   float* y[kGemvMaxOuts];  // [ncols, rows]
-  int64_t rows[kGemvMaxOuts], tiles[kGemvMaxOuts];
+  int64_t rows[kGemvMaxOuts];
   unsigned block_end[kGemvMaxOuts];  // row blocks of the weights so far (blockIdx.y)
   int count;
-  int64_t chunks, k, ncols;
+  int64_t k, ncols;
 };
 
 template <bool kQ4>
 struct Stage {
   static constexpr int kTiles = 8;                           // 16-row tiles of a block (a warp each)
   static constexpr int kChunks = kQ4 ? 1 : 2;                // weight chunks per stage and tile
-  static constexpr int kScaleBytes = kQ4 ? 64 : 32;          // a chunk's scales (8 g x 2 blocks or 1 x 2 halves)
+  static constexpr int kScaleBytes = kQ4 ? 64 : 32;          // a chunk's f16 scales: 8 g x 2 blocks x 2 halves (Q4_0), 8 g x 2 halves
   static constexpr int kB = kCols * kK * 2;                  // activations: 16 KiB
   static constexpr int kA = kTiles * kChunks * 512;          // quants of the tiles
   static constexpr int kS = kTiles * kChunks * kScaleBytes;  // their scales
@@ -243,18 +243,17 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-}  // namespace
-
-namespace {
-
 // cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), once.
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) p = nullptr;
     (void)cudaGetLastError();
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   }();
@@ -290,8 +289,11 @@ bool gemm_quant_available() {
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
         minor == 0 && cudaMalloc(&flag, sizeof(int)) == cudaSuccess) {
-      wgmma_probe_kernel<<<1, 1>>>(flag);
-      if (cudaMemcpy(&ok, flag, sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess) ok = 0;
+      if (cudaMemset(flag, 0, sizeof(int)) == cudaSuccess) {
+        wgmma_probe_kernel<<<1, 1>>>(flag);
+        if (cudaGetLastError() != cudaSuccess || cudaMemcpy(&ok, flag, sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess)
+          ok = 0;
+      }
       cudaFree(flag);
     }
     (void)cudaGetLastError();
@@ -302,6 +304,7 @@ bool gemm_quant_available() {
 
 cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
                        cudaStream_t stream) {
+  if (!gemm_quant_available()) return cudaErrorNotSupported;
   if (count < 1 || count > kGemvMaxOuts) return cudaErrorInvalidValue;
   const bool q4 = w[0].kind == WKind::kQ4_0;
   for (int i = 0; i < count; ++i)
@@ -311,31 +314,32 @@ cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uin
   if (ncols == 0) return cudaSuccess;
   QGemmArgs a{};
   a.count = count;
-  a.chunks = quant_chunks(q4, w[0].cols);
   a.k = w[0].cols;
+  const int64_t chunks = quant_chunks(q4, a.k);
   a.ncols = ncols;
   if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(a.k), uint64_t(ncols), uint64_t(a.k) * 2, kK,
                      kCols, CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
   // (A stage: 64 columns of K = 128 x 4-byte words of Q4_0 quants or 256 of Q8_0, 64 bytes of scales.)
-  const uint64_t row_quants = uint64_t(a.chunks) * 512, row_scales = uint64_t(a.chunks) * (q4 ? 64 : 32);
-  unsigned blocks = 0;
+  const uint64_t row_quants = uint64_t(chunks) * 512, row_scales = uint64_t(chunks) * (q4 ? 64 : 32);
+  int64_t total_blocks = 0;
   for (int i = 0; i < count; ++i) {
+    const int64_t tiles = div_up(w[i].rows, 16);
     a.y[i] = y[i];
     a.rows[i] = w[i].rows;
-    a.tiles[i] = div_up(w[i].rows, 16);
-    blocks += unsigned(div_up(a.tiles[i], 8));
-    a.block_end[i] = blocks;
+    total_blocks += div_up(tiles, 8);
+    if (total_blocks > 65535) return cudaErrorInvalidValue;  // (gridDim.y)
+    a.block_end[i] = unsigned(total_blocks);
     if (w[i].rows == 0) continue;  // (no blocks: its maps are never read)
-    if (!tensor_map_2d(a.tq[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].data, row_quants / 4, uint64_t(a.tiles[i]),
-                       row_quants, q4 ? 128 : 256, 8, CU_TENSOR_MAP_SWIZZLE_NONE) ||
-        !tensor_map_2d(a.ts[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].scales, row_scales / 4, uint64_t(a.tiles[i]),
-                       row_scales, 16, 8, CU_TENSOR_MAP_SWIZZLE_NONE))
+    if (!tensor_map_2d(a.tq[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].data, row_quants / 4, uint64_t(tiles), row_quants,
+                       q4 ? 128 : 256, 8, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+        !tensor_map_2d(a.ts[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].scales, row_scales / 4, uint64_t(tiles), row_scales,
+                       16, 8, CU_TENSOR_MAP_SWIZZLE_NONE))
       return cudaErrorInvalidValue;
   }
-  if (blocks == 0) return cudaSuccess;
+  if (total_blocks == 0) return cudaSuccess;
   auto run = [&](auto kernel, int stage_bytes) -> cudaError_t {
-    const dim3 grid(unsigned(div_up(ncols, kCols)), blocks);
+    const dim3 grid(unsigned(div_up(ncols, kCols)), unsigned(total_blocks));
     const size_t smem = size_t(kStages) * size_t(stage_bytes) + 1024;
     // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

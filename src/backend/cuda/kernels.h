@@ -161,17 +161,6 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
 /// Dequantizes rows [r0, r0 + nr) of w into hi and lo f16 parts, [nr, cols] each, hi + lo = w
 /// (exact for Q8_0 and Q4_0 values). Errors: cudaErrorInvalidValue unless w is Q8_0 or Q4_0 and
 /// r0 a multiple of 16 (a tile).
-/// The prefill products of up to kGemvMaxOuts Q8_0 / Q4_0 weights of one kind and width on
-/// Hopper's wgmma, one launch (gemm_quant.cu): y[i][j * rows_i + r] = sum_k W_i[r, k] x16[j, k] in
-/// f32 for the ncols rows of x16 ([ncols, cols] f16, 16-byte aligned; the activation parts of
-/// split_activations side by side), exact like the GEMV (f16 products of the small integers q - 8
-/// or q, f32 sums per 32-value block times the block scale). Only where gemm_quant_available().
-/// Errors: cudaErrorInvalidValue for other kinds, mixed kinds or widths, cols % 32 != 0, a
-/// misaligned x16 or a count out of 1..kGemvMaxOuts.
-cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
-                       cudaStream_t stream);
-/// Whether the current device runs gemm_quant(): compute capability 9.0 and the build's sm_90a code.
-bool gemm_quant_available();
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
 /// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]) (+ y[t, r] when accumulating),
 /// yp: [blocks, n, rows]; inv_scale and bias may be null; y may alias yp when blocks == 1.
@@ -181,6 +170,23 @@ cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, 
 /// ([blocks, n, rows] each). Errors: cudaErrorInvalidValue unless rows % 4 == 0.
 cudaError_t combine_glu(const float* gate, const float* up, int blocks, int64_t n, int64_t rows,
                         const float* inv_scale, Act act, float* y, cudaStream_t stream);
+
+// ---- gemm_quant.cu: the quantized prefill GEMM on Hopper ---------------------------------------
+/// The prefill products of up to kGemvMaxOuts Q8_0 / Q4_0 weights of one kind and width on
+/// Hopper's wgmma, one launch (gemm_quant.cu): y[i][j * rows_i + r] = sum_k W_i[r, k] x16[j, k] in
+/// f32 for the ncols rows of x16 ([ncols, cols] f16, 16-byte aligned; the activation parts of
+/// split_activations side by side), exact like the GEMV (f16 products of the small integers q - 8
+/// or q, f32 sums per 32-value block times the block scale). Only where gemm_quant_available().
+/// w's quants and scales as uploaded (256-byte aligned); y[i] holds ncols * rows_i floats.
+/// Errors: cudaErrorNotSupported where !gemm_quant_available(); cudaErrorInvalidValue for other
+/// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, a count out of
+/// 1..kGemvMaxOuts, more than 65535 blocks of 128 rows, or a tensor map the driver refuses.
+cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
+                       cudaStream_t stream);
+/// Whether the current device runs gemm_quant(): compute capability 9.0, the build's sm_90a code
+/// and the driver's tensor-map encoder. The first call per device runs a probe kernel and a
+/// synchronous copy (not during a graph capture).
+bool gemm_quant_available();
 
 // ---- norm.cu --------------------------------------------------------------------------------
 /// y = x / sqrt(mean(x^2) + eps) * w over `groups` groups of g values. y may alias x.

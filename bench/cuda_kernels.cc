@@ -253,7 +253,9 @@ void bench_sampling(Backend& b, int reps) {
 
 // ---- prefill GEMM --------------------------------------------------------------------------
 void bench_gemm(Backend& b, const Ceilings& c, int reps) {
-  std::printf("\n## Prefill GEMM, 512 tokens x [14336, 4096] (F16 / BF16 on cuBLAS; Q8_0 / Q4_0 on gemm_quant's wgmma where the device has it, else cuBLAS on dequantized tiles)\n");
+  std::printf(
+      "\n## Prefill GEMM, 512 tokens x [14336, 4096] (F16 / BF16 on cuBLAS; Q8_0 / Q4_0 on gemm_quant's "
+      "wgmma where the device has it, else cuBLAS on dequantized tiles)\n");
   std::printf("| dtype | ms | TFLOP/s | %% of cuBLAS bf16 at this shape |\n|---|---|---|---|\n");
   for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     Tensor w = weight(b, t, 14336, 4096, 5);

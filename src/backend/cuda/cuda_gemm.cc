@@ -46,7 +46,7 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
                ? in.parts
                : 0;
   }
-  if (qgemm_ && !in.bf16) {  // one product per activation part, no dequantized copy
+  if (qgemm_) {  // one product per activation part, no dequantized copy (quantized: never bf16 parts)
     if (!note(cuda::gemm_quant(&w, &yp, 1, in.x16, 2 * nn, stream_), "gemm_quant")) return 0;
     ++qgemm_launches_;
     return 2;
@@ -96,7 +96,7 @@ bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const Matmu
   // Several products of one quantized kind (q / k / v) in one gemm_quant launch: the small ones
   // (k and v of a GQA model) would each leave most of the GPU idle.
   const DType t = outs[0].w->dtype;
-  if (!qgemm_ || in.bf16 || outs.size() < 2 || outs.size() > size_t(cuda::kGemvMaxOuts) ||
+  if (!qgemm_ || outs.size() < 2 || outs.size() > size_t(cuda::kGemvMaxOuts) ||
       (t != DType::kQ8_0 && t != DType::kQ4_0))
     return false;
   for (const MatmulOut& o : outs)

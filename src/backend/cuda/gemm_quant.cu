@@ -38,6 +38,8 @@ namespace {
 
 constexpr int kCols = 128, kK = 64;  // a block's columns of y (x 128 rows) and a stage's columns of K
 constexpr int kStages = 6;
+constexpr int kTiles = 8;                           // 16-row tiles of a block: a computing warp each
+constexpr int kThreads = 128 + 32 * kTiles;         // the producer warpgroup, then the computing warps
 
 struct QGemmArgs {
   // Tensor maps (TMA) of the activations x16 [ncols, k] f16 (boxes of 64 x 128 in the 128-byte
@@ -53,9 +55,10 @@ struct QGemmArgs {
 
 template <bool kQ4>
 struct Stage {
-  static constexpr int kTiles = 8;                           // 16-row tiles of a block (a warp each)
   static constexpr int kChunks = kQ4 ? 1 : 2;                // weight chunks per stage and tile
   static constexpr int kScaleBytes = kQ4 ? 64 : 32;          // a chunk's f16 scales: 8 g x 2 blocks x 2 halves (Q4_0), 8 g x 2 halves
+  // A stage's box of one tile row in 4-byte words (the tensor maps' unit): quants and scales.
+  static constexpr int kQuantWords = kChunks * 512 / 4, kScaleWords = kChunks * kScaleBytes / 4;
   static constexpr int kB = kCols * kK * 2;                  // activations: 16 KiB
   static constexpr int kA = kTiles * kChunks * 512;          // quants of the tiles
   static constexpr int kS = kTiles * kChunks * kScaleBytes;  // their scales
@@ -63,10 +66,11 @@ struct Stage {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 // Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle: rows of 128
 // bytes, 8-row groups 1024 bytes apart (the leading byte offset is unused in this mode).
 __device__ __forceinline__ uint64_t sw128_desc(const void* p) {
-  const uint32_t a = unsigned(__cvta_generic_to_shared(p));
+  const uint32_t a = smem_addr(p);
   return uint64_t((a & 0x3ffff) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -99,7 +103,6 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], const uint32_t (&a)[4]
 
 // Shared-memory barriers (PTX ISA "mbarrier"): the ring's stages pass from the producer to the
 // consumer warps (full) and back (empty) without block barriers.
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
@@ -129,7 +132,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
 #endif
 
 template <bool kQ4>
-__global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
   pdl_prologue();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using St = Stage<kQ4>;
@@ -142,12 +145,12 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
 #pragma unroll
   for (int i = 1; i < kGemvMaxOuts; ++i)
     if (i < a.count && blockIdx.y >= a.block_end[i - 1]) wi = i, first = a.block_end[i - 1];
-  const int64_t col0 = int64_t(blockIdx.x) * kCols, tile0 = int64_t(blockIdx.y - first) * St::kTiles;
+  const int64_t col0 = int64_t(blockIdx.x) * kCols, tile0 = int64_t(blockIdx.y - first) * kTiles;
   const int64_t stages = div_up(a.k, kK);
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 8);
+      mbar_init(&empty[i], kTiles);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
   }
@@ -163,8 +166,8 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
         uint8_t* base = smem + slot * St::kBytes;
         mbar_expect(&full[slot], St::kB + St::kA + St::kS);
         tma_2d(base, &a.tx, int(s * kK), int(col0), &full[slot]);
-        tma_2d(base + St::kB, &a.tq[wi], int(s * St::kChunks * 128), int(tile0), &full[slot]);
-        tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * 16), int(tile0), &full[slot]);
+        tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), &full[slot]);
+        tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), &full[slot]);
       }
     }
     return;
@@ -187,7 +190,10 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
       q8_fragment(w.z, w.w, f[1]);
     }
   };
-  auto promote = [&](float(&total)[64], const float(&c)[64], uint32_t dbits) {
+  float total[64], acc[2][64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+  auto promote = [&](const float(&c)[64], uint32_t dbits) {
     const float2 d = bits_half2(dbits);  // rows g (0, 1) and g + 8 (2, 3)
 #pragma unroll
     for (int i = 0; i < 64; i += 4) {
@@ -197,9 +203,6 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
       total[i + 3] = fmaf(d.y, c[i + 3], total[i + 3]);
     }
   };
-  float total[64], acc[2][64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) total[i] = 0.0f;
 #pragma unroll 1
   for (int64_t s = 0; s < stages; ++s) {
     const int slot = int(s % kStages);
@@ -218,8 +221,8 @@ __global__ void __launch_bounds__(384, 1) gemm_quant_kernel(const __grid_constan
     wgmma_commit();
     wgmma_wait<0>();
     if (lane == 0) mbar_arrive(&empty[slot]);  // this warp is done with the stage
-    promote(total, acc[0], dbits[0]);
-    promote(total, acc[1], dbits[1]);
+    promote(acc[0], dbits[0]);
+    promote(acc[1], dbits[1]);
   }
   // Thread (warp, g, t): rows 16 warp + g (+ 8) of the block, columns 8 i + 2 t (+ 1).
   const int64_t r0 = (tile0 + warp) * 16 + g, rows = a.rows[wi];
@@ -320,21 +323,23 @@ cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uin
   if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(a.k), uint64_t(ncols), uint64_t(a.k) * 2, kK,
                      kCols, CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
-  // (A stage: 64 columns of K = 128 x 4-byte words of Q4_0 quants or 256 of Q8_0, 64 bytes of scales.)
-  const uint64_t row_quants = uint64_t(chunks) * 512, row_scales = uint64_t(chunks) * (q4 ? 64 : 32);
+  const uint64_t row_quants = uint64_t(chunks) * 512;
+  const uint64_t row_scales = uint64_t(chunks) * (q4 ? Stage<true>::kScaleBytes : Stage<false>::kScaleBytes);
+  const uint32_t quant_words = q4 ? Stage<true>::kQuantWords : Stage<false>::kQuantWords;  // (a stage's box)
+  const uint32_t scale_words = q4 ? Stage<true>::kScaleWords : Stage<false>::kScaleWords;
   int64_t total_blocks = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t tiles = div_up(w[i].rows, 16);
     a.y[i] = y[i];
     a.rows[i] = w[i].rows;
-    total_blocks += div_up(tiles, 8);
+    total_blocks += div_up(tiles, kTiles);
     if (total_blocks > 65535) return cudaErrorInvalidValue;  // (gridDim.y)
     a.block_end[i] = unsigned(total_blocks);
     if (w[i].rows == 0) continue;  // (no blocks: its maps are never read)
     if (!tensor_map_2d(a.tq[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].data, row_quants / 4, uint64_t(tiles), row_quants,
-                       q4 ? 128 : 256, 8, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+                       quant_words, kTiles, CU_TENSOR_MAP_SWIZZLE_NONE) ||
         !tensor_map_2d(a.ts[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].scales, row_scales / 4, uint64_t(tiles), row_scales,
-                       16, 8, CU_TENSOR_MAP_SWIZZLE_NONE))
+                       scale_words, kTiles, CU_TENSOR_MAP_SWIZZLE_NONE))
       return cudaErrorInvalidValue;
   }
   if (total_blocks == 0) return cudaSuccess;
@@ -345,7 +350,7 @@ cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uin
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
       return e;
-    SHOAL_TRY_LAUNCH(launch(kernel, grid, 384, smem, stream, a));
+    SHOAL_TRY_LAUNCH(launch(kernel, grid, kThreads, smem, stream, a));
     return cudaGetLastError();
   };
   return q4 ? run(gemm_quant_kernel<true>, Stage<true>::kBytes) : run(gemm_quant_kernel<false>, Stage<false>::kBytes);

@@ -512,7 +512,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
-int run(int device, int reps, bool quick, bool prefill, bool sweep, const std::string& only) {
+int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -534,6 +534,10 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, const std::s
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true, false};
   if (sweep) {
     bench_sweep(b, c, reps);
+    return 0;
+  }
+  if (attention) {
+    bench_attention(b, c, reps);
     return 0;
   }
   if (prefill) bench_gemm(b, c, reps);
@@ -583,8 +587,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
-  bool prefill = false, sweep = false;
+  bool prefill = false, sweep = false, attention = false;
   app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
+  app.add_flag("--attention", attention, "Ceilings and decode attention (Llama-3-8B heads, several contexts) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
   app.add_option("--position", shoal::g_positions,
@@ -598,7 +603,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, only);
 }
 
 #else  // no CUDA backend in this build

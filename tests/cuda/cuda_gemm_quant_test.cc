@@ -2,8 +2,8 @@
 // with Q8_0 / Q4_0 weights against the CPU reference, on shapes at the edges of its tiles (rows
 // of part of a 16-row tile or of a 128-row block, columns of part of a 128-column block, a Q4_0
 // row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
-// (the cuBLAS path on dequantized parts), and three products of one input in one launch. On a
-// device without sm_90a code it must not run.
+// (the cuBLAS path on dequantized parts), three products of one input in one launch, and gate /
+// up with act(gate) * up in one launch. On a device without sm_90a code it must not run.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_probe.h"
@@ -105,6 +105,52 @@ TEST_F(CudaGemmQuantTest, QkvProductsInOneLaunch) {
     }
     EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
     for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), kTol) << "product " << i;
+  }
+}
+
+TEST_F(CudaGemmQuantTest, GateUpProductsInOneLaunch) {
+  // matmuls() of a gate / up pair behind the RMSNorm: act(gate) * up in the epilogue of one
+  // launch where both are of one quantized kind; a pair of mixed kinds runs the quantized product
+  // alone (its parts summed in the kernel) and combine_glu adds cuBLAS's two parts of the other.
+  // Each on both paths (gemm_quant off: cuBLAS), against the reference.
+  const int64_t avail = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+  struct Case {
+    DType gate, up;
+    int64_t rows, in, n;
+    Activation act;
+  };
+  // (rows: part of a 64-row block, several blocks; in: half a Q4_0 chunk at the end, many
+  // stages; n: part of a 64-token block, a prompt.)
+  const Case cases[] = {{DType::kQ4_0, DType::kQ4_0, 300, 4128, 65, Activation::kSilu},
+                        {DType::kQ8_0, DType::kQ8_0, 1100, 256, 130, Activation::kGeluTanh},
+                        {DType::kQ8_0, DType::kQ8_0, 64, 4096, 512, Activation::kSilu},
+                        {DType::kQ4_0, DType::kF16, 136, 320, 40, Activation::kSilu},
+                        {DType::kF16, DType::kQ8_0, 136, 320, 40, Activation::kGeluErf}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} / {} [{}, {}] x n={}", dtype_name(c.gate), dtype_name(c.up), c.rows, c.in, c.n));
+    Dual x = make_f32({c.n, c.in}, randn(c.n * c.in, 2.0f)), g = make_f32({c.in}, randn(c.in));
+    Dual h = output(DType::kF32, {c.n, c.in}), tmp = output(DType::kF32, {c.n, c.rows});
+    Dual wg = make_weight(c.gate, {c.rows, c.in}), wu = make_weight(c.up, {c.rows, c.in});
+    Dual y = output(DType::kF32, {c.n, c.rows});
+    auto run = [&](Backend& be, bool gp) {
+      MatmulOut o;
+      o.w = gp ? &wg.g : &wg.c;
+      o.up = gp ? &wu.g : &wu.c;
+      o.y = gp ? &y.g : &y.c;
+      o.tmp = gp ? &tmp.g : &tmp.c;
+      o.act = c.act;
+      be.matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
+    };
+    run(*cpu_, false);
+    for (bool on : {true, false}) {
+      cuda_probe::set_quant_gemm(*gpu_, on);
+      poison(y);
+      const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+      run(*gpu_, true);
+      EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, on ? avail : 0) << "gemm_quant " << on;
+      EXPECT_LT(nerr(y), kTol) << "gemm_quant " << on;
+    }
+    cuda_probe::set_quant_gemm(*gpu_, true);
   }
 }
 

@@ -28,6 +28,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma.cuh"
@@ -36,21 +37,29 @@
 namespace shoal::cuda {
 namespace {
 
-constexpr int kCols = 128, kK = 64;  // a block's columns of y (x 128 rows) and a stage's columns of K
+// A block's B operand: the hi and lo parts of kTokens tokens (kCols = 2 kTokens columns of the
+// MMA: the thread holding column 8 i + c of hi holds 8 (i + 8) + c of lo, so the parts are summed
+// in registers); kK: a stage's columns of K.
+constexpr int kTokens = 64, kCols = 2 * kTokens, kK = 64;
 constexpr int kStages = 6;
 constexpr int kTiles = 8;                           // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;         // the producer warpgroup, then the computing warps
+constexpr int kExchangeBytes = 4 * 32 * 32 * 4;     // glu: up's values for the gate warps, after the ring
 
 struct QGemmArgs {
-  // Tensor maps (TMA) of the activations x16 [ncols, k] f16 (boxes of 64 x 128 in the 128-byte
+  // Tensor maps (TMA) of the activations x16 [2n, k] f16 (boxes of 64 x kTokens in the 128-byte
   // swizzle) and of each weight's quants [tiles, chunks x 512 bytes] and scales [tiles, chunks x
-  // 64 / 32 bytes] (boxes of a stage's chunks x a block's tiles); out-of-range parts load as zeros.
+  // 64 / 32 bytes] (boxes of a stage's chunks x a block's tiles, half of them with glu);
+  // out-of-range parts load as zeros.
   CUtensorMap tx, tq[kGemvMaxOuts], ts[kGemvMaxOuts];
-  float* y[kGemvMaxOuts];  // [ncols, rows]
+  QuantGemmOut out[kGemvMaxOuts];
   int64_t rows[kGemvMaxOuts];
   unsigned block_end[kGemvMaxOuts];  // row blocks of the weights so far (blockIdx.y)
   int count;
-  int64_t k, ncols;
+  int64_t k, n;
+  const float* inv_scale;  // [n] or null
+  bool glu;                // gate (warps 0..3) and up (4..7) of the same 64 rows; out[0] = act(gate) * up
+  Act act;
 };
 
 template <bool kQ4>
@@ -145,7 +154,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
 #pragma unroll
   for (int i = 1; i < kGemvMaxOuts; ++i)
     if (i < a.count && blockIdx.y >= a.block_end[i - 1]) wi = i, first = a.block_end[i - 1];
-  const int64_t col0 = int64_t(blockIdx.x) * kCols, tile0 = int64_t(blockIdx.y - first) * kTiles;
+  const int64_t tok0 = int64_t(blockIdx.x) * kTokens;
+  const int64_t tile0 = int64_t(blockIdx.y - first) * (a.glu ? kTiles / 2 : kTiles);
   const int64_t stages = div_up(a.k, kK);
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -165,9 +175,18 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
         if (s >= kStages) mbar_wait(&empty[slot], unsigned((s / kStages - 1) & 1));
         uint8_t* base = smem + slot * St::kBytes;
         mbar_expect(&full[slot], St::kB + St::kA + St::kS);
-        tma_2d(base, &a.tx, int(s * kK), int(col0), &full[slot]);
-        tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), &full[slot]);
-        tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), &full[slot]);
+        tma_2d(base, &a.tx, int(s * kK), int(tok0), &full[slot]);                     // hi
+        tma_2d(base + St::kB / 2, &a.tx, int(s * kK), int(a.n + tok0), &full[slot]);  // lo
+        if (a.glu) {  // gate into tiles 0..3, up into 4..7
+          for (int w = 0; w < 2; ++w) {
+            tma_2d(base + St::kB + w * St::kA / 2, &a.tq[w], int(s * St::kQuantWords), int(tile0), &full[slot]);
+            tma_2d(base + St::kB + St::kA + w * St::kS / 2, &a.ts[w], int(s * St::kScaleWords), int(tile0),
+                   &full[slot]);
+          }
+        } else {
+          tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), &full[slot]);
+          tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), &full[slot]);
+        }
       }
     }
     return;
@@ -224,15 +243,47 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
     promote(acc[0], dbits[0]);
     promote(acc[1], dbits[1]);
   }
-  // Thread (warp, g, t): rows 16 warp + g (+ 8) of the block, columns 8 i + 2 t (+ 1).
-  const int64_t r0 = (tile0 + warp) * 16 + g, rows = a.rows[wi];
-  float* const y = a.y[wi];
+  // Thread (warp, g, t): rows 16 warp + g (+ 8) of the block (with glu: 16 (warp % 4) + g (+ 8) of
+  // gate or up), tokens 8 i + 2 t (+ 1) of hi in total[4 i + e] (e: row g / g + 8, token + 0 / 1)
+  // and of lo in total[4 (i + 8) + e]. The epilogue as combine_parts / combine_glu (gemm_prep.cu):
+  // (hi + lo) * inv_scale, then + bias, then + y.
+  float* const ex = reinterpret_cast<float*>(smem + kStages * St::kBytes);  // glu: up's values [warp][i][lane]
+  const int tw = a.glu ? warp & 3 : warp;
+  const int64_t r0 = (tile0 + tw) * 16 + g, rows = a.rows[wi];
+  float v[32];
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t row = r0 + 8 * (e >> 1), col = col0 + 8 * i + 2 * t + (e & 1);
-      if (row < rows && col < a.ncols) y[col * rows + row] = total[4 * i + e];
+      const int64_t tok = tok0 + 8 * i + 2 * t + (e & 1);
+      const float inv = a.inv_scale && tok < a.n ? a.inv_scale[tok] : 1.0f;
+      v[4 * i + e] = (total[4 * i + e] + total[4 * (i + 8) + e]) * inv;
+    }
+  if (a.glu) {
+    if (warp >= 4) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) ex[((warp - 4) * 32 + i) * 32 + lane] = v[i];
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(32 * kTiles) : "memory");  // the computing warps only
+    if (warp >= 4) return;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = apply_act(v[i], a.act) * ex[(warp * 32 + i) * 32 + lane];
+  }
+  const QuantGemmOut& o = a.out[wi];
+  float b[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (o.bias && r0 + 8 * h < rows) b[h] = o.bias[r0 + 8 * h];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = r0 + 8 * (e >> 1), tok = tok0 + 8 * i + 2 * t + (e & 1);
+      if (row >= rows || tok >= a.n) continue;
+      float* const y = o.y + tok * rows + row;
+      float r = v[4 * i + e];
+      if (o.bias) r += b[e >> 1];
+      *y = o.accumulate ? *y + r : r;
     }
 #endif
 }
@@ -305,47 +356,53 @@ bool gemm_quant_available() {
   return known[dev] == 1;
 }
 
-cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
-                       cudaStream_t stream) {
+cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16,
+                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream) {
   if (!gemm_quant_available()) return cudaErrorNotSupported;
-  if (count < 1 || count > kGemvMaxOuts) return cudaErrorInvalidValue;
+  if (count < 1 || count > kGemvMaxOuts || (glu && count != 2)) return cudaErrorInvalidValue;
   const bool q4 = w[0].kind == WKind::kQ4_0;
   for (int i = 0; i < count; ++i)
-    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols) return cudaErrorInvalidValue;
+    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols || (glu && w[i].rows != w[0].rows))
+      return cudaErrorInvalidValue;
   if ((!q4 && w[0].kind != WKind::kQ8_0) || w[0].cols % 32 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
     return cudaErrorInvalidValue;
-  if (ncols == 0) return cudaSuccess;
+  if (glu && (out[0].bias || out[0].accumulate)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
   QGemmArgs a{};
   a.count = count;
   a.k = w[0].cols;
   const int64_t chunks = quant_chunks(q4, a.k);
-  a.ncols = ncols;
-  if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(a.k), uint64_t(ncols), uint64_t(a.k) * 2, kK,
-                     kCols, CU_TENSOR_MAP_SWIZZLE_128B))
+  a.n = n;
+  a.inv_scale = inv_scale;
+  a.glu = glu;
+  a.act = act;
+  if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(a.k), uint64_t(2 * n), uint64_t(a.k) * 2, kK,
+                     kTokens, CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
   const uint64_t row_quants = uint64_t(chunks) * 512;
   const uint64_t row_scales = uint64_t(chunks) * (q4 ? Stage<true>::kScaleBytes : Stage<false>::kScaleBytes);
   const uint32_t quant_words = q4 ? Stage<true>::kQuantWords : Stage<false>::kQuantWords;  // (a stage's box)
   const uint32_t scale_words = q4 ? Stage<true>::kScaleWords : Stage<false>::kScaleWords;
+  const int block_tiles = glu ? kTiles / 2 : kTiles;  // a block's tiles of one weight
   int64_t total_blocks = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t tiles = div_up(w[i].rows, 16);
-    a.y[i] = y[i];
+    a.out[i] = out[glu ? 0 : i];
     a.rows[i] = w[i].rows;
-    total_blocks += div_up(tiles, kTiles);
+    if (!glu || i == 0) total_blocks += div_up(tiles, block_tiles);
     if (total_blocks > 65535) return cudaErrorInvalidValue;  // (gridDim.y)
     a.block_end[i] = unsigned(total_blocks);
     if (w[i].rows == 0) continue;  // (no blocks: its maps are never read)
     if (!tensor_map_2d(a.tq[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].data, row_quants / 4, uint64_t(tiles), row_quants,
-                       quant_words, kTiles, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+                       quant_words, uint32_t(block_tiles), CU_TENSOR_MAP_SWIZZLE_NONE) ||
         !tensor_map_2d(a.ts[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].scales, row_scales / 4, uint64_t(tiles), row_scales,
-                       scale_words, kTiles, CU_TENSOR_MAP_SWIZZLE_NONE))
+                       scale_words, uint32_t(block_tiles), CU_TENSOR_MAP_SWIZZLE_NONE))
       return cudaErrorInvalidValue;
   }
   if (total_blocks == 0) return cudaSuccess;
   auto run = [&](auto kernel, int stage_bytes) -> cudaError_t {
-    const dim3 grid(unsigned(div_up(ncols, kCols)), unsigned(total_blocks));
-    const size_t smem = size_t(kStages) * size_t(stage_bytes) + 1024;
+    const dim3 grid(unsigned(div_up(n, kTokens)), unsigned(total_blocks));
+    const size_t smem = size_t(kStages) * size_t(stage_bytes) + kExchangeBytes + 1024;
     // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)

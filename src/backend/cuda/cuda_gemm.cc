@@ -8,6 +8,7 @@
 // extra columns of one product; one kernel sums the partial products with the op's epilogue.
 // matmuls() splits its input once for all its products, with the RMSNorm fused into the split.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
@@ -106,6 +107,7 @@ bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const Matmu
   // the GPU idle), or gate and up of one kind and shape with act(gate) * up; false where that
   // does not apply (mixed kinds, or one product with some other: the loop of gemm_matmuls).
   const DType t = outs[0].w->dtype;
+  if (getenv("SHOAL_EXP_RAW") || (outs[0].up && getenv("SHOAL_EXP_NOGLU"))) return false;
   if (!qgemm_ || outs.size() > size_t(cuda::kGemvMaxOuts) || (t != DType::kQ8_0 && t != DType::kQ4_0)) return false;
   for (const MatmulOut& o : outs)
     if (o.w->dtype != t || (o.up && (outs.size() > 1 || o.up->dtype != t || o.up->rows() != o.w->rows())))

@@ -191,7 +191,7 @@ struct QuantGemmOut {
 /// Errors: cudaErrorNotSupported where !gemm_quant_available(); cudaErrorInvalidValue for other
 /// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, a count out of
 /// 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or accumulate,
-/// more than 65535 blocks of rows, or a tensor map the driver refuses.
+/// or a tensor map the driver refuses.
 cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16,
                        const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream);
 /// Whether the current device runs gemm_quant(): compute capability 9.0, the build's sm_90a code

@@ -151,7 +151,6 @@ TEST_F(CudaGemmQuantTest, GateUpProducts) {
       EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, on ? avail * c.launches : 0) << "gemm_quant " << on;
       EXPECT_LT(nerr(y), kTol) << "gemm_quant " << on;
     }
-    cuda_probe::set_quant_gemm(*gpu_, true);
   }
 }
 

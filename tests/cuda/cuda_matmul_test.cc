@@ -288,9 +288,8 @@ TEST_F(CudaMatmulTest, GemmAboveEightTokens) {
 TEST_F(CudaMatmulTest, GemmQuantizedInSeveralTiles) {
   // The cuBLAS path's 64 MiB dequantized tiles of 128-row multiples: 16384 columns give 2048-row
   // tiles (on Hopper quantized products take gemm_quant unless turned off).
-  cuda_probe::set_quant_gemm(*gpu_, false);
+  cuda_probe::set_quant_gemm(*gpu_, false);  // (gpu_ is this test's own backend)
   check(DType::kQ4_0, 2300, 16384, 12, false);
-  cuda_probe::set_quant_gemm(*gpu_, true);
 }
 
 TEST_F(CudaMatmulTest, GemmActivationsBeyondTheF16Range) {

@@ -648,7 +648,10 @@ cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
 
 }  // namespace
 
-int64_t gemv_frag_bytes(int64_t cols) { return cols / 32 * (8 * 16 + 4); }
+// The handoff's layout (gemv_frag_bytes): per 32-value word kFragWords 16-byte fragment words
+// (hi and lo of the 4 lanes of one token), then f32 1 / scale per word.
+constexpr int64_t kFragWords = 8;
+int64_t gemv_frag_bytes(int64_t cols) { return cols / 32 * (kFragWords * 16 + 4); }
 
 cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
   const WKind kind = outs[0].w.kind;
@@ -689,14 +692,14 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
     if (n != 1 || glu || o.norm_w || (q4 && cols % 64 != 0) || reinterpret_cast<uintptr_t>(o.frags_in) % 16 != 0)
       return cudaErrorInvalidValue;
     a.frag_in = static_cast<const uint4*>(o.frags_in);
-    a.inv_in = reinterpret_cast<const float*>(a.frag_in + cols / 32 * 8);
+    a.inv_in = reinterpret_cast<const float*>(a.frag_in + cols / 32 * kFragWords);
   }
   if (o.frags_out) {
     if (n != 1 || !glu || a.n_segs != 1 || a.seg[0].rows % 32 != 0 ||
         reinterpret_cast<uintptr_t>(o.frags_out) % 16 != 0)
       return cudaErrorInvalidValue;
     a.frag_out = static_cast<uint4*>(o.frags_out);
-    a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * 8);
+    a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * kFragWords);
   }
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
   return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);

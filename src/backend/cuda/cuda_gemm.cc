@@ -2,10 +2,11 @@
 // f32 accumulation, kept within ~1e-6 of the f32 result by splitting (gemm_prep.cu). On cuBLAS:
 // F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights times x = hi + mid + lo in
 // bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times x = hi + lo: w_hi * [x_hi x_lo]
-// + w_lo * x_hi, the last accumulated into the first (beta = 1). On Hopper, Q8_0 / Q4_0 weights
-// run on gemm_quant instead (gemm_quant.cu: the small integers q exact in f16, block scales in
-// f32, times [x_hi x_lo]; q / k / v in one launch). The activation parts go side by side as
-// extra columns of one product; one kernel sums the partial products with the op's epilogue.
+// + w_lo * x_hi, the last accumulated into the first (beta = 1). The activation parts go side by
+// side as extra columns of one product; one kernel sums the partial products with the op's
+// epilogue. On Hopper, Q8_0 / Q4_0 weights run on gemm_quant instead (gemm_quant.cu: the small
+// integers q exact in f16, block scales in f32, times [x_hi x_lo], the parts summed and the
+// epilogue applied in the kernel; q / k / v in one launch, gate / up with act(gate) * up in one).
 // matmuls() splits its input once for all its products, with the RMSNorm fused into the split.
 #include <algorithm>
 
@@ -46,10 +47,12 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
                ? in.parts
                : 0;
   }
-  if (qgemm_) {  // one product per activation part, no dequantized copy (quantized: never bf16 parts)
-    if (!note(cuda::gemm_quant(&w, &yp, 1, in.x16, 2 * nn, stream_), "gemm_quant")) return 0;
+  if (qgemm_) {  // the parts summed in the kernel, no dequantized copy (quantized: never bf16 parts)
+    const cuda::QuantGemmOut out{yp};
+    if (!note(cuda::gemm_quant(&w, &out, 1, in.x16, nullptr, nn, false, cuda::Act::kSilu, stream_), "gemm_quant"))
+      return 0;
     ++qgemm_launches_;
-    return 2;
+    return 1;
   }
   // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
   constexpr uint64_t kTileBytes = 64ull << 20;
@@ -86,6 +89,12 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   }
   GemmInput in;
   if (!gemm_input(x, n, k, w.kind == WKind::kBF16, nullptr, 0.0f, in)) return;
+  if (qgemm_ && (w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0)) {  // the epilogue in the kernel
+    const cuda::QuantGemmOut out{y, bias};
+    if (note(cuda::gemm_quant(&w, &out, 1, in.x16, in.inv_scale, n, false, cuda::Act::kSilu, stream_), "gemm_quant"))
+      ++qgemm_launches_;
+    return;
+  }
   auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
   if (!yp) return;
   const int blocks = gemm_products(w, in, yp);
@@ -93,33 +102,29 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
 }
 
 bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const MatmulOut> outs) {
-  // Several products of one quantized kind (q / k / v) in one gemm_quant launch: the small ones
-  // (k and v of a GQA model) would each leave most of the GPU idle.
+  // On gemm_quant, each product's epilogue in the kernel: several products of one quantized kind
+  // (q / k / v) in one launch (the small ones, k and v of a GQA model, would each leave most of
+  // the GPU idle), or gate and up of one kind and shape with act(gate) * up; false where that
+  // does not apply (mixed kinds, or one product with some other: the loop of gemm_matmuls).
   const DType t = outs[0].w->dtype;
-  if (!qgemm_ || outs.size() < 2 || outs.size() > size_t(cuda::kGemvMaxOuts) ||
-      (t != DType::kQ8_0 && t != DType::kQ4_0))
-    return false;
+  if (!qgemm_ || outs.size() > size_t(cuda::kGemvMaxOuts) || (t != DType::kQ8_0 && t != DType::kQ4_0)) return false;
   for (const MatmulOut& o : outs)
-    if (o.up || o.w->dtype != t) return false;
+    if (o.w->dtype != t || (o.up && (outs.size() > 1 || o.up->dtype != t || o.up->rows() != o.w->rows() ||
+                                     o.bias || o.accumulate)))
+      return false;
   cuda::WeightRef ws[cuda::kGemvMaxOuts];
-  float* yp[cuda::kGemvMaxOuts];
-  uint64_t bytes[cuda::kGemvMaxOuts + 1] = {0};
-  for (size_t i = 0; i < outs.size(); ++i) {
-    ws[i] = weight_ref(*outs[i].w);
-    bytes[i + 1] = bytes[i] + cuda::align_up(gemm_out_bytes(in, outs[i].w->rows()), 256);
-  }
-  auto* base = static_cast<uint8_t*>(scratch(kGemmOut, bytes[outs.size()]));
-  if (!base) return true;  // (the sticky error)
-  for (size_t i = 0; i < outs.size(); ++i) yp[i] = reinterpret_cast<float*>(base + bytes[i]);
-  if (!note(cuda::gemm_quant(ws, yp, int(outs.size()), in.x16, 2 * in.n, stream_), "gemm_quant")) return true;
-  ++qgemm_launches_;
+  cuda::QuantGemmOut out[cuda::kGemvMaxOuts];
+  const bool glu = outs[0].up != nullptr;
   for (size_t i = 0; i < outs.size(); ++i) {
     const MatmulOut& o = outs[i];
-    if (!note(cuda::combine_parts(yp[i], 2, in.n, o.w->rows(), in.inv_scale, o.bias ? cuda::f32(*o.bias) : nullptr,
-                                  o.accumulate, cuda::f32(*o.y), stream_),
-              "combine_parts"))
-      return true;
+    ws[i] = weight_ref(*o.w);
+    out[i] = cuda::QuantGemmOut{cuda::f32(*o.y), o.bias ? cuda::f32(*o.bias) : nullptr, o.accumulate};
   }
+  if (glu) ws[1] = weight_ref(*outs[0].up);
+  const int count = glu ? 2 : int(outs.size());
+  if (note(cuda::gemm_quant(ws, out, count, in.x16, in.inv_scale, in.n, glu, cuda::act_of(outs[0].act), stream_),
+           "gemm_quant"))
+    ++qgemm_launches_;
   return true;
 }
 
@@ -147,8 +152,10 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
     if (blocks == 0) return true;
     if (o.up) {
       auto* up = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(in, m)));
-      if (!up || gemm_products(weight_ref(*o.up), in, up) != blocks) return true;
-      if (!note(cuda::combine_glu(yp, up, blocks, n, m, in.inv_scale, cuda::act_of(o.act), cuda::f32(*o.y), stream_),
+      const int up_blocks = up ? gemm_products(weight_ref(*o.up), in, up) : 0;
+      if (up_blocks == 0) return true;
+      if (!note(cuda::combine_glu(yp, blocks, up, up_blocks, n, m, in.inv_scale, cuda::act_of(o.act), cuda::f32(*o.y),
+                                  stream_),
                 "combine_glu"))
         return true;
     } else if (!note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, o.bias ? cuda::f32(*o.bias) : nullptr,

@@ -10,14 +10,21 @@
 // copy. The f16 products are exact and accumulate in f32 over a 32-value block; each block's
 // sum is then multiplied by its f32 scale and added to the row's total ("promotion").
 //
-// Work split: a block computes 128 rows x 128 columns of y. Warpgroup 0 streams the stages
-// through a ring of kStages (one thread issues three TMA copies per stage: the columns'
-// activations, 128 x 64 f16 in the 128-byte swizzle wgmma reads, and the 8 tiles' quants and
-// scales) and gives its registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w
-// holds tile w). Per stage a warpgroup puts both 32-value blocks on the tensor cores at once
-// (two accumulator sets), waits once, releases the stage and promotes both; the stages pass
-// between them on shared-memory barriers (full / empty), so the warpgroups drift apart and one's
-// promotion overlaps the other's MMAs. PTX ISA: "asynchronous warpgroup level matrix
+// Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same
+// 64 of up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128
+// columns), so the parts are summed in registers and the kernel writes y itself: 1 / scale, the
+// bias, the residual add, or act(gate) * up, in the order of combine_parts / combine_glu
+// (gemm_prep.cu), with no f32 scratch and no combine kernel. One block per SM loops over the
+// items (persistent). Warpgroup 0 streams the stages through a ring of kStages (one thread
+// issues the TMA copies of a stage: the tokens' hi and lo activations, 2 x 64 x 64 f16 in the
+// 128-byte swizzle wgmma reads, as one 3-D box, and the tiles' quants and scales), counted over
+// all of the block's items, so it runs into the next item while the computing warps write one
+// out; it gives its registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds
+// tile w). Per stage a warpgroup puts its two 32-value blocks on the tensor cores as two groups
+// and promotes block 0 while block 1's products run; the stages pass between the warpgroups on
+// shared-memory barriers (full / empty), so they drift apart and one's promotion also overlaps
+// the other's MMAs. The activation of glu is a template parameter: the epilogue holds one
+// activation's code, not three unrolled 32 times. PTX ISA: "asynchronous warpgroup level matrix
 // multiply-accumulate" (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier",
 // "cp.async.bulk.tensor", "setmaxnreg".
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_gemm_quant_test.cc.
@@ -25,9 +32,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma.cuh"
@@ -36,21 +47,27 @@
 namespace shoal::cuda {
 namespace {
 
-constexpr int kCols = 128, kK = 64;  // a block's columns of y (x 128 rows) and a stage's columns of K
+// A block's B operand: the hi and lo parts of kTokens tokens (kCols = 2 kTokens columns of the
+// MMA: the thread holding column 8 i + c of hi holds 8 (i + 8) + c of lo, so the parts are summed
+// in registers); kK: a stage's columns of K.
+constexpr int kTokens = 64, kCols = 2 * kTokens, kK = 64;
 constexpr int kStages = 6;
 constexpr int kTiles = 8;                           // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;         // the producer warpgroup, then the computing warps
+constexpr int kExchangeBytes = 2 * 4 * 32 * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
 
 struct QGemmArgs {
-  // Tensor maps (TMA) of the activations x16 [ncols, k] f16 (boxes of 64 x 128 in the 128-byte
-  // swizzle) and of each weight's quants [tiles, chunks x 512 bytes] and scales [tiles, chunks x
-  // 64 / 32 bytes] (boxes of a stage's chunks x a block's tiles); out-of-range parts load as zeros.
+  // Tensor maps (TMA) of the activations x16 as [2][n][k] f16 (boxes of 2 x kTokens x 64 in the
+  // 128-byte swizzle: hi, then lo) and of each weight's quants [tiles, chunks x 512 bytes] and
+  // scales [tiles, chunks x 64 / 32 bytes] (boxes of a stage's chunks x an item's tiles of that
+  // weight); out-of-range parts load as zeros.
   CUtensorMap tx, tq[kGemvMaxOuts], ts[kGemvMaxOuts];
-  float* y[kGemvMaxOuts];  // [ncols, rows]
+  QuantGemmOut out[kGemvMaxOuts];
   int64_t rows[kGemvMaxOuts];
-  unsigned block_end[kGemvMaxOuts];  // row blocks of the weights so far (blockIdx.y)
+  unsigned block_end[kGemvMaxOuts];  // row blocks of the weights so far (with glu: of gate)
   int count;
-  int64_t k, ncols;
+  int64_t k, n;
+  const float* inv_scale;  // [n] or null
 };
 
 template <bool kQ4>
@@ -121,6 +138,14 @@ __device__ __forceinline__ void tma_2d(void* dst, const CUtensorMap* map, int c0
       "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
 }
+// A box of a 3-D tensor map at (c0 inner, c1, c2 outer) into shared memory; completes on bar.
+__device__ __forceinline__ void tma_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   asm volatile(
       "{\n.reg .pred done;\nwait_%=:\n"
@@ -131,7 +156,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
 }
 #endif
 
-template <bool kQ4>
+// kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up.
+template <bool kQ4, bool kGlu, Act kAct>
 __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
   pdl_prologue();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -140,13 +166,20 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
   uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ uint64_t full[kStages], empty[kStages];  // a stage landed / every consumer warp is done with it
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  int wi = 0;  // the weight of this block's rows
-  unsigned first = 0;
+  const int64_t stages = div_up(a.k, kK), n_tok = div_up(a.n, kTokens);
+  const int64_t n_work = int64_t(a.block_end[a.count - 1]) * n_tok;  // (row block, token block) pairs
+  // Work item u: token block u % n_tok of row block u / n_tok (a wave's blocks share row blocks:
+  // their weights once through L2); its weight and first tile.
+  auto item = [&](int64_t u, int& wi, int64_t& tok0, int64_t& tile0) {
+    const unsigned rb = unsigned(u / n_tok);
+    unsigned first = 0;
+    wi = 0;
 #pragma unroll
-  for (int i = 1; i < kGemvMaxOuts; ++i)
-    if (i < a.count && blockIdx.y >= a.block_end[i - 1]) wi = i, first = a.block_end[i - 1];
-  const int64_t col0 = int64_t(blockIdx.x) * kCols, tile0 = int64_t(blockIdx.y - first) * kTiles;
-  const int64_t stages = div_up(a.k, kK);
+    for (int i = 1; i < kGemvMaxOuts; ++i)
+      if (i < a.count && rb >= a.block_end[i - 1]) wi = i, first = a.block_end[i - 1];
+    tok0 = (u % n_tok) * kTokens;
+    tile0 = int64_t(rb - first) * (kGlu ? kTiles / 2 : kTiles);
+  };
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&full[i], 1);
@@ -156,18 +189,36 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
   }
   __syncthreads();
 
+  // The ring's stages are counted over all of the block's work items, so the producer runs
+  // into the next item while the computing warps finish one and write it out.
   if (tid < 128) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == 0) {
+      int slot = 0;
+      unsigned round = 0;  // the ring's: the block's stage j is slot j % kStages of round j / kStages
 #pragma unroll 1
-      for (int64_t s = 0; s < stages; ++s) {
-        const int slot = int(s % kStages);
-        if (s >= kStages) mbar_wait(&empty[slot], unsigned((s / kStages - 1) & 1));
-        uint8_t* base = smem + slot * St::kBytes;
-        mbar_expect(&full[slot], St::kB + St::kA + St::kS);
-        tma_2d(base, &a.tx, int(s * kK), int(col0), &full[slot]);
-        tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), &full[slot]);
-        tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), &full[slot]);
+      for (int64_t u = blockIdx.x; u < n_work; u += gridDim.x) {
+        int wi;
+        int64_t tok0, tile0;
+        item(u, wi, tok0, tile0);
+#pragma unroll 1
+        for (int s = 0; s < int(stages); ++s) {
+          if (round > 0) mbar_wait(&empty[slot], (round - 1) & 1);
+          uint8_t* base = smem + slot * St::kBytes;
+          mbar_expect(&full[slot], St::kB + St::kA + St::kS);
+          tma_3d(base, &a.tx, int(s * kK), int(tok0), 0, &full[slot]);  // hi, then lo
+          if constexpr (kGlu) {  // gate into tiles 0..3, up into 4..7
+            for (int w = 0; w < 2; ++w) {
+              tma_2d(base + St::kB + w * St::kA / 2, &a.tq[w], int(s * St::kQuantWords), int(tile0), &full[slot]);
+              tma_2d(base + St::kB + St::kA + w * St::kS / 2, &a.ts[w], int(s * St::kScaleWords), int(tile0),
+                     &full[slot]);
+            }
+          } else {
+            tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), &full[slot]);
+            tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), &full[slot]);
+          }
+          if (++slot == kStages) slot = 0, ++round;
+        }
       }
     }
     return;
@@ -191,8 +242,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
     }
   };
   float total[64], acc[2][64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) total[i] = 0.0f;
   auto promote = [&](const float(&c)[64], uint32_t dbits) {
     const float2 d = bits_half2(dbits);  // rows g (0, 1) and g + 8 (2, 3)
 #pragma unroll
@@ -203,37 +252,99 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
       total[i + 3] = fmaf(d.y, c[i + 3], total[i + 3]);
     }
   };
+  int slot = 0;
+  unsigned round = 0;
+  int parity = 0;  // glu: the exchange buffer of this item
 #pragma unroll 1
-  for (int64_t s = 0; s < stages; ++s) {
-    const int slot = int(s % kStages);
-    mbar_wait(&full[slot], unsigned((s / kStages) & 1));
-    const uint8_t* base = smem + slot * St::kBytes;
-    const uint64_t desc = sw128_desc(base);
-    uint32_t frag[2][2][4], dbits[2];
-    fetch(base, 0, frag[0], dbits[0]);
-    fetch(base, 1, frag[1], dbits[1]);
-    wgmma_fence();
+  for (int64_t u = blockIdx.x; u < n_work; u += gridDim.x, parity ^= 1) {
+    int wi;
+    int64_t tok0, tile0;
+    item(u, wi, tok0, tile0);
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {  // block b: k-steps 2 b, 2 b + 1 (32 bytes each in the swizzled rows)
-      wgmma_128(acc[b], frag[b][0], desc + uint64_t((2 * b) * 32 >> 4), 0);
-      wgmma_128(acc[b], frag[b][1], desc + uint64_t((2 * b + 1) * 32 >> 4), 1);
+    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+    // The stage's two 32-value blocks go on the tensor cores as two groups, and block 0 is
+    // promoted while block 1's products run. (Block 1 promoted during the next stage's block 0,
+    // i.e. a group in flight across iterations, made ptxas serialize the wgmma: C7514.)
+#pragma unroll 1
+    for (int s = 0; s < int(stages); ++s) {
+      mbar_wait(&full[slot], round & 1);
+      const uint8_t* base = smem + slot * St::kBytes;
+      const uint64_t desc = sw128_desc(base);
+      uint32_t frag[2][2][4], dbits[2];
+      fetch(base, 0, frag[0], dbits[0]);
+      fetch(base, 1, frag[1], dbits[1]);
+      wgmma_fence();
+      wgmma_128(acc[0], frag[0][0], desc, 0);
+      wgmma_128(acc[0], frag[0][1], desc + uint64_t(32 >> 4), 1);
+      wgmma_commit();
+      wgmma_128(acc[1], frag[1][0], desc + uint64_t(64 >> 4), 0);
+      wgmma_128(acc[1], frag[1][1], desc + uint64_t(96 >> 4), 1);
+      wgmma_commit();
+      wgmma_wait<1>();  // block 0
+      promote(acc[0], dbits[0]);
+      wgmma_wait<0>();  // block 1
+      if (lane == 0) mbar_arrive(&empty[slot]);
+      promote(acc[1], dbits[1]);
+      if (++slot == kStages) slot = 0, ++round;
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(&empty[slot]);  // this warp is done with the stage
-    promote(acc[0], dbits[0]);
-    promote(acc[1], dbits[1]);
+    // Thread (warp, g, t): rows 16 warp + g (+ 8) of the item (with glu: 16 (warp % 4) + g (+ 8)
+    // of gate or up), tokens 8 i + 2 t (+ 1) of hi in total[4 i + e] (e: row g / g + 8, token
+    // + 0 / 1) and of lo in total[4 (i + 8) + e]. The epilogue as combine_parts / combine_glu
+    // (gemm_prep.cu): (hi + lo) * inv_scale, then + bias, then + y.
+    const int tw = kGlu ? warp & 3 : warp;
+    const int64_t r0 = (tile0 + tw) * 16 + g, rows = a.rows[wi];
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t tok = tok0 + 8 * i + 2 * t + (e & 1);
+        const float inv = a.inv_scale && tok < a.n ? a.inv_scale[tok] : 1.0f;
+        v[4 * i + e] = (total[4 * i + e] + total[4 * (i + 8) + e]) * inv;
+      }
+    if constexpr (kGlu) {  // up's values to the gate warps through shared memory (a buffer per item parity)
+      float* const ex = reinterpret_cast<float*>(smem + kStages * St::kBytes) + parity * (kExchangeBytes / 8);
+      if (warp >= 4) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) ex[((warp - 4) * 32 + i) * 32 + lane] = v[i];
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(32 * kTiles) : "memory");  // the computing warps only
+      if (warp >= 4) continue;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[i] = apply_act(v[i], kAct) * ex[(warp * 32 + i) * 32 + lane];
+    }
+    const QuantGemmOut& o = a.out[wi];
+    if (o.bias) {
+      float b[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (r0 + 8 * h < rows) b[h] = o.bias[r0 + 8 * h];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[i] += b[(i >> 1) & 1];
+    }
+    // Every old value loaded before any store (the stores could alias them for the compiler).
+    // Addresses from one pointer: element (token 8 i + 2 t + (e & 1), row 8 (e >> 1)) of the
+    // thread's corner (token tok0, row r0) is at yb[...] (offsets < 64 * rows: 32-bit).
+    float* const yb = o.y + (tok0 * rows + r0);
+    const int irows = int(rows);
+    const bool row_in[2] = {r0 < rows, r0 + 8 < rows};
+    float old[32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int dt = 8 * i + 2 * t + (e & 1);
+        old[4 * i + e] = o.accumulate && row_in[e >> 1] && tok0 + dt < a.n ? yb[dt * irows + 8 * (e >> 1)] : 0.0f;
+      }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int dt = 8 * i + 2 * t + (e & 1);
+        if (row_in[e >> 1] && tok0 + dt < a.n)
+          yb[dt * irows + 8 * (e >> 1)] = o.accumulate ? old[4 * i + e] + v[4 * i + e] : v[4 * i + e];
+      }
   }
-  // Thread (warp, g, t): rows 16 warp + g (+ 8) of the block, columns 8 i + 2 t (+ 1).
-  const int64_t r0 = (tile0 + warp) * 16 + g, rows = a.rows[wi];
-  float* const y = a.y[wi];
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = r0 + 8 * (e >> 1), col = col0 + 8 * i + 2 * t + (e & 1);
-      if (row < rows && col < a.ncols) y[col * rows + row] = total[4 * i + e];
-    }
 #endif
 }
 
@@ -261,6 +372,17 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   }();
   return fn;
+}
+
+// A 3-D tensor map of [outer][rows][inner] elements (strides in bytes), boxes of box[0..2]; false
+// if the driver refuses it.
+bool tensor_map_3d(CUtensorMap& m, CUtensorMapDataType type, const void* base, const cuuint64_t (&dims)[3],
+                   const cuuint64_t (&strides)[2], const cuuint32_t (&box)[3], CUtensorMapSwizzle swizzle) {
+  const auto encode = encode_tiled();
+  if (!encode) return false;
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return encode(&m, type, 3, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // A 2-D tensor map of rows x inner elements (row stride `stride` bytes), boxes of box_inner x
@@ -305,47 +427,56 @@ bool gemm_quant_available() {
   return known[dev] == 1;
 }
 
-cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
-                       cudaStream_t stream) {
+cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16,
+                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream) {
   if (!gemm_quant_available()) return cudaErrorNotSupported;
-  if (count < 1 || count > kGemvMaxOuts) return cudaErrorInvalidValue;
+  if (count < 1 || count > kGemvMaxOuts || (glu && count != 2)) return cudaErrorInvalidValue;
   const bool q4 = w[0].kind == WKind::kQ4_0;
-  for (int i = 0; i < count; ++i)
-    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols) return cudaErrorInvalidValue;
+  for (int i = 0; i < count; ++i)  // (rows: the epilogue's offsets within an item are 32-bit)
+    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols || (glu && w[i].rows != w[0].rows) ||
+        w[i].rows > INT32_MAX / kTokens)
+      return cudaErrorInvalidValue;
   if ((!q4 && w[0].kind != WKind::kQ8_0) || w[0].cols % 32 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
     return cudaErrorInvalidValue;
-  if (ncols == 0) return cudaSuccess;
+  if (glu && (out[0].bias || out[0].accumulate)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
   QGemmArgs a{};
   a.count = count;
   a.k = w[0].cols;
   const int64_t chunks = quant_chunks(q4, a.k);
-  a.ncols = ncols;
-  if (!tensor_map_2d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, uint64_t(a.k), uint64_t(ncols), uint64_t(a.k) * 2, kK,
-                     kCols, CU_TENSOR_MAP_SWIZZLE_128B))
+  a.n = n;
+  a.inv_scale = inv_scale;
+  if (!tensor_map_3d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, {uint64_t(a.k), uint64_t(n), 2},
+                     {uint64_t(a.k) * 2, uint64_t(n) * uint64_t(a.k) * 2}, {kK, kTokens, 2}, CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
   const uint64_t row_quants = uint64_t(chunks) * 512;
   const uint64_t row_scales = uint64_t(chunks) * (q4 ? Stage<true>::kScaleBytes : Stage<false>::kScaleBytes);
   const uint32_t quant_words = q4 ? Stage<true>::kQuantWords : Stage<false>::kQuantWords;  // (a stage's box)
   const uint32_t scale_words = q4 ? Stage<true>::kScaleWords : Stage<false>::kScaleWords;
+  const int block_tiles = glu ? kTiles / 2 : kTiles;  // a block's tiles of one weight
   int64_t total_blocks = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t tiles = div_up(w[i].rows, 16);
-    a.y[i] = y[i];
+    a.out[i] = out[glu ? 0 : i];
     a.rows[i] = w[i].rows;
-    total_blocks += div_up(tiles, kTiles);
-    if (total_blocks > 65535) return cudaErrorInvalidValue;  // (gridDim.y)
+    if (!glu || i == 0) total_blocks += div_up(tiles, block_tiles);
     a.block_end[i] = unsigned(total_blocks);
     if (w[i].rows == 0) continue;  // (no blocks: its maps are never read)
     if (!tensor_map_2d(a.tq[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].data, row_quants / 4, uint64_t(tiles), row_quants,
-                       quant_words, kTiles, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+                       quant_words, uint32_t(block_tiles), CU_TENSOR_MAP_SWIZZLE_NONE) ||
         !tensor_map_2d(a.ts[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, w[i].scales, row_scales / 4, uint64_t(tiles), row_scales,
-                       scale_words, kTiles, CU_TENSOR_MAP_SWIZZLE_NONE))
+                       scale_words, uint32_t(block_tiles), CU_TENSOR_MAP_SWIZZLE_NONE))
       return cudaErrorInvalidValue;
   }
   if (total_blocks == 0) return cudaSuccess;
+  int dev = 0, sms = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess)
+    return e;
   auto run = [&](auto kernel, int stage_bytes) -> cudaError_t {
-    const dim3 grid(unsigned(div_up(ncols, kCols)), unsigned(total_blocks));
-    const size_t smem = size_t(kStages) * size_t(stage_bytes) + 1024;
+    // One block per SM (its shared memory), each looping over work items.
+    const dim3 grid(unsigned(std::min<int64_t>(div_up(n, kTokens) * total_blocks, sms)));
+    const size_t smem = size_t(kStages) * size_t(stage_bytes) + (glu ? kExchangeBytes : 0) + 1024;
     // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
@@ -353,7 +484,21 @@ cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uin
     SHOAL_TRY_LAUNCH(launch(kernel, grid, kThreads, smem, stream, a));
     return cudaGetLastError();
   };
-  return q4 ? run(gemm_quant_kernel<true>, Stage<true>::kBytes) : run(gemm_quant_kernel<false>, Stage<false>::kBytes);
+  auto pick = [&](auto q4c) -> cudaError_t {
+    constexpr bool kQ4 = decltype(q4c)::value;
+    constexpr int bytes = Stage<kQ4>::kBytes;
+    if (!glu) return run(gemm_quant_kernel<kQ4, false, Act::kSilu>, bytes);
+    switch (act) {
+      case Act::kSilu:
+        return run(gemm_quant_kernel<kQ4, true, Act::kSilu>, bytes);
+      case Act::kGeluTanh:
+        return run(gemm_quant_kernel<kQ4, true, Act::kGeluTanh>, bytes);
+      case Act::kGeluErf:
+        return run(gemm_quant_kernel<kQ4, true, Act::kGeluErf>, bytes);
+    }
+    return cudaErrorInvalidValue;
+  };
+  return q4 ? pick(std::true_type{}) : pick(std::false_type{});
 }
 
 }  // namespace shoal::cuda

@@ -167,22 +167,33 @@ cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* 
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
                           const float* bias, bool accumulate, float* y, cudaStream_t stream);
 /// y[t, r] = act(g) * u with g = (sum_b gate[b][t][r]) * inv_scale[t], u likewise from up
-/// ([blocks, n, rows] each). Errors: cudaErrorInvalidValue unless rows % 4 == 0.
-cudaError_t combine_glu(const float* gate, const float* up, int blocks, int64_t n, int64_t rows,
+/// (gate [gate_blocks, n, rows], up [up_blocks, n, rows]: gate and up of different kinds may come
+/// in different parts). Errors: cudaErrorInvalidValue unless rows % 4 == 0.
+cudaError_t combine_glu(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
                         const float* inv_scale, Act act, float* y, cudaStream_t stream);
 
 // ---- gemm_quant.cu: the quantized prefill GEMM on Hopper ---------------------------------------
+/// One product of gemm_quant: y[j * rows + r] = (accumulate ? y : 0) + bias[r] + inv_scale[j] *
+/// sum_k W[r, k] x[j, k] (the operations in combine_parts' order).
+struct QuantGemmOut {
+  float* y;                    // [n, rows]
+  const float* bias = nullptr;  // [rows] or null
+  bool accumulate = false;
+};
 /// The prefill products of up to kGemvMaxOuts Q8_0 / Q4_0 weights of one kind and width on
-/// Hopper's wgmma, one launch (gemm_quant.cu): y[i][j * rows_i + r] = sum_k W_i[r, k] x16[j, k] in
-/// f32 for the ncols rows of x16 ([ncols, cols] f16, 16-byte aligned; the activation parts of
-/// split_activations side by side), exact like the GEMV (f16 products of the small integers q - 8
-/// or q, f32 sums per 32-value block times the block scale). Only where gemm_quant_available().
-/// w's quants and scales as uploaded (256-byte aligned); y[i] holds ncols * rows_i floats.
+/// Hopper's wgmma, one launch (gemm_quant.cu), for n tokens split by split_activations (x16
+/// [2n, cols] f16, 16-byte aligned: the hi rows, then the lo rows; inv_scale [n] its 1 / scales,
+/// or null for 1): out[i] as QuantGemmOut says, exact like the GEMV (f16 products of the small
+/// integers q - 8 or q, f32 sums per 32-value block times the block scale, the parts summed in
+/// registers). With glu (count 2: gate and up of the same rows; out[0] only, no bias, no
+/// accumulate): out[0].y = act(gate) * up, as combine_glu. Only where gemm_quant_available().
+/// w's quants and scales as uploaded (256-byte aligned).
 /// Errors: cudaErrorNotSupported where !gemm_quant_available(); cudaErrorInvalidValue for other
 /// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, a count out of
-/// 1..kGemvMaxOuts, more than 65535 blocks of 128 rows, or a tensor map the driver refuses.
-cudaError_t gemm_quant(const WeightRef* w, float* const* y, int count, const uint16_t* x16, int64_t ncols,
-                       cudaStream_t stream);
+/// 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or accumulate,
+/// more than INT32_MAX / 64 rows, or a tensor map the driver refuses.
+cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16,
+                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream);
 /// Whether the current device runs gemm_quant(): compute capability 9.0, the build's sm_90a code
 /// and the driver's tensor-map encoder. The first call per device runs a probe kernel and a
 /// synchronous copy (not during a graph capture).

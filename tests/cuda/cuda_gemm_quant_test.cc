@@ -1,9 +1,11 @@
 // The quantized prefill GEMM on Hopper's wgmma (gemm_quant.cu): matmuls of more than 8 tokens
 // with Q8_0 / Q4_0 weights against the CPU reference, on shapes at the edges of its tiles (rows
-// of part of a 16-row tile or of a 128-row block, columns of part of a 128-column block, a Q4_0
+// of part of a 16-row tile or of a 128-row block, tokens of part of a 64-token block, a Q4_0
 // row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
-// (the cuBLAS path on dequantized parts), three products of one input in one launch, and gate /
-// up with act(gate) * up in one launch. On a device without sm_90a code it must not run.
+// (the cuBLAS path on dequantized parts), three products of one input in one launch, gate / up
+// with act(gate) * up in one launch, and launches of more work items than a GPU has SMs (each
+// block of the persistent grid carries its ring and exchange buffers into further items). On a
+// device without sm_90a code it must not run.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_probe.h"
@@ -59,7 +61,7 @@ TEST_F(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
     int64_t out, in, n;
   };
   // (out: part of a tile, whole blocks, part of a block; in: one chunk, half a Q4_0 chunk at the
-  // end, several stages; n: above the GEMV's 8 tokens, 2n across column blocks.)
+  // end, several stages; n: above the GEMV's 8 tokens, part of a 64-token block, several.)
   const Shape shapes[] = {{7, 64, 9}, {128, 96, 64}, {300, 4128, 65}, {515, 768, 40}, {1100, 256, 130}, {16, 32, 9}};
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
@@ -73,6 +75,40 @@ TEST_F(CudaGemmQuantTest, PromptSizedProducts) {
     EXPECT_EQ(check(t, 256, 14336, 100, true), expect);
   }
   EXPECT_EQ(check(DType::kQ4_0, 2300, 16384, 12, false), expect);  // (cuBLAS: 64 MiB dequantized tiles)
+}
+
+TEST_F(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
+  // matmuls() behind the RMSNorm with more (row block, token block) items than any GPU here has
+  // SMs, so each block of the persistent grid runs several: a residual add (2048 rows x 1100
+  // tokens: 16 x 18 items) and a gate / up pair (2048 rows x 600 tokens: 32 x 10 items).
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+  const int64_t in = 128, rows = 2048;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0})
+    for (const bool glu : {false, true}) {
+      const int64_t n = glu ? 600 : 1100;
+      SCOPED_TRACE(fmt::format("{} glu={}", dtype_name(t), glu));
+      Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
+      Dual h = output(DType::kF32, {n, in}), tmp = output(DType::kF32, {n, rows});
+      Dual w = make_weight(t, {rows, in}), u = make_weight(t, {rows, in});
+      Dual y = make_f32({n, rows}, randn(n * rows));
+      const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+      for (Backend* be : {cpu_.get(), gpu_.get()}) {
+        const bool gp = be == gpu_.get();
+        MatmulOut o;
+        o.w = gp ? &w.g : &w.c;
+        o.y = gp ? &y.g : &y.c;
+        o.tmp = gp ? &tmp.g : &tmp.c;
+        if (glu) {
+          o.up = gp ? &u.g : &u.c;
+          o.act = Activation::kSilu;
+        } else {
+          o.accumulate = true;
+        }
+        be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
+      }
+      EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
+      EXPECT_LT(nerr(y), kTol);
+    }
 }
 
 TEST_F(CudaGemmQuantTest, QkvProductsInOneLaunch) {

@@ -169,15 +169,18 @@ class CudaBackend final : public Backend {
   /// f16 parts). False on error (sticky).
   bool gemm_input(const float* x, int64_t n, int64_t k, bool bf16, const float* norm_w, float eps, GemmInput& in);
   /// Partial products of w [m, k] (F16, BF16, Q8_0 or Q4_0) with the parts into yp [blocks][n][m]
-  /// (a scratch of gemm_out_bytes); returns blocks, 0 on error (sticky).
+  /// (a scratch of gemm_out_bytes), before the tokens' 1 / scale; returns blocks (on gemm_quant 1:
+  /// the parts already summed), 0 on error (sticky).
   int gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp);
   static uint64_t gemm_out_bytes(const GemmInput& in, int64_t m) { return uint64_t(in.parts) * uint64_t(in.n * m) * 4; }
-  /// Two or three products of one quantized kind (no GLU) of the split input in one gemm_quant
-  /// launch, each then summed with its epilogue. False (nothing done) when they do not qualify.
+  /// The products of the split input on one gemm_quant launch with their epilogues in the kernel:
+  /// one to kGemvMaxOuts products of one quantized kind (distinct outputs), or one gate / up pair
+  /// of one kind and shape without bias or residual add. False (nothing done) when they do not
+  /// qualify (no gemm_quant, mixed kinds, a GLU pair with another product).
   bool quant_gemm_together(const GemmInput& in, std::span<const MatmulOut> outs);
-  /// matmuls for n > kGemvMaxTokens: x split once (with the norm fused) for every product, each
-  /// product's parts summed by one kernel with its epilogue (bias, residual add, or act(gate) *
-  /// up). False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a
+  /// matmuls for n > kGemvMaxTokens: x split once (with the norm fused) for every product; on
+  /// gemm_quant the epilogues run in its kernel (quant_gemm_together), otherwise each product's
+  /// parts are summed by one kernel with its epilogue (bias, residual add, or act(gate) * up). False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a
   /// GLU of rows % 4 != 0): the caller composes the plain ops then.
   bool gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
   /// The shape checks of both matmuls paths (a mismatch is a bug: SHOAL_CHECK).

@@ -108,10 +108,14 @@ bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const Matmu
   // does not apply (mixed kinds, or one product with some other: the loop of gemm_matmuls).
   const DType t = outs[0].w->dtype;
   if (!qgemm_ || outs.size() > size_t(cuda::kGemvMaxOuts) || (t != DType::kQ8_0 && t != DType::kQ4_0)) return false;
-  for (const MatmulOut& o : outs)
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const MatmulOut& o = outs[i];
     if (o.w->dtype != t || (o.up && (outs.size() > 1 || o.up->dtype != t || o.up->rows() != o.w->rows() ||
                                      o.bias || o.accumulate)))
       return false;
+    for (size_t j = 0; j < i; ++j)  // (one launch writes all outputs at once: a shared y would race)
+      if (outs[j].y->data == o.y->data) return false;
+  }
   cuda::WeightRef ws[cuda::kGemvMaxOuts];
   cuda::QuantGemmOut out[cuda::kGemvMaxOuts];
   const bool glu = outs[0].up != nullptr;

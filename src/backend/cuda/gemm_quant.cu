@@ -1,6 +1,6 @@
 // Prefill GEMM (more than kGemvMaxTokens tokens) for Q8_0 / Q4_0 weights on the Hopper
 // warpgroup tensor cores (wgmma, sm_90a): y = W x for the activation parts of
-// split_activations (x = hi + lo in f16, side by side as 2n columns), exact like the GEMV.
+// split_activations (x = hi + lo in f16: the n hi rows, then the n lo rows), exact like the GEMV.
 //
 // Why: the cuBLAS path (cuda_gemm.cc) dequantizes W into f16 hi + lo (d * (q - 8) needs 15
 // significant bits) and runs three f16 products, w_hi [x_hi x_lo] + w_lo x_hi. Here each value

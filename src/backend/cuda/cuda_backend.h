@@ -180,8 +180,9 @@ class CudaBackend final : public Backend {
   bool quant_gemm_together(const GemmInput& in, std::span<const MatmulOut> outs);
   /// matmuls for n > kGemvMaxTokens: x split once (with the norm fused) for every product; on
   /// gemm_quant the epilogues run in its kernel (quant_gemm_together), otherwise each product's
-  /// parts are summed by one kernel with its epilogue (bias, residual add, or act(gate) * up). False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a
-  /// GLU of rows % 4 != 0): the caller composes the plain ops then.
+  /// parts are summed by one kernel with its epilogue (bias, residual add, or act(gate) * up).
+  /// False when the products do not qualify (an F32 weight, BF16 mixed with other kinds, a GLU of
+  /// rows % 4 != 0): the caller composes the plain ops then.
   bool gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
   /// The shape checks of both matmuls paths (a mismatch is a bug: SHOAL_CHECK).
   static void check_matmul_shapes(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);

@@ -172,6 +172,10 @@ class CudaBackend final : public Backend {
   /// (a scratch of gemm_out_bytes), before the tokens' 1 / scale; returns blocks (on gemm_quant 1:
   /// the parts already summed), 0 on error (sticky).
   int gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp);
+  /// One gemm_quant launch (kernels.h) of `count` weights on in.x16 with inv_scale (null: the
+  /// parts' sums before 1 / scale), counted in quant_gemm_launches(). False on error (sticky).
+  bool run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count, const GemmInput& in,
+                      const float* inv_scale, bool glu, cuda::Act act);
   static uint64_t gemm_out_bytes(const GemmInput& in, int64_t m) { return uint64_t(in.parts) * uint64_t(in.n * m) * 4; }
   /// The products of the split input on one gemm_quant launch with their epilogues in the kernel:
   /// one to kGemvMaxOuts products of one quantized kind (distinct outputs), or one gate / up pair

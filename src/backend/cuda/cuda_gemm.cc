@@ -35,6 +35,13 @@ bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, co
               "split_activations");
 }
 
+bool CudaBackend::run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count,
+                                 const GemmInput& in, const float* inv_scale, bool glu, cuda::Act act) {
+  if (!note(cuda::gemm_quant(ws, outs, count, in.x16, inv_scale, in.n, glu, act, stream_), "gemm_quant")) return false;
+  ++qgemm_launches_;
+  return true;
+}
+
 int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp) {
   const float one = 1.0f, zero = 0.0f;
   const int m = int(w.rows), k = int(in.k), nn = int(in.n);
@@ -49,10 +56,7 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
   }
   if (qgemm_) {  // the parts summed in the kernel, no dequantized copy (quantized: never bf16 parts)
     const cuda::QuantGemmOut out{yp};
-    if (!note(cuda::gemm_quant(&w, &out, 1, in.x16, nullptr, nn, false, cuda::Act::kSilu, stream_), "gemm_quant"))
-      return 0;
-    ++qgemm_launches_;
-    return 1;
+    return run_gemm_quant(&w, &out, 1, in, nullptr, false, cuda::Act::kSilu) ? 1 : 0;
   }
   // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
   constexpr uint64_t kTileBytes = 64ull << 20;
@@ -91,8 +95,7 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   if (!gemm_input(x, n, k, w.kind == WKind::kBF16, nullptr, 0.0f, in)) return;
   if (qgemm_ && (w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0)) {  // the epilogue in the kernel
     const cuda::QuantGemmOut out{y, bias};
-    if (note(cuda::gemm_quant(&w, &out, 1, in.x16, in.inv_scale, n, false, cuda::Act::kSilu, stream_), "gemm_quant"))
-      ++qgemm_launches_;
+    run_gemm_quant(&w, &out, 1, in, in.inv_scale, false, cuda::Act::kSilu);
     return;
   }
   auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
@@ -126,9 +129,7 @@ bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const Matmu
   }
   if (glu) ws[1] = weight_ref(*outs[0].up);
   const int count = glu ? 2 : int(outs.size());
-  if (note(cuda::gemm_quant(ws, out, count, in.x16, in.inv_scale, in.n, glu, cuda::act_of(outs[0].act), stream_),
-           "gemm_quant"))
-    ++qgemm_launches_;
+  run_gemm_quant(ws, out, count, in, in.inv_scale, glu, cuda::act_of(outs[0].act));
   return true;
 }
 

@@ -184,37 +184,64 @@ void bench_sweep(Backend& b, const Ceilings& c, int reps) {
 }
 
 // ---- attention -----------------------------------------------------------------------------
+// Decode attention of one token at position `at` in caches of `ctx` rows (the keys attended:
+// at + 1), 32 layers in one graph, planned for at + 1 keys as a step of Slice is
+// (plan_attention_keys) or, with `for_cache`, for the whole cache; us per layer.
+double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cache) {
+  std::vector<Tensor> kc, vc;
+  for (int l = 0; l < 32; ++l) {
+    kc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 1)));
+    vc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 2)));
+  }
+  Tensor q = act(b, DType::kF32, {1, 4096}, 7), out = must(b.alloc(DType::kF32, {1, 4096}));
+  Tensor pos = must(b.alloc(DType::kI32, {1}));
+  const int32_t p = int32_t(at);
+  if (Status s = b.to_device(pos, &p, 4, 0); !s.ok()) die(s);
+  const AttentionSpec spec{32, 8, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
+  b.plan_attention_keys(for_cache ? ctx : at + 1);
+  const double ms = must(probe::time_graph_ms(
+                        b,
+                        [&] {
+                          for (int l = 0; l < 32; ++l) b.attention(q, kc[size_t(l)], vc[size_t(l)], pos, spec, out);
+                        },
+                        reps)) /
+                    32;
+  for (auto& t : kc) b.free(t);
+  for (auto& t : vc) b.free(t);
+  b.free(q);
+  b.free(out);
+  b.free(pos);
+  b.reset_graphs();
+  return ms * 1e3;
+}
+
+// GB/s and % of read of K + V rows of `keys` keys read in `us`.
+std::string attention_rate(const Ceilings& c, int64_t keys, double us) {
+  const double gbs = 2.0 * double(keys) * 1024 * 2 / (us * 1e-6) / 1e9;
+  return fmt::format("{:.0f} | {:.0f}%", gbs, 100 * gbs / c.read_gbs);
+}
+
 void bench_attention(Backend& b, const Ceilings& c, int reps) {
   std::printf("\n## Decode attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), f16 cache, 32 layers\n");
   std::printf("| context | us / layer | GB/s (K+V read) | %% of read |\n|---|---|---|---|\n");
   for (int64_t ctx : {512, 513, 640, 4096, 32768}) {  // 513: the splits' second tile of keys
-    std::vector<Tensor> kc, vc;
-    for (int l = 0; l < 32; ++l) {
-      kc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 1)));
-      vc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 2)));
-    }
-    Tensor q = act(b, DType::kF32, {1, 4096}, 7), out = must(b.alloc(DType::kF32, {1, 4096}));
-    Tensor pos = must(b.alloc(DType::kI32, {1}));
-    const int32_t p = int32_t(ctx - 1);
-    if (Status s = b.to_device(pos, &p, 4, 0); !s.ok()) die(s);
-    const AttentionSpec spec{32, 8, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
-    const double ms = must(probe::time_graph_ms(
-                          b,
-                          [&] {
-                            for (int l = 0; l < 32; ++l) b.attention(q, kc[size_t(l)], vc[size_t(l)], pos, spec, out);
-                          },
-                          reps)) /
-                      32;
-    const double bytes = 2.0 * double(ctx) * 1024 * 2;
-    std::printf("| %lld | %.2f | %.0f | %.0f%% |\n", (long long)ctx, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
-                100 * bytes / (ms * 1e-3) / 1e9 / c.read_gbs);
-    for (auto& t : kc) b.free(t);
-    for (auto& t : vc) b.free(t);
-    b.free(q);
-    b.free(out);
-    b.free(pos);
-    b.reset_graphs();
+    const double us = attention_us(b, reps, ctx, ctx - 1, false);
+    std::printf("| %lld | %.2f | %s |\n", (long long)ctx, us, attention_rate(c, ctx, us).c_str());
   }
+  // A server's cache is sized for its longest request, so most steps attend to a part of it:
+  // planned for the step's keys (as Slice does) or for the whole cache.
+  std::printf("\n## Decode attention by cache rows and keys attended (same heads)\n");
+  std::printf("| cache rows | keys | us / layer | GB/s (K+V read) | %% of read | us, planned for the cache |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (int64_t ctx : {2048, 4096, 32768})
+    for (int64_t keys : {576, 1536, 2048, 4096, 8192})
+      if (keys <= ctx) {
+        const double us = attention_us(b, reps, ctx, keys - 1, false);
+        const double cache_us = attention_us(b, reps, ctx, keys - 1, true);
+        std::printf("| %lld | %lld | %.2f | %s | %.2f |\n", (long long)ctx, (long long)keys, us,
+                    attention_rate(c, keys, us).c_str(), cache_us);
+      }
+  std::fflush(stdout);
 }
 
 // ---- sampling ------------------------------------------------------------------------------
@@ -481,6 +508,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   const std::function<void()> step = fused ? std::function<void()>(fused_step) : std::function<void()>(unfused_step);
   for (const int32_t position : g_positions) {
     if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
+    b.plan_attention_keys(position + 1);  // as Slice plans a step
     const double ms = must(probe::time_graph_ms(b, step, reps));
     const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
     const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
@@ -499,6 +527,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
         SHOAL_RETURN_IF_ERROR(b.to_device(pos, &position, 4, 0));
         return b.to_device(ids, &id, 4, 0);
       };
+      b.plan_attention_keys(position + g_chain_steps);  // one graph for the chain: its last step's keys
       const auto t = must(probe::time_chain_ms(b, chained, best, position, reset, g_chain_steps));
       std::printf("| chain of %d from @%d, ms per step | graphs %.4f | + copy %.4f | host waits %.4f | graphs %.4f |\n",
                   g_chain_steps, position, t.graphs, t.copy, t.host, t.graphs_again);

@@ -223,6 +223,17 @@ class Backend {
   }
   /// Drops recordings (after buffers were reallocated).
   virtual void reset_graphs() {}
+  /// Says that the ops recorded next attend to at most `keys` cache rows per attention call (a
+  /// step of n tokens at position p: p + n), so a backend may plan attention for that length
+  /// rather than for the whole cache (CUDA: one thread-block cluster per KV head for short
+  /// contexts, more splits and a combine kernel for long ones). Returns the class of plan chosen
+  /// (0 by default, small integers): a recorded step holds its plans, so run_graph keys must
+  /// include the class. Plans change speed only, never which keys are attended; a step that
+  /// attends more keys than announced is still exact.
+  virtual int plan_attention_keys(int64_t keys) {
+    (void)keys;
+    return 0;
+  }
 
  protected:
   /// The publication of an eager backend's advance_decode (read by the default wait_decoded):

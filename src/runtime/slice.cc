@@ -266,10 +266,11 @@ Status Slice::upload_step(const StepInput& in) {
   return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(in.hidden_dtype));
 }
 
-uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained) const {
+uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained, int plan) const {
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
   return uint64_t(in.n) | (uint64_t(spec_.head ? int(out.mode) + 1 : 0) << 16) | (uint64_t(out.top_k) << 24) |
-         (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
+         (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42) |
+         (uint64_t(plan & 0xff) << 48);
 }
 
 void Slice::record_step(const StepInput& in, const StepOutput& out) {
@@ -300,7 +301,8 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, out, false), [&] { record_step(in, out); }));
+  const int plan = be.plan_attention_keys(in.pos0 + n);
+  SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, out, false, plan), [&] { record_step(in, out); }));
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
     if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
@@ -377,8 +379,10 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   Tensor next = how.greedy ? argmax_.rows_view(0, 1).reshaped({1}) : sampled_;
   Tensor ids = act_.ids.rows_view(0, 1).reshaped({1});
   Tensor pos = act_.pos.rows_view(0, 1).reshaped({1});
-  auto launch = [&] {
-    return be.run_graph(step_key(in, head, true), [&] {
+  int launched = 0;
+  auto launch = [&] {  // step `launched`: position pos0 + launched, attending one key more
+    const int plan = be.plan_attention_keys(pos0 + launched + 1);
+    return be.run_graph(step_key(in, head, true, plan), [&] {
       record_step(in, head);
       if (!how.greedy) {
         Tensor cand_ids = topk_ids_.rows_view(0, how.top_k).reshaped({how.top_k});
@@ -391,7 +395,6 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
   // would compute it before the caller could stop, so it runs one step at a time.
   const int ahead = be.asynchronous() ? 1 : 0;
-  int launched = 0;
   for (int k = 0; k < max_steps; ++k) {
     for (; launched < std::min(max_steps, k + 1 + ahead); ++launched) SHOAL_RETURN_IF_ERROR(launch());
     int32_t out_id = 0;

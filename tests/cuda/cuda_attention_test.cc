@@ -129,6 +129,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     int64_t n_ctx;
     std::vector<int32_t> pos;
     float attn_factor = 1.0f;
+    int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
   };
   const std::vector<Case> cases = {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {576}},              // Qwen3-like
@@ -146,6 +147,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {639, 640}},         // rows 63 and 64 of a split
       {16, 8, 128, 128, false, true, 640, DType::kF16, 1024, {699, 700}},       // window, 2-tile splits
       {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, {630, 631, 632, 633, 634, 635, 636, 637}},  // 2 row groups
+      {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, {700}},              // the combine (plan for the cache)
+      {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, {700}, 1.0f, 701},   // a cluster in a large cache
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 4096, {1790, 1791}, 1.0f, 1792},  // a cluster, its most keys
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
   };
   for (const Case& c : cases) {
@@ -174,6 +178,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     Dual out = output(DType::kF32, {n, qw});
     const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, c.attn_factor};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, 0.0f};
+    if (c.planned > 0) gpu_->plan_attention_keys(c.planned);
     for (Backend* b : {cpu_.get(), gpu_.get()}) {
       const bool g = b == gpu_.get();
       b->rope_kv_attention(g ? q.g : q.c, g ? k.g : k.c, g ? v.g : v.c, c.norms ? (g ? &qn.g : &qn.c) : nullptr,
@@ -300,6 +305,7 @@ struct AttnCase {
   std::vector<int32_t> pos;  // query positions (increasing)
   int window = 0;
   float softcap = 0.0f;
+  int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
 };
 
 class CudaAttentionCases : public CudaVsRef {
@@ -343,6 +349,7 @@ class CudaAttentionCases : public CudaVsRef {
     }
     AttentionSpec spec{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
     cpu_->attention(q.c, kc.c, vc.c, pos.c, spec, out.c);
+    gpu_->plan_attention_keys(c.planned > 0 ? c.planned : c.n_ctx);
     gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
     EXPECT_LT(nerr(out), 1e-5);
   }
@@ -373,13 +380,21 @@ TEST_F(CudaAttentionCases, DecodeKernelPartialGroupsBatchesAndSoftcap) {
 TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
   // attention_decode_mma.cu: one split writing the output itself (16 cache rows), clusters of 3
   // and 8 splits (sm_90; elsewhere the combine kernel), rows of several tokens and heads in two
-  // row groups, and a cache larger than the cluster limit (up to 32 splits and the combine).
+  // row groups, and caches over the cluster limit (1792 keys: up to 32 splits and the combine)
+  // unless the step announces fewer keys (plan_attention_keys).
   run({8, 2, 64, 16, {15}}, DType::kF16);
   run({8, 2, 128, 40, {39}}, DType::kF16);
   run({8, 2, 128, 40, {3, 4, 5}}, DType::kF16);
   run({32, 8, 128, 4096, {4095}}, DType::kF16);
   run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16);  // 3 tokens x 8 heads: 2 row groups
   run({16, 8, 128, 6000, {20}}, DType::kF16);            // short context in a large cache
+  // Large caches planned for the step's keys: a cluster of 8 splits (sm_90) over a part of the
+  // cache, up to its limit; a plan for fewer keys than the call attends is still exact.
+  run({32, 8, 128, 4096, {600}, 0, 0.0f, 601}, DType::kF16);
+  run({32, 8, 128, 1792, {1791}}, DType::kF16);                          // the whole cache: a cluster
+  run({32, 8, 128, 4096, {1790, 1791}, 0, 0.0f, 1792}, DType::kF16);
+  run({32, 4, 64, 3000, {2100, 2101, 2102}, 0, 0.0f, 1000}, DType::kF16);  // 2 row groups, more keys than planned
+  run({8, 2, 128, 4096, {1792, 1793}, 0, 0.0f, 1794}, DType::kF16);       // just over the limit: the combine
   run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, DType::kF16);  // 16 heads x 8 tokens: 8 row groups
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16);                    // sliding window across splits
   run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, DType::kF16);  // window, 2-tile splits (2501 in tile 1)
@@ -406,6 +421,9 @@ TEST_F(CudaAttentionCases, DecodeStepWriteThenAttention) {
   run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16, true);
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16, true);
   run({32, 8, 128, 20000, {19999}}, DType::kF16, true);
+  run({32, 8, 128, 4096, {700}}, DType::kF16, true);                  // the combine
+  run({32, 8, 128, 4096, {700}, 0, 0.0f, 701}, DType::kF16, true);    // a cluster in a large cache
+  run({32, 8, 128, 4096, {3000, 3001}, 0, 0.0f, 1792}, DType::kF16, true);  // more keys than planned
   run({32, 8, 128, 1024, {600}}, DType::kF32, true);
   run({32, 8, 128, 1024, {600}}, DType::kQ8_0, true);
 }

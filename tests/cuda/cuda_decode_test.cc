@@ -103,6 +103,35 @@ TEST_P(CudaDecodeTest, StopAndResumeEqualsOneForwardPerStep) {
   }
 }
 
+// A chain that crosses decode attention's plan limit (1792 keys, plan_attention_keys: the step
+// graphs have different keys below and above it) records its second graph while steps of the
+// first are still running: its ids equal those of one forward() per step (which switch at the
+// same position). (stories260K's head_dim 8 takes the tiled attention kernel under both plans;
+// the plans themselves are checked in cuda_attention_test.cc.)
+TEST_P(CudaDecodeTest, ChainAcrossTheAttentionPlanLimitEqualsOneForwardPerStep) {
+  LocalModelOptions o;
+  o.device = "cuda:0";
+  o.kv_dtype = GetParam();
+  o.n_ctx = 1900;
+  o.progress = false;
+  auto m = load_local_model(test::fixture("models/stories260K.gguf"), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  Pipeline& p = *m->pipeline;
+  const auto base = want_[0]["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 1780) prompt.insert(prompt.end(), base.begin(), base.end());
+  prompt.resize(1780);
+  const int32_t first = test::prefill_argmax(p, prompt);
+  ASSERT_GE(first, 0);
+  using test::collect;
+  std::vector<int32_t> stepwise, chained;
+  auto r = p.Pipeline::decode(first, 1780, 40, DecodeSampling{}, collect(stepwise, 99));  // positions 1780..1819
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  r = p.decode(first, 1780, 40, DecodeSampling{}, collect(chained, 99));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(chained, stepwise);
+}
+
 // Sampled generation (the CLI's defaults, top-k on the device): the device's draws give the
 // tokens the host's draws give from the same candidates.
 TEST_P(CudaDecodeTest, SampledGenerationIsTheSameChainedOrStepwise) {

@@ -6,12 +6,13 @@
 // decode kernel was bound by it at short contexts: ~1600 instructions per 32-key pass). The
 // warps merge their online-softmax states in shared memory at the end. The attended keys are
 // divided evenly over the splits at run time (a captured graph's grid depends only on the
-// cache size). On sm_90, for caches of at most kClusterMaxCtx rows, the splits of a row group
-// are one thread-block cluster: after a cluster barrier each block merges a share of the outputs
-// from every block's shared memory (DSMEM), so the step needs no combine kernel; otherwise the
-// splits write partial results for attention_combine_kernel. (H200, Llama-3-8B heads, us per
-// layer: context 512 7.6 (cluster) vs 9.6 (combine), 4096 14.6 vs 13.7, 32768 43 with the
-// combine and 32 splits; the CUDA-core kernel this replaced: 10.0, 12.9, 61.9.)
+// cache size and AttnArgs::max_keys). On sm_90, for calls of at most kClusterMaxKeys keys (by
+// max_keys, else the cache size), the splits of a row group are one thread-block cluster: after
+// a cluster barrier each block merges a share of the outputs from every block's shared memory
+// (DSMEM), so the step needs no combine kernel; otherwise the splits write partial results for
+// attention_combine_kernel. (H200, Llama-3-8B heads, us per layer: context 512 7.6 (cluster) vs
+// 9.6 (combine), 4096 14.6 vs 13.7, 32768 43 with the combine and 32 splits; the CUDA-core
+// kernel this replaced: 10.0, 12.9, 61.9.)
 // Latency, not bytes, bounds it (one warp per scheduler): right after the step's KV write
 // (AttnArgs::early_kv) the older keys are loaded before the PDL wait, and the block's serial
 // work is kept short (key ranges by warp reductions, q split once per block, merge weights by
@@ -48,13 +49,16 @@ using attn_mma::kRows;
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kWarpKeys = kKeys / kWarps;  // keys of a tile per warp
 constexpr int kMaxClusterSplits = 8;       // the portable cluster size (16 measured slower)
-constexpr int64_t kClusterMaxCtx = 4096;   // larger caches: up to kMaxSplits splits and the combine
+// Calls that attend more keys (AttnArgs::max_keys, else n_ctx): up to kMaxSplits splits and the
+// combine (H200, Llama-3-8B heads, us per layer: 576 keys 5.8 cluster vs 7.5 combine, 2048 9.4
+// vs 9.1, 4096 14.9 vs 11.5; docs/cuda.md, v28).
+constexpr int64_t kClusterMaxKeys = 1792;
 constexpr int kMaxSplits = 32;             // attention_combine_kernel: one split per lane
 constexpr int kFillBlocks = 264;           // about two blocks per SM of an H200
-// K/V tiles in flight. The cluster path (caches of <= 4096 rows) had 4 on sm_90 until v13: its
-// 170 KB of shared memory per block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB) off the
-// SM while attention ran. With 2, attention alone at context 512 / 4096 is within noise of the
-// 4-stage figures (5.86 / 14.97 vs 6.04 / 14.88 us per layer, H200; docs/cuda.md, v13).
+// K/V tiles in flight. The cluster path had 4 on sm_90 until v13: its 170 KB of shared memory
+// per block kept the next GEMV's blocks (Q8_0 / Q4_0: 110 KB) off the SM while attention ran.
+// With 2, attention alone at context 512 / 4096 is within noise of the 4-stage figures (5.86 /
+// 14.97 vs 6.04 / 14.88 us per layer, H200; docs/cuda.md, v13).
 constexpr int kStages = 2;
 // Accumulators per n-tile of S in a step (attn_mma::tile_step): chains of 8 dependent MMAs at
 // head_dim 128.
@@ -488,6 +492,8 @@ cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
 
 void set_clusters(bool on) { g_clusters = on; }
 
+int64_t attention_keys_bound(int64_t keys) { return keys <= kClusterMaxKeys ? kClusterMaxKeys : 0; }
+
 bool use_decode_mma(const AttnArgs& a) {
   return a.cache == CacheKind::kF16 && a.n_tokens >= 1 && a.n_tokens <= kGemvMaxTokens &&
          (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX && !(a.softcap > 0.0f);
@@ -498,9 +504,10 @@ DecodePlan decode_plan(const AttnArgs& a) {
   const int G = a.n_heads / a.n_kv_heads;
   p.row_groups = int(div_up(a.n_tokens * G, kRows));
   const int64_t blocks = int64_t(a.n_kv_heads) * p.row_groups;
-  const bool cluster = g_clusters && a.n_ctx <= kClusterMaxCtx;
+  const int64_t keys = a.max_keys > 0 ? std::min(a.max_keys, a.n_ctx) : a.n_ctx;
+  const bool cluster = g_clusters && keys <= kClusterMaxKeys;
   const int64_t most = cluster ? kMaxClusterSplits : kMaxSplits;
-  const int64_t splits = std::min<int64_t>({most, div_up(kFillBlocks, blocks), div_up(a.n_ctx, kWarpKeys)});
+  const int64_t splits = std::min<int64_t>({most, div_up(kFillBlocks, blocks), div_up(keys, kWarpKeys)});
   p.n_splits = int(std::max<int64_t>(1, splits));
   p.cluster = cluster && p.n_splits > 1;
   return p;

@@ -413,6 +413,11 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record)
   return error_;
 }
 
+int CudaBackend::plan_attention_keys(int64_t keys) {
+  attn_keys_ = cuda::attention_keys_bound(keys);
+  return attn_keys_ > 0 ? 1 : 0;
+}
+
 void CudaBackend::reset_graphs() {
   use_device();
   note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (reset_graphs)");

@@ -97,6 +97,9 @@ class CudaBackend final : public Backend {
   /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
   Status run_graph(uint64_t key, const std::function<void()>& record) override;
   void reset_graphs() override;
+  /// Decode attention's plan for steps of at most `keys` keys (cuda::attention_keys_bound):
+  /// class 1 plans for that bound, class 0 for the whole cache.
+  int plan_attention_keys(int64_t keys) override;
 
   /// The stream every op is enqueued on (benchmarks time it with events).
   cudaStream_t stream() const { return stream_; }
@@ -211,6 +214,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> retired_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   bool capturing_ = false;
+  int64_t attn_keys_ = 0;  // AttnArgs::max_keys of the ops recorded next (plan_attention_keys)
   /// Records the device bytes of `ts` as written by the op just launched (ops_); an empty tensor
   /// among them leaves the op unrecorded. The ops a residual-adding GEMV follows in a decode step
   /// record theirs (matmuls, attention, rope_kv_attention, activation, glu); an op that records

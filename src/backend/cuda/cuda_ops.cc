@@ -169,7 +169,7 @@ namespace {
 
 // The kernels' view of an attention call; the shape checks of CudaBackend::attention.
 cuda::AttnArgs attn_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                         const AttentionSpec& spec, const Tensor& out) {
+                         const AttentionSpec& spec, const Tensor& out, int64_t max_keys) {
   const int64_t n = q.rows();
   SHOAL_CHECK(spec.n_kv_heads > 0 && spec.n_heads % spec.n_kv_heads == 0, "n_heads not a multiple of n_kv_heads");
   SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * spec.head_dim && out.n_elements() == q.n_elements(),
@@ -191,6 +191,7 @@ cuda::AttnArgs attn_args(const Tensor& q, const Tensor& k_cache, const Tensor& v
   a.sliding_window = spec.sliding_window;
   a.softcap = spec.softcap;
   a.cache = cache_kind(k_cache.dtype);
+  a.max_keys = max_keys;
   return a;
 }
 
@@ -204,7 +205,7 @@ void CudaBackend::check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) 
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                             const AttentionSpec& spec, Tensor& out) {
-  cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, spec, out);
+  cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, spec, out, attn_keys_);
   check_pos_not_just_advanced(pos, ops_);
   if (failed() || !use_device()) return;
   a.early_kv = kv_written_.op + 1 == ops_ && kv_written_.k == k_cache.data && kv_written_.v == v_cache.data &&
@@ -218,7 +219,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
 void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                                     float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                                     Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) {
-  const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out);
+  const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out, attn_keys_);
   check_pos_not_just_advanced(pos, ops_);
   const int64_t hd = attn.head_dim, width = int64_t(attn.n_kv_heads) * hd;
   // The kernel loads the caches' older rows before its PDL wait: not right after an op that wrote

@@ -282,14 +282,24 @@ struct AttnArgs {
   // The kernel just before this call wrote these caches only at the rows of pos (the KV write
   // of the same step): decode attention may load the other rows before its PDL wait.
   bool early_kv = false;
+  // Keys a call attends at most (attention_keys_bound; 0: n_ctx). It picks the decode plan only:
+  // a call that attends more is still exact, at the speed of a plan for fewer keys.
+  int64_t max_keys = 0;
 };
+/// The AttnArgs::max_keys to plan decode attention with when a step attends at most `keys` keys:
+/// the cluster plan's limit (1792) when keys fit under it, else 0 (a plan for the whole cache).
+/// On the H200 (Llama-3-8B heads, us per layer) one cluster of 8 splits takes 5.8 at 576 keys
+/// vs 7.5 for up to 32 splits and the combine, but 14.9 vs 11.5 at 4096 keys: they cross near
+/// 1800 (docs/cuda.md, v28).
+int64_t attention_keys_bound(int64_t keys);
 /// Bytes of scratch attention() needs for these arguments (split partial results).
 uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
 /// (read on the device), split along the sequence where a call has few blocks (flash-decoding,
 /// at most 32 splits), the splits combined by a second kernel, or on sm_90 by a thread-block
-/// cluster (decode with an f16 cache of at most 4096 rows). f16 caches with head_dim 64 / 128 run
-/// on the tensor cores (attention_mma.h), except decode with a softcap (the tiled kernel).
+/// cluster (decode with an f16 cache, at most 1792 keys by AttnArgs::max_keys or n_ctx). f16
+/// caches with head_dim 64 / 128 run on the tensor cores (attention_mma.h), except decode with a
+/// softcap (the tiled kernel).
 /// head_dim must be a multiple of 8 and at most 256; out 16-byte aligned. The decode kernel reads
 /// pos before its PDL wait: pos must not be written by the kernel just before (the engine writes
 /// it by host copies).

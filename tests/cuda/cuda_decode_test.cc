@@ -20,16 +20,20 @@ class CudaDecodeTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
     if (!create_backend("cuda:0").ok()) GTEST_SKIP() << "no CUDA device";
-    LocalModelOptions o;
-    o.device = "cuda:0";
-    o.kv_dtype = GetParam();
-    o.n_ctx = 256;
-    o.progress = false;
-    auto m = load_local_model(test::fixture("models/stories260K.gguf"), o);
+    auto m = load(256);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::make_unique<LocalModel>(std::move(*m));
     std::ifstream in(test::fixture("expected/stories260K_greedy.json"));
     want_ = nlohmann::json::parse(in)["cases"];
+  }
+  /// stories260K on cuda:0 with the test's KV type and a context of n_ctx tokens.
+  Result<LocalModel> load(int n_ctx) const {
+    LocalModelOptions o;
+    o.device = "cuda:0";
+    o.kv_dtype = GetParam();
+    o.n_ctx = n_ctx;
+    o.progress = false;
+    return load_local_model(test::fixture("models/stories260K.gguf"), o);
   }
   std::unique_ptr<LocalModel> model_;
   nlohmann::json want_;
@@ -109,12 +113,7 @@ TEST_P(CudaDecodeTest, StopAndResumeEqualsOneForwardPerStep) {
 // same position). (stories260K's head_dim 8 takes the tiled attention kernel under both plans;
 // the plans themselves are checked in cuda_attention_test.cc.)
 TEST_P(CudaDecodeTest, ChainAcrossTheAttentionPlanLimitEqualsOneForwardPerStep) {
-  LocalModelOptions o;
-  o.device = "cuda:0";
-  o.kv_dtype = GetParam();
-  o.n_ctx = 1900;
-  o.progress = false;
-  auto m = load_local_model(test::fixture("models/stories260K.gguf"), o);
+  auto m = load(1900);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   Pipeline& p = *m->pipeline;
   const auto base = want_[0]["prompt_ids"].get<std::vector<int32_t>>();

@@ -198,7 +198,7 @@ double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cach
   const int32_t p = int32_t(at);
   if (Status s = b.to_device(pos, &p, 4, 0); !s.ok()) die(s);
   const AttentionSpec spec{32, 8, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
-  b.plan_attention_keys(for_cache ? ctx : at + 1);
+  b.plan_attention_keys(for_cache ? 0 : at + 1, 1);
   const double ms = must(probe::time_graph_ms(
                         b,
                         [&] {
@@ -508,7 +508,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   const std::function<void()> step = fused ? std::function<void()>(fused_step) : std::function<void()>(unfused_step);
   for (const int32_t position : g_positions) {
     if (Status s = b.to_device(pos, &position, 4, 0); !s.ok()) die(s);
-    b.plan_attention_keys(position + 1);  // as Slice plans a step
+    b.plan_attention_keys(position + 1, 1);  // as Slice plans a step
     const double ms = must(probe::time_graph_ms(b, step, reps));
     const double kv_bytes = 2.0 * (position + 1) * double(kvw) * 2 * m.n_layers;
     const double gbs = (wbytes + kv_bytes) / (ms * 1e-3) / 1e9;
@@ -527,7 +527,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
         SHOAL_RETURN_IF_ERROR(b.to_device(pos, &position, 4, 0));
         return b.to_device(ids, &id, 4, 0);
       };
-      b.plan_attention_keys(position + g_chain_steps);  // one graph for the chain: its last step's keys
+      b.plan_attention_keys(position + g_chain_steps, 1);  // one graph for the chain: its last step's keys
       const auto t = must(probe::time_chain_ms(b, chained, best, position, reset, g_chain_steps));
       std::printf("| chain of %d from @%d, ms per step | graphs %.4f | + copy %.4f | host waits %.4f | graphs %.4f |\n",
                   g_chain_steps, position, t.graphs, t.copy, t.host, t.graphs_again);

@@ -223,15 +223,17 @@ class Backend {
   }
   /// Drops recordings (after buffers were reallocated).
   virtual void reset_graphs() {}
-  /// Says that the ops recorded next attend to at most `keys` cache rows per attention call (a
-  /// step of n tokens at position p: p + n), so a backend may plan attention for that length
-  /// rather than for the whole cache (CUDA: one thread-block cluster per KV head for short
-  /// contexts, more splits and a combine kernel for long ones). Returns the class of plan chosen
-  /// (0 by default, small integers): a recorded step holds its plans, so run_graph keys must
-  /// include the class. Plans change speed only, never which keys are attended; a step that
-  /// attends more keys than announced is still exact.
-  virtual int plan_attention_keys(int64_t keys) {
+  /// Says that the ops recorded next are a step of n_tokens tokens whose attention calls read at
+  /// most `keys` cache rows (n tokens at position p: p + n), so a backend may plan attention for
+  /// that length rather than for the whole cache (CUDA: one thread-block cluster per KV head for
+  /// short contexts, more splits and a combine kernel for long ones); keys <= 0 withdraws the
+  /// announcement (plans for the whole cache). Returns the class of plan chosen (0 by default,
+  /// small integers): a recorded step holds its plans, so run_graph keys must include the class.
+  /// Plans change speed only, never which keys are attended; a step that attends more keys than
+  /// announced is still exact.
+  virtual int plan_attention_keys(int64_t keys, int n_tokens) {
     (void)keys;
+    (void)n_tokens;
     return 0;
   }
 

@@ -301,8 +301,10 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  const int plan = be.plan_attention_keys(in.pos0 + n);
-  SHOAL_RETURN_IF_ERROR(be.run_graph(step_key(in, out, false, plan), [&] { record_step(in, out); }));
+  const int plan = be.plan_attention_keys(in.pos0 + n, n);
+  const Status ran = be.run_graph(step_key(in, out, false, plan), [&] { record_step(in, out); });
+  be.plan_attention_keys(0, 0);  // ops outside a step plan for the whole cache
+  SHOAL_RETURN_IF_ERROR(ran);
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
     if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
@@ -381,8 +383,8 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   Tensor pos = act_.pos.rows_view(0, 1).reshaped({1});
   int launched = 0;
   auto launch = [&] {  // step `launched`: position pos0 + launched, attending one key more
-    const int plan = be.plan_attention_keys(pos0 + launched + 1);
-    return be.run_graph(step_key(in, head, true, plan), [&] {
+    const int plan = be.plan_attention_keys(pos0 + launched + 1, 1);
+    const Status ran = be.run_graph(step_key(in, head, true, plan), [&] {
       record_step(in, head);
       if (!how.greedy) {
         Tensor cand_ids = topk_ids_.rows_view(0, how.top_k).reshaped({how.top_k});
@@ -391,6 +393,8 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
       }
       be.advance_decode(next, ids, pos);  // also publishes the step's id (wait_decoded)
     });
+    be.plan_attention_keys(0, 0);
+    return ran;
   };
   // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
   // would compute it before the caller could stop, so it runs one step at a time.

@@ -116,11 +116,11 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
   // attention kernel (f16 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
-  // from the cache (2000 in a split of 256 keys from 1792: its tile 3; 8000 in one from 7936
-  // with the combine: its tile 1), or, with positions that are not contiguous, over rows loaded
-  // first; or in a split of 65..128 keys (both 64-key tiles loaded first, read in one pass: the
-  // step's rows in tile 1, or across both, with a window, or in 2 row groups). Caches are NaN
-  // except the rows written before the call.
+  // from the cache (2000 in a cluster's split of 256 keys from 1792, planned for 1792 keys: its
+  // tile 3; 8000 in one from 7936 with the combine: its tile 1), or, with positions that are
+  // not contiguous, over rows loaded first; or in a split of 65..128 keys (both 64-key tiles
+  // loaded first, read in one pass: the step's rows in tile 1, or across both, with a window, or
+  // in 2 row groups). Caches are NaN except the rows written before the call.
   struct Case {
     int n_heads, n_kv_heads, head_dim, rot_dims;
     bool interleaved, norms;
@@ -136,7 +136,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {32, 8, 128, 128, false, false, 0, DType::kF16, 1024, {0}},               // first token
       {12, 4, 64, 32, true, true, 64, DType::kF16, 512, {511}},                 // partial, window, last row
       {32, 8, 128, 128, false, true, 0, DType::kF16, 512, {100, 101, 102, 103, 104}},  // 2 row groups
-      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, {2000, 2001}},         // a later tile
+      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, {2000, 2001}, 1.0f, 1792},  // a later tile
       {16, 8, 128, 64, false, true, 0, DType::kF16, 256, {40, 45, 60}},          // not contiguous
       {8, 8, 128, 128, false, true, 0, DType::kF16, 8192, {8000, 8001}},         // tile 1 of 2 stages
       {12, 4, 64, 64, false, true, 0, DType::kF16, 512, {200, 201, 202, 203, 204, 205}},  // a token in 2 row groups
@@ -178,7 +178,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     Dual out = output(DType::kF32, {n, qw});
     const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, c.attn_factor};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, 0.0f};
-    if (c.planned > 0) gpu_->plan_attention_keys(c.planned);
+    gpu_->plan_attention_keys(c.planned, int(n));
     for (Backend* b : {cpu_.get(), gpu_.get()}) {
       const bool g = b == gpu_.get();
       b->rope_kv_attention(g ? q.g : q.c, g ? k.g : k.c, g ? v.g : v.c, c.norms ? (g ? &qn.g : &qn.c) : nullptr,
@@ -349,7 +349,7 @@ class CudaAttentionCases : public CudaVsRef {
     }
     AttentionSpec spec{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
     cpu_->attention(q.c, kc.c, vc.c, pos.c, spec, out.c);
-    gpu_->plan_attention_keys(c.planned > 0 ? c.planned : c.n_ctx);
+    gpu_->plan_attention_keys(c.planned, int(n));
     gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
     EXPECT_LT(nerr(out), 1e-5);
   }

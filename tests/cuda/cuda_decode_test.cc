@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "backend/cuda/cuda_probe.h"
 #include "runtime/local_model.h"
 #include "runtime/session.h"
 #include "stepwise_pipeline.h"
@@ -107,11 +108,11 @@ TEST_P(CudaDecodeTest, StopAndResumeEqualsOneForwardPerStep) {
   }
 }
 
-// A chain that crosses decode attention's plan limit (1792 keys, plan_attention_keys: the step
-// graphs have different keys below and above it) records its second graph while steps of the
-// first are still running: its ids equal those of one forward() per step (which switch at the
-// same position). (stories260K's head_dim 8 takes the tiled attention kernel under both plans;
-// the plans themselves are checked in cuda_attention_test.cc.)
+// A chain that crosses decode attention's plan limit (1792 keys, plan_attention_keys) records a
+// graph for each plan, the second while steps of the first are still running, and its ids equal
+// those of one forward() per step (which switch at the same position). (stories260K's head_dim 8
+// takes the tiled attention kernel under both plans; the plans themselves are checked in
+// cuda_attention_test.cc.)
 TEST_P(CudaDecodeTest, ChainAcrossTheAttentionPlanLimitEqualsOneForwardPerStep) {
   auto m = load(1900);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
@@ -126,9 +127,11 @@ TEST_P(CudaDecodeTest, ChainAcrossTheAttentionPlanLimitEqualsOneForwardPerStep) 
   std::vector<int32_t> stepwise, chained;
   auto r = p.Pipeline::decode(first, 1780, 40, DecodeSampling{}, collect(stepwise, 99));  // positions 1780..1819
   ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const int64_t graphs = cuda_probe::recorded_graphs(*m->backend);
   r = p.decode(first, 1780, 40, DecodeSampling{}, collect(chained, 99));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(chained, stepwise);
+  EXPECT_EQ(cuda_probe::recorded_graphs(*m->backend) - graphs, 2) << "one chained step graph per plan";
 }
 
 // Sampled generation (the CLI's defaults, top-k on the device): the device's draws give the

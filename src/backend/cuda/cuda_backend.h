@@ -98,8 +98,9 @@ class CudaBackend final : public Backend {
   Status run_graph(uint64_t key, const std::function<void()>& record) override;
   void reset_graphs() override;
   /// Decode attention's plan for steps of at most `keys` keys (cuda::attention_keys_bound):
-  /// class 1 plans for that bound, class 0 for the whole cache.
-  int plan_attention_keys(int64_t keys) override;
+  /// class 1 plans for that bound, class 0 for the whole cache (also for steps of more than
+  /// kGemvMaxTokens tokens, whose prefill plan does not depend on it).
+  int plan_attention_keys(int64_t keys, int n_tokens) override;
 
   /// The stream every op is enqueued on (benchmarks time it with events).
   cudaStream_t stream() const { return stream_; }
@@ -110,6 +111,8 @@ class CudaBackend final : public Backend {
   uint64_t rope_epilogue_launches() const { return rope_epilogues_; }
   /// GEMV launches so far that took their input as fragments from the GEMV before (for tests).
   uint64_t fragment_handoffs() const { return frag_handoffs_; }
+  /// Graphs recorded by run_graph and held now (for tests).
+  size_t recorded_graphs() const { return graphs_.size(); }
   /// Whether a quantized GLU GEMV also writes its output as the next GEMV's activation
   /// fragments (GemvOpts::frags_out), taken by a quantized GEMV launched right after on that
   /// output. On unless SHOAL_CUDA_FRAGS=0 at creation; for tests and comparisons.

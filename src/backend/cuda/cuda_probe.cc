@@ -269,6 +269,11 @@ int64_t rope_epilogue_launches(Backend& b) {
   return cb ? int64_t(cb->rope_epilogue_launches()) : -1;
 }
 
+int64_t recorded_graphs(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->recorded_graphs()) : -1;
+}
+
 int64_t fragment_handoffs(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb ? int64_t(cb->fragment_handoffs()) : -1;

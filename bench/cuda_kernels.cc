@@ -185,19 +185,20 @@ void bench_sweep(Backend& b, const Ceilings& c, int reps) {
 
 // ---- attention -----------------------------------------------------------------------------
 // Decode attention of one token at position `at` in caches of `ctx` rows (the keys attended:
-// at + 1), 32 layers in one graph, planned for at + 1 keys as a step of Slice is
-// (plan_attention_keys) or, with `for_cache`, for the whole cache; us per layer.
-double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cache) {
+// at + 1), 32 query heads of 128 over kv_heads KV heads, 32 layers in one graph, planned for
+// at + 1 keys as a step of Slice is (plan_attention_keys) or, with `for_cache`, for the whole
+// cache; us per layer.
+double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cache, int kv_heads = 8) {
   std::vector<Tensor> kc, vc;
   for (int l = 0; l < 32; ++l) {
-    kc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 1)));
-    vc.push_back(act(b, DType::kF16, {ctx, 1024}, uint64_t(2 * l + 2)));
+    kc.push_back(act(b, DType::kF16, {ctx, int64_t(kv_heads) * 128}, uint64_t(2 * l + 1)));
+    vc.push_back(act(b, DType::kF16, {ctx, int64_t(kv_heads) * 128}, uint64_t(2 * l + 2)));
   }
   Tensor q = act(b, DType::kF32, {1, 4096}, 7), out = must(b.alloc(DType::kF32, {1, 4096}));
   Tensor pos = must(b.alloc(DType::kI32, {1}));
   const int32_t p = int32_t(at);
   if (Status s = b.to_device(pos, &p, 4, 0); !s.ok()) die(s);
-  const AttentionSpec spec{32, 8, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
+  const AttentionSpec spec{32, kv_heads, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
   b.plan_attention_keys(for_cache ? 0 : at + 1, 1);
   const double ms = must(probe::time_graph_ms(
                         b,
@@ -215,9 +216,9 @@ double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cach
   return ms * 1e3;
 }
 
-// GB/s and % of read of K + V rows of `keys` keys read in `us`.
-std::string attention_rate(const Ceilings& c, int64_t keys, double us) {
-  const double gbs = 2.0 * double(keys) * 1024 * 2 / (us * 1e-6) / 1e9;
+// GB/s and % of read of K + V rows of `keys` keys (kv_heads heads of 128) read in `us`.
+std::string attention_rate(const Ceilings& c, int64_t keys, double us, int kv_heads = 8) {
+  const double gbs = 2.0 * double(keys) * kv_heads * 128 * 2 / (us * 1e-6) / 1e9;
   return fmt::format("{:.0f} | {:.0f}%", gbs, 100 * gbs / c.read_gbs);
 }
 
@@ -241,6 +242,13 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
         std::printf("| %lld | %lld | %.2f | %s | %.2f |\n", (long long)ctx, (long long)keys, us,
                     attention_rate(c, keys, us).c_str(), cache_us);
       }
+  // Without GQA (Llama-2-7B heads): 32 KV heads fill the GPU with fewer splits per head.
+  std::printf("\n## Decode attention without GQA (32 q / 32 kv heads of 128), 8192-row caches\n");
+  std::printf("| keys | us / layer | GB/s (K+V read) | %% of read |\n|---|---|---|---|\n");
+  for (int64_t keys : {576, 1536, 2048, 4096, 8192}) {
+    const double us = attention_us(b, reps, 8192, keys - 1, false, 32);
+    std::printf("| %lld | %.2f | %s |\n", (long long)keys, us, attention_rate(c, keys, us, 32).c_str());
+  }
   std::fflush(stdout);
 }
 

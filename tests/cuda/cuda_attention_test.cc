@@ -395,6 +395,7 @@ TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
   run({32, 8, 128, 4096, {1790, 1791}, 0, 0.0f, 1792}, DType::kF16);
   run({32, 4, 64, 3000, {2100, 2101, 2102}, 0, 0.0f, 1000}, DType::kF16);  // 2 row groups, more keys than planned
   run({8, 2, 128, 4096, {1792, 1793}, 0, 0.0f, 1794}, DType::kF16);       // just over the limit: the combine
+  run({32, 32, 128, 4096, {3000}}, DType::kF16);  // no GQA past the limit: the combine with 9 splits
   run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, DType::kF16);  // 16 heads x 8 tokens: 8 row groups
   run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16);                    // sliding window across splits
   run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, DType::kF16);  // window, 2-tile splits (2501 in tile 1)

@@ -266,11 +266,17 @@ Status Slice::upload_step(const StepInput& in) {
   return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(in.hidden_dtype));
 }
 
-uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained, int plan) const {
+uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained) const {
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
   return uint64_t(in.n) | (uint64_t(spec_.head ? int(out.mode) + 1 : 0) << 16) | (uint64_t(out.top_k) << 24) |
-         (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42) |
-         (uint64_t(plan & 0xff) << 48);
+         (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
+}
+
+Status Slice::run_step(uint64_t key, int64_t keys, int n, const std::function<void()>& record) {
+  const int plan = backend_.plan_attention_keys(keys, n);
+  const Status ran = backend_.run_graph(key | (uint64_t(plan & 0xff) << 48), record);
+  backend_.plan_attention_keys(0, 0);  // ops outside a step plan for the whole cache
+  return ran;
 }
 
 void Slice::record_step(const StepInput& in, const StepOutput& out) {
@@ -301,10 +307,7 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  const int plan = be.plan_attention_keys(in.pos0 + n, n);
-  const Status ran = be.run_graph(step_key(in, out, false, plan), [&] { record_step(in, out); });
-  be.plan_attention_keys(0, 0);  // ops outside a step plan for the whole cache
-  SHOAL_RETURN_IF_ERROR(ran);
+  SHOAL_RETURN_IF_ERROR(run_step(step_key(in, out, false), in.pos0 + n, n, [&] { record_step(in, out); }));
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
     if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
@@ -383,8 +386,7 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   Tensor pos = act_.pos.rows_view(0, 1).reshaped({1});
   int launched = 0;
   auto launch = [&] {  // step `launched`: position pos0 + launched, attending one key more
-    const int plan = be.plan_attention_keys(pos0 + launched + 1, 1);
-    const Status ran = be.run_graph(step_key(in, head, true, plan), [&] {
+    return run_step(step_key(in, head, true), pos0 + launched + 1, 1, [&] {
       record_step(in, head);
       if (!how.greedy) {
         Tensor cand_ids = topk_ids_.rows_view(0, how.top_k).reshaped({how.top_k});
@@ -393,8 +395,6 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
       }
       be.advance_decode(next, ids, pos);  // also publishes the step's id (wait_decoded)
     });
-    be.plan_attention_keys(0, 0);
-    return ran;
   };
   // An asynchronous backend runs step k + 1 while the host reads step k's id; an eager one
   // would compute it before the caller could stop, so it runs one step at a time.

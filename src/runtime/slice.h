@@ -120,9 +120,11 @@ class Slice {
   void run_head(int n, const StepOutput& out);
   /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).
   Status upload_step(const StepInput& in);
-  /// The graph key of a step: its size, head output and hop types; `chained`: decode()'s step;
-  /// `plan`: the attention plan class the backend chose for its keys (plan_attention_keys).
-  uint64_t step_key(const StepInput& in, const StepOutput& out, bool chained, int plan) const;
+  /// The graph key of a step: its size, head output and hop types; `chained`: decode()'s step.
+  uint64_t step_key(const StepInput& in, const StepOutput& out, bool chained) const;
+  /// run_graph of a step of n tokens that attends at most `keys` keys: announced to the backend
+  /// (plan_attention_keys) while it runs, the plan class added to `key` (bits 48..55).
+  Status run_step(uint64_t key, int64_t keys, int n, const std::function<void()>& record);
   /// Enqueues a step's ops: embedding (or hop conversion), the layers, the head, the hop out.
   void record_step(const StepInput& in, const StepOutput& out);
   Result<Tensor> alloc(std::initializer_list<int64_t> shape, DType dtype = DType::kF32);

@@ -207,6 +207,7 @@ double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cach
                         },
                         reps)) /
                     32;
+  b.plan_attention_keys(0, 0);  // later graphs plan for the whole cache unless they announce
   for (auto& t : kc) b.free(t);
   for (auto& t : vc) b.free(t);
   b.free(q);
@@ -542,6 +543,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
       std::fflush(stdout);
     }
   }
+  b.plan_attention_keys(0, 0);  // (withdrawn, as Slice does after a step)
   for (auto& L : layers) free_layer(b, L);
   if (!m.tied) b.free(head);
   for (Tensor* tp : {&embd, &out_norm, &freq, &ids, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2, &logits, &best})

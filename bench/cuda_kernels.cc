@@ -5,7 +5,8 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
-//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--only llama-q4_0] [--position 576 [640 ...]]
+//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--only llama-q4_0]
+//                [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -551,7 +552,8 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
-int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, const std::string& only) {
+int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, bool gemv,
+        const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -577,6 +579,10 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   }
   if (attention) {
     bench_attention(b, c, reps);
+    return 0;
+  }
+  if (gemv) {
+    bench_gemv(b, c, reps);
     return 0;
   }
   if (prefill) bench_gemm(b, c, reps);
@@ -626,8 +632,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
-  bool prefill = false, sweep = false, attention = false;
+  bool prefill = false, sweep = false, attention = false, gemv = false;
   app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
+  app.add_flag("--gemv", gemv, "Ceilings and the GEMV table of Llama-3-8B shapes only");
   app.add_flag("--attention", attention, "Ceilings and decode attention (Llama-3-8B heads, several contexts) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
@@ -642,7 +649,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, attention, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, only);
 }
 
 #else  // no CUDA backend in this build

@@ -3,6 +3,8 @@
 // it next. The FFN's results must equal, bit for bit, those of the same launches without the
 // handoff (the down GEMV building its fragments from x), and the CPU reference within the
 // GEMV tolerance.
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cuda/cuda_probe.h"
@@ -83,6 +85,27 @@ TEST_F(CudaFragsTest, DownTakesTheGluFragmentsBitForBit) {
     // Gate / up rows that are not whole words (down in F16): no fragments written or taken.
     check(t, 256, 208, 96, 1, DType::kF16);
   }
+}
+
+TEST_F(CudaFragsTest, NonFiniteInputReachesEveryOutputThroughTheHandoff) {
+  // An inf or NaN in x: every GLU output and every residual output after down is inf or NaN
+  // (the handed fragments carry it), never a finite value.
+  const int64_t in = 256, ff = 320, out = 96;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0})
+    for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(t), bad));
+      std::vector<float> xv = randn(in);
+      xv[77] = bad;
+      Dual x = make_f32({1, in}, xv), g = make_f32({in}, randn(in));
+      Dual h = output(DType::kF32, {1, in});
+      Dual wg = make_weight(t, {ff, in}), wu = make_weight(t, {ff, in}), wd = make_weight(t, {out, ff});
+      Dual act = output(DType::kF32, {1, ff}), up = output(DType::kF32, {1, ff});
+      Dual y = output(DType::kF32, {1, out}), tmp = output(DType::kF32, {1, out});
+      const FfnRun r = run_ffn(*gpu_, true, x, g, h, wg, wu, wd, act, up, y, tmp, randn(out));
+      EXPECT_EQ(r.handoffs, 1);
+      for (float v : r.act) EXPECT_FALSE(std::isfinite(v));
+      for (float v : r.y) EXPECT_FALSE(std::isfinite(v));
+    }
 }
 
 }  // namespace

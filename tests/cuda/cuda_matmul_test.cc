@@ -1,6 +1,8 @@
 // CUDA matmul (GEMV for n <= 8 tokens, cuBLAS GEMM above), the fused gate/up GLU, and weight
 // upload through the staging buffer, against the CPU reference backend on fresh random inputs.
 #include <array>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cuda/cuda_probe.h"
@@ -160,6 +162,50 @@ TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
     check_fused(t, 25632, 1, true, false, {40, 17, 64});
     check_fused(t, 4096, 8, true, true, {40, 17, 64});
   }
+}
+
+TEST_F(CudaMatmulTest, OneTokenQuantizedWordsAtEveryScale) {
+  // Each 32-value word of the input gets its own power of two (gemv_quant.cu). Row scale 1:
+  // words scaled by 2^-6 .. 2^6 (the smallest still weigh ~2^-12 of the result, above the
+  // bound), every third with one value 1000 times the others; the same row scaled by 2^-40 and
+  // 2^40.
+  const int64_t out = 300, in = 2592;
+  std::vector<float> base = randn(in);
+  for (int64_t w = 0; w < in / 32; ++w) {
+    const float s = std::ldexp(1.0f, int(w % 13) - 6);
+    for (int64_t k = 0; k < 32; ++k) base[size_t(w * 32 + k)] *= s;
+    if (w % 3 == 0) base[size_t(w * 32 + w % 32)] *= 1000.0f;
+  }
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    Dual w = make_weight(t, {out, in});
+    for (int e : {0, -40, 40}) {
+      SCOPED_TRACE(fmt::format("{} row scale 2^{}", dtype_name(t), e));
+      std::vector<float> xv = base;
+      for (float& v : xv) v = std::ldexp(v, e);
+      Dual x = make_f32({1, in}, xv);
+      Dual y = output(DType::kF32, {1, out});
+      cpu_->matmul(w.c, x.c, y.c, nullptr);
+      gpu_->matmul(w.g, x.g, y.g, nullptr);
+      EXPECT_LT(nerr(y), 2e-5);
+    }
+  }
+}
+
+TEST_F(CudaMatmulTest, OneTokenQuantizedNonFiniteInputGivesNonFiniteOutputs) {
+  // An inf or NaN in x reaches every output (the reference: inf or NaN), never a finite value.
+  const int64_t out = 70, in = 512;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0})
+    for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(t), bad));
+      std::vector<float> xv = randn(in);
+      xv[37] = bad;
+      Dual w = make_weight(t, {out, in});
+      Dual x = make_f32({1, in}, xv);
+      Dual y = output(DType::kF32, {1, out});
+      gpu_->matmul(w.g, x.g, y.g, nullptr);
+      const auto g = floats(*gpu_, y.g);
+      for (int64_t o = 0; o < out; ++o) EXPECT_FALSE(std::isfinite(g[size_t(o)])) << "output " << o;
+    }
 }
 
 TEST_F(CudaMatmulsTest, WideRowsOfPlainTypes) {

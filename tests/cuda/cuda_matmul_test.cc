@@ -165,10 +165,11 @@ TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
 }
 
 TEST_F(CudaMatmulTest, OneTokenQuantizedWordsAtEveryScale) {
-  // Each 32-value word of the input gets its own power of two (gemv_quant.cu). Row scale 1:
-  // words scaled by 2^-6 .. 2^6 (the smallest still weigh ~2^-12 of the result, above the
-  // bound), every third with one value 1000 times the others; the same row scaled by 2^-40 and
-  // 2^40.
+  // Each 32-value word of the input gets its own power of two before the f16 split
+  // (gemv_quant.cu). A row of words scaled by 2^-6 .. 2^6, every third with one value 1000 times
+  // the others, at row scales 1, 2^-40 (all of it below the f16 subnormals unscaled) and 2^40
+  // (far above 65504). (The normalised error cannot tell a scale per word from one per row: the
+  // outlier words dominate the result, so the smallest words weigh below the bound.)
   const int64_t out = 300, in = 2592;
   std::vector<float> base = randn(in);
   for (int64_t w = 0; w < in / 32; ++w) {

@@ -58,6 +58,21 @@ INSTANTIATE_TEST_SUITE_P(
                       IdsCase{"qwen3_greedy", "hf/qwen3", "hello world, this is a test", "--temp 0"}),
     [](const auto& i) { return i.param.name; });
 
+TEST(PoolCli, PrefillPrecisionReachesTheWorkers) {
+  // --prefill-precision half is for GPUs (BackendOptions::half_prefill); a CPU computes in f32
+  // whatever it says, so the ids stay those of one process, and the local workers (which get
+  // the flag on their command line) start with it. A value other than exact / half is refused.
+  const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
+                           " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids";
+  const auto want = ids_of(test::run_command(base));
+  ASSERT_EQ(want.size(), 12u);
+  EXPECT_EQ(ids_of(test::run_command(base + " --prefill-precision half")), want);
+  EXPECT_EQ(ids_of(test::run_command(base + " --prefill-precision half --hop-dtype f32 --pool 2")), want);
+  const auto bad = test::run_command(base + " --prefill-precision quarter 2>&1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("--prefill-precision"), std::string::npos) << bad.out;
+}
+
 TEST(PoolCli, PromptLongerThanTheContextIsRefusedBeforeWorkersStart) {
   const std::string cmd = test::shoal_bin() + " --log-level info run -m " + test::fixture("models/stories260K.gguf") +
                           " -c 8 --pool 2 -p 'Once upon a time there was a little dog who liked to run' 2>&1";

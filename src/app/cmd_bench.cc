@@ -80,9 +80,11 @@ int bench(const BenchOptions& o) {
   std::printf("|---|---|---|---|---|---|---|\n");
   const std::string name = m.config.name, dev = m.backend->name();
   const std::string weights = pool::format_bytes(cost->weight_bytes);
+  // (CPU backends compute in f32 whatever the flag.)
+  const bool half = o.model.prefill_precision == "half" && m.backend->kind() == DeviceKind::kCuda;
   if (o.n_prompt > 0)
-    std::printf("| %s | %s | %s | pp%d | %.1f | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(),
-                o.n_prompt, pp_tps, pp_tps * cost->flops / 1e12);
+    std::printf("| %s | %s | %s | pp%d%s | %.1f | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(),
+                o.n_prompt, half ? " (half)" : "", pp_tps, pp_tps * cost->flops / 1e12);
   if (o.n_gen > 0)
     std::printf("| %s | %s | %s | tg%d | %.1f | %.1f | - |\n", name.c_str(), dev.c_str(), weights.c_str(),
                 o.n_gen, tg_tps, tg_tps * double(cost->weight_bytes) / 1e9);

@@ -19,6 +19,7 @@ struct JoinOptions {
   std::string model;
   std::string device = "cpu";
   int threads = 0;
+  std::string prefill_precision = "exact";
   std::string mem;
   int mem_share = 1;
   std::string name;
@@ -35,6 +36,7 @@ int join(const JoinOptions& o) {
   w.model = o.model;
   w.device = o.device;
   w.threads = o.threads;
+  w.half_prefill = o.prefill_precision == "half";
   if (!o.mem.empty()) {
     auto mem = parse_bytes(o.mem);
     if (!mem.ok()) return fail(mem.status().with_context("--mem"));
@@ -72,6 +74,7 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "This machine's copy of the model (default: the path the host sends)");
   cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  add_prefill_precision_flag(cmd, o->prefill_precision);
   cmd->add_option("--mem", o->mem, "Memory lent to the pool, e.g. 8G (default: what the device has free)");
   cmd->add_option("--mem-share", o->mem_share,
                   "Without --mem, lend 1/N of the free memory (N processes sharing one device, as --pool starts them)")

@@ -17,10 +17,13 @@ struct ModelFlags {
   int ctx = 0;
   std::string kv = "";
   int batch = 128;
+  std::string prefill_precision = "exact";
 };
 
-/// -m, --device, --threads/-t, -c/--ctx-size, --kv, -b/--batch-size.
+/// -m, --device, --threads/-t, -c/--ctx-size, --kv, -b/--batch-size, --prefill-precision.
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv);
+/// --prefill-precision exact|half (BackendOptions::half_prefill) into value.
+void add_prefill_precision_flag(CLI::App* cmd, std::string& value);
 /// Options for load_local_model from the flags. Errors: kInvalidArgument (bad --kv).
 Result<LocalModelOptions> local_options(const ModelFlags& f);
 

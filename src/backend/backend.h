@@ -81,6 +81,14 @@ enum class DeviceKind { kCpu, kCuda };
 struct BackendOptions {
   int threads = 0;         // CPU threads (0: all hardware threads)
   bool reference = false;  // CPU: the plain single-threaded oracle path
+  /// CUDA: prefill products (more than 8 tokens) of F16 / BF16 weights take the activations
+  /// rounded to one 16-bit part (f16 under a power-of-two scale per token / bf16), so one
+  /// tensor-core product instead of two (F16: x = hi + lo) or three (BF16: hi + mid + lo).
+  /// That is llama.cpp's numerics for F16 weights: about 2^-11 (f16) / 2^-8 (bf16) relative error
+  /// per activation, ~3e-4 / ~2e-3 normalised error per product, instead of ~1e-7. Off (exact):
+  /// the default. Decode (one to 8 tokens) and quantized weights are exact either way; CPU
+  /// backends compute in f32 and ignore it. `--prefill-precision half` on the command line.
+  bool half_prefill = false;
 };
 
 class Backend {

@@ -59,6 +59,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   SHOAL_ASSIGN_OR_RETURN(const uint64_t identity, model_identity(*model.file));
   BackendOptions bo;
   bo.threads = opts.threads;
+  bo.half_prefill = opts.half_prefill;
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(opts.device, bo));
   std::unique_ptr<Host> h(new Host(std::move(opts), net, std::move(model), std::move(backend)));
   h->model_identity_ = identity;

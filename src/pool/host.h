@@ -41,6 +41,7 @@ struct HostOptions {
   int n_ctx = 0;                         // context; 0: the model's, at most 4096
   DType kv_dtype = DType::kF16;          // KV cache type on every stage
   int max_tokens = 128;                  // the host's prefill step when it holds every layer
+  bool half_prefill = false;             // BackendOptions::half_prefill of the host's backend
   bool tokenizer = true;                 // load the tokenizer (not needed by `shoal check`)
   bool progress = true;                  // progress bar while loading
   std::string listen = "127.0.0.1:0";    // the room's address

@@ -51,6 +51,7 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalW
                                      "--dead-after", std::to_string(o.dead_after_ms),
                                      "--mem-share", std::to_string(o.mem_share)};
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+    if (o.half_prefill) args.insert(args.end(), {"--prefill-precision", "half"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -100,6 +100,7 @@ void Worker::accept_loop() {
 Status Worker::join() {
   BackendOptions bo;
   bo.threads = opts_.threads;
+  bo.half_prefill = opts_.half_prefill;
   SHOAL_ASSIGN_OR_RETURN(backend_, create_backend(opts_.device, bo));
   SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*backend_, opts_.probe_budget));
   SHOAL_ASSIGN_OR_RETURN(Address host, parse_address(opts_.host));

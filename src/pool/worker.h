@@ -36,6 +36,7 @@ struct WorkerOptions {
   std::string model;        // this worker's copy of the model; empty: the path the host sends
   std::string device = "cpu";
   int threads = 0;          // CPU threads (0: all)
+  bool half_prefill = false;  // BackendOptions::half_prefill
   uint64_t mem = 0;         // bytes lent to the pool; 0: what the backend reports free
   int mem_share = 1;        // with mem 0: lend free / mem_share (processes sharing one device)
   std::string name;         // label in plans and errors; empty: HOSTNAME-PID

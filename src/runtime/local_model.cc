@@ -25,6 +25,7 @@ Result<LocalModel> load_local_model(const std::string& path, const LocalModelOpt
   SHOAL_ASSIGN_OR_RETURN(LocalModel m, open_model(path, opts.tokenizer));
   BackendOptions bo;
   bo.threads = opts.threads;
+  bo.half_prefill = opts.half_prefill;
   SHOAL_ASSIGN_OR_RETURN(m.backend, create_backend(opts.device, bo));
   SliceSpec spec{0, m.config.n_layers, true, true};
   SliceOptions so;

@@ -19,6 +19,7 @@ struct LocalModelOptions {
   int n_ctx = 0;                 // 0: the model's training context, at most 4096
   DType kv_dtype = DType::kF32;  // KV cache type
   int max_tokens = 128;          // prefill chunk (tokens per step)
+  bool half_prefill = false;     // BackendOptions::half_prefill (CUDA)
   bool tokenizer = true;         // load the tokenizer too
   bool progress = true;          // progress bar while loading
 };

@@ -15,7 +15,7 @@ class CudaMatmulTest : public CudaVsRef {
  protected:
   // Normalised-error bound: f32 accumulation against the double reference. The GEMM path
   // (n > 8) splits operands into 16-bit parts for the tensor cores and stays as close.
-  static double tolerance(DType, int64_t) { return 2e-5; }
+  virtual double tolerance(DType, int64_t) const { return 2e-5; }
 
   void check(DType t, int64_t out, int64_t in, int64_t n, bool with_bias) {
     SCOPED_TRACE(fmt::format("{} [{}, {}] x n={} bias={}", dtype_name(t), out, in, n, with_bias));
@@ -397,6 +397,57 @@ TEST_F(CudaMatmulTest, UploadLargerThanStagingIsExact) {
     gpu_->embed(w.g, ids.g, out.g);
     EXPECT_EQ(nerr(out), 0.0);
   }
+}
+
+// BackendOptions::half_prefill: prefill products (n > 8) of F16 / BF16 weights take x as one
+// 16-bit part. The error is then x's rounding: each value off by at most 2^-11 (f16, under the
+// split's power-of-two scale) or 2^-8 (bf16) relative, uniformly, so a product's normalised error
+// is about the rms of that, 2^-11 / sqrt(3) = 2.8e-4 (bf16: 2.3e-3); bounds 1e-3 / 8e-3. Decode
+// (n <= 8), quantized weights and calls that mix them with 16-bit weights stay exact (2e-5).
+class CudaHalfPrefillTest : public CudaMatmulsTest {
+ protected:
+  void SetUp() override {
+    CudaMatmulsTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    BackendOptions o;
+    o.half_prefill = true;
+    auto g = create_backend("cuda:0", o);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    gpu_ = std::move(*g);
+  }
+  double tolerance(DType t, int64_t n) const override {
+    if (n <= 8 || exact_) return 2e-5;
+    return t == DType::kF16 ? 1e-3 : t == DType::kBF16 ? 8e-3 : 2e-5;
+  }
+  int64_t halves() { return cuda_probe::half_prefill_inputs(*gpu_); }
+  bool exact_ = false;  // every product held to 2e-5
+};
+
+TEST_F(CudaHalfPrefillTest, SixteenBitWeightsTakeOnePart) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    int64_t before = halves();
+    check(t, 515, 768, 40, true);  // gemm
+    check_fused(t, 512, 12, true, true);
+    check_fused(t, 256, 33, false, false);
+    check_glu(t, 384, 33, 203);
+    EXPECT_EQ(halves(), before + 4) << dtype_name(t);
+    before = halves();
+    check(t, 515, 768, 8, false);  // one to 8 tokens: the GEMV, exact
+    check_fused(t, 512, 5, true, true);
+    EXPECT_EQ(halves(), before) << dtype_name(t);
+  }
+}
+
+TEST_F(CudaHalfPrefillTest, QuantizedAndMixedProductsStayExact) {
+  exact_ = true;
+  const int64_t before = halves();
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    check(t, 515, 768, 40, true);
+    check_fused(t, 256, 40, true, true);
+    check_glu(t, 384, 12);
+  }
+  check_mixed({DType::kQ4_0, DType::kF16, DType::kQ8_0}, 12);  // one split for all: exact parts
+  EXPECT_EQ(halves(), before);
 }
 
 TEST_F(CudaMatmulTest, UnsupportedWeightTypeIsAnError) {

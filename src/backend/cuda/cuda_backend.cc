@@ -49,7 +49,7 @@ Result<uint64_t> checked_bytes(DType dtype, const Tensor& t) {
 
 }  // namespace
 
-Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const BackendOptions&) {
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const BackendOptions& opts) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
@@ -58,6 +58,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const Backe
   if (device < 0 || device >= count)
     return make_error(Code::kUnavailable, "cuda:{} asked for, but this machine has {} CUDA device(s)", device, count);
   std::unique_ptr<CudaBackend> b(new CudaBackend());
+  b->half_prefill_ = opts.half_prefill;
   SHOAL_RETURN_IF_ERROR(b->init(device).with_context(fmt::format("opening cuda:{}", device)));
   return b;
 }

@@ -124,6 +124,9 @@ class CudaBackend final : public Backend {
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
+  /// Prefill inputs split into one 16-bit part instead of exact parts, for products of F16 /
+  /// BF16 weights only (BackendOptions::half_prefill, for tests); counted per split.
+  uint64_t half_prefill_inputs() const { return half_inputs_; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
   void forget_writes() {
@@ -172,8 +175,10 @@ class CudaBackend final : public Backend {
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias);
   /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2
-  /// f16 parts). False on error (sticky).
-  bool gemm_input(const float* x, int64_t n, int64_t k, bool bf16, const float* norm_w, float eps, GemmInput& in);
+  /// f16 parts; one part when `half`, i.e. half_prefill_ and only F16 / BF16 products). False on
+  /// error (sticky).
+  bool gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bool half, const float* norm_w, float eps,
+                  GemmInput& in);
   /// Partial products of w [m, k] (F16, BF16, Q8_0 or Q4_0) with the parts into yp [blocks][n][m]
   /// (a scratch of gemm_out_bytes), before the tokens' 1 / scale; returns blocks (on gemm_quant 1:
   /// the parts already summed), 0 on error (sticky).
@@ -231,8 +236,9 @@ class CudaBackend final : public Backend {
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
-  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0;
+  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0;
   bool frags_ = true;
+  bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
   bool qgemm_ = false;            // gemm_quant for quantized prefill products
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.

@@ -8,6 +8,8 @@
 // integers q exact in f16, block scales in f32, times [x_hi x_lo], the parts summed and the
 // epilogue applied in the kernel; q / k / v in one launch, gate / up with act(gate) * up in one).
 // matmuls() splits its input once for all its products, with the RMSNorm fused into the split.
+// With BackendOptions::half_prefill, products of F16 / BF16 weights only take x as one 16-bit
+// part (llama.cpp's numerics for F16 weights): one product instead of two or three.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -18,12 +20,13 @@ namespace shoal {
 
 using cuda::WKind;
 
-bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, const float* norm_w, float eps,
-                             GemmInput& in) {
+bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bool half, const float* norm_w,
+                             float eps, GemmInput& in) {
   in.n = n;
   in.k = k;
   in.bf16 = bf16;
-  in.parts = bf16 ? 3 : 2;
+  in.parts = half ? 1 : bf16 ? 3 : 2;
+  if (half) ++half_inputs_;
   const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(n) * uint64_t(k) * 2, 256);
   auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
   if (!xs) return false;
@@ -92,7 +95,8 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
     return;
   }
   GemmInput in;
-  if (!gemm_input(x, n, k, w.kind == WKind::kBF16, nullptr, 0.0f, in)) return;
+  const bool half = half_prefill_ && (w.kind == WKind::kF16 || w.kind == WKind::kBF16);
+  if (!gemm_input(x, n, k, w.kind == WKind::kBF16, half, nullptr, 0.0f, in)) return;
   if (qgemm_ && (w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0)) {  // the epilogue in the kernel
     const cuda::QuantGemmOut out{y, bias};
     run_gemm_quant(&w, &out, 1, in, in.inv_scale, false, cuda::Act::kSilu);
@@ -137,17 +141,19 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
   const int64_t n = x.rows(), k = x.cols();
   if (outs.empty()) return true;
   const bool bf16 = outs[0].w->dtype == DType::kBF16;
+  bool half = half_prefill_;  // one part where every product has 16-bit weights
   for (const MatmulOut& o : outs)
     for (const Tensor* w : {o.w, o.up}) {
       if (!w) continue;
       const bool ok = w->dtype == DType::kF16 || w->dtype == DType::kBF16 || w->dtype == DType::kQ8_0 ||
                       w->dtype == DType::kQ4_0;
       if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
+      half = half && (w->dtype == DType::kF16 || w->dtype == DType::kBF16);
     }
   check_matmul_shapes(x, norm, outs);
   if (failed() || !use_device()) return true;
   GemmInput in;
-  if (!gemm_input(cuda::f32(x), n, k, bf16, norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in)) return true;
+  if (!gemm_input(cuda::f32(x), n, k, bf16, half, norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in)) return true;
   if (quant_gemm_together(in, outs)) return true;
   for (const MatmulOut& o : outs) {
     const int64_t m = o.w->rows();

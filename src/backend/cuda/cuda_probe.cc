@@ -288,6 +288,11 @@ int64_t quant_gemm_launches(Backend& b) {
   return cb ? int64_t(cb->quant_gemm_launches()) : -1;
 }
 
+int64_t half_prefill_inputs(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->half_prefill_inputs()) : -1;
+}
+
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb && cb->quant_gemm_available();

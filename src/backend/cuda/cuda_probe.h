@@ -73,6 +73,10 @@ void set_fragment_handoff(Backend& b, bool on);
 /// per product, or one for q / k / v together) of the CUDA backend b so far; -1 if b is not a
 /// CUDA backend. For tests.
 int64_t quant_gemm_launches(Backend& b);
+/// Prefill inputs of the CUDA backend b so far split into one 16-bit part
+/// (BackendOptions::half_prefill: products of F16 / BF16 weights only); -1 if b is not a CUDA
+/// backend. For tests.
+int64_t half_prefill_inputs(Backend& b);
 /// Whether b's device runs gemm_quant (false if b is not a CUDA backend).
 bool quant_gemm_available(Backend& b);
 /// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.

@@ -80,6 +80,11 @@ if [ -x "$SHOAL" ]; then
         note "shoal check $arch $form kv=$kv cuda:0: $out"
       done
     done
+    # The same with one 16-bit activation part in the prefill products (BF16 weights here): the
+    # error llama.cpp-style numerics give, for the record (the default tolerance may refuse it).
+    out=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
+          --device cuda:0 --prefill-precision half 2>&1 | tail -3 | tr '\n' ' ')
+    note "shoal check $arch hf cuda:0 --prefill-precision half: $out"
   done
   if [ -f "$FIX/models/stories260K.gguf" ]; then
     want=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['cases'][0]['generated_text'])" \
@@ -124,7 +129,12 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
     shape=${st%%:*}; type=${st##*:}; f="$MODELS/$shape-$type.gguf"
     "$SYN" --shape "$shape" --type "$type" -o "$f" >"$LOGS/synthetic-$shape-$type.log" 2>&1 || { note "synthetic $st: FAILED"; continue; }
     "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 128 --device cuda:0 2>&1 | tee "$LOGS/bench-$shape-$type.log"
-    while read -r line; do note "bench $shape $type: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$LOGS/bench-$shape-$type.log")
+    # 16-bit weights: the prefill again with --prefill-precision half (one activation part).
+    if [ "$type" = f16 ] || [ "$type" = bf16 ]; then
+      "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 0 --device cuda:0 --prefill-precision half 2>&1 |
+        tee -a "$LOGS/bench-$shape-$type.log"
+    fi
+    while read -r line; do note "bench $shape $type: $line"; done < <(grep -E '\| (pp|tg)[0-9]+( \(half\))? \|' "$LOGS/bench-$shape-$type.log")
     rm -f "$f"
   done
 fi

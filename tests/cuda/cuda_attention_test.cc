@@ -79,18 +79,26 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
     int n_heads, n_kv_heads, head_dim, rot_dims;
     bool interleaved, norms;
     DType cache;
+    int64_t n = 4;  // tokens
   };
   for (const Case& c : {Case{32, 8, 128, 128, false, false, DType::kF16}, Case{16, 8, 128, 128, false, true, DType::kF16},
+                        Case{12, 4, 128, 64, true, true, DType::kF16, 37} /* a prefill: heads in two groups of 8 */,
                         Case{8, 2, 64, 64, true, true, DType::kF32}, Case{4, 4, 96, 32, false, false, DType::kF32},
                         Case{6, 2, 256, 256, false, true, DType::kQ8_0}, Case{3, 1, 80, 80, true, false, DType::kF16},
                         Case{4, 2, 80, 80, false, true, DType::kQ8_0} /* composed: 80 % 32 != 0 */}) {
-    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} cache {}", c.n_heads, c.n_kv_heads,
-                             c.head_dim, c.rot_dims, c.interleaved, c.norms, dtype_name(c.cache)));
-    const int64_t n = 4, n_ctx = 32, qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim;
+    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} cache {} tokens {}", c.n_heads,
+                             c.n_kv_heads, c.head_dim, c.rot_dims, c.interleaved, c.norms, dtype_name(c.cache), c.n));
+    const int64_t n = c.n, n_ctx = n == 4 ? 32 : 64, qw = int64_t(c.n_heads) * c.head_dim,
+                  kw = int64_t(c.n_kv_heads) * c.head_dim;
     Dual q = make_f32({n, qw}, randn(n * qw, 3.0f)), k = make_f32({n, kw}, randn(n * kw, 3.0f));
     Dual v = make_f32({n, kw}, randn(n * kw));
     Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
-    Dual pos = make_i32({3, 4, 30, 31});
+    std::vector<int32_t> pv = {3, 4, 30, 31};
+    if (n != 4) {
+      pv.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) pv[size_t(i)] = int32_t(20 + i);
+    }
+    Dual pos = make_i32(pv);
     Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 1000000.0));
     std::vector<uint8_t> zeros(*dtype_bytes(c.cache, n_ctx * kw), 0);
     Dual kc = make(c.cache, {n_ctx, kw}, zeros.data()), vc = make(c.cache, {n_ctx, kw}, zeros.data());

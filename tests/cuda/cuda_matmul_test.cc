@@ -426,11 +426,12 @@ class CudaHalfPrefillTest : public CudaMatmulsTest {
 TEST_F(CudaHalfPrefillTest, SixteenBitWeightsTakeOnePart) {
   for (DType t : {DType::kF16, DType::kBF16}) {
     int64_t before = halves();
-    check(t, 515, 768, 40, true);  // gemm
-    check_fused(t, 512, 12, true, true);
-    check_fused(t, 256, 33, false, false);
-    check_glu(t, 384, 33, 203);
-    EXPECT_EQ(halves(), before + 4) << dtype_name(t);
+    check(t, 515, 768, 40, true);  // gemm: one split
+    check_fused(t, 512, 12, true, true);    // matmuls: one split for the three products
+    check_fused(t, 256, 33, false, false);  // (one)
+    check_glu(t, 384, 33);                  // gate / up fused: one
+    check_glu(t, 384, 33, 203);             // rows % 4 != 0: composed of two matmuls, two
+    EXPECT_EQ(halves(), before + 6) << dtype_name(t);
     before = halves();
     check(t, 515, 768, 8, false);  // one to 8 tokens: the GEMV, exact
     check_fused(t, 512, 5, true, true);

@@ -87,68 +87,79 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
   store_q8_block(v[src], vc + uint64_t(p) * row_bytes + uint64_t(b) * 34);
 }
 
-// The attention prologue (QkvArgs): one block of 128 threads per (token, head) of q and of k;
-// the head is staged in shared memory, normed (optional), rotated, written back, and for k
-// heads stored in the caches together with the v head.
-constexpr int kQkvThreads = 128;
+// The attention prologue (QkvArgs): one block per token and group of 8 heads (q heads, then k
+// heads). The block makes RoPE's (cos, sin) of the token's pairs once (in double, as the
+// reference), then each warp takes one head: staged in the warp's shared memory, normed
+// (optional; the sum of squares by the warp), rotated, written back, and for a k head stored in
+// the caches together with the v head. No block barrier after the table. (It was a block of 128
+// threads per (token, head), each making the table again: 28 us per Llama-3-8B layer at 512
+// tokens, H200; v32 in docs/cuda.md.)
+constexpr int kQkvWarps = 8, kQkvThreads = 32 * kQkvWarps;
 constexpr int kQkvMaxHeadDim = 256;
 
 __global__ void __launch_bounds__(kQkvThreads)
     rope_kv_kernel(float* q, float* k, const float* __restrict__ v, const int32_t* __restrict__ pos,
                    const float* __restrict__ inv_freq, const QkvArgs a, void* kc, void* vc) {
   pdl_prologue();
-  __shared__ float hv[kQkvMaxHeadDim];
-  __shared__ float red[32];
+  __shared__ double2 cs[kQkvMaxHeadDim / 2];
+  __shared__ float staged[kQkvWarps][kQkvMaxHeadDim];
   const RopeArgs& r = a.rope;
-  const int heads = r.n_heads + a.n_kv_heads, hd = r.head_dim;
-  const int64_t t = blockIdx.x / heads;
-  const int h = int(blockIdx.x % heads);
-  const bool is_q = h < r.n_heads;
-  const int kvh = h - r.n_heads;
-  const int64_t width = int64_t(a.n_kv_heads) * hd;
-  float* x = is_q ? q + (t * r.n_heads + h) * hd : k + t * width + int64_t(kvh) * hd;
-  const float* nw = is_q ? a.q_norm : a.k_norm;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < hd; i += kQkvThreads) {
-    hv[i] = x[i];
-    ss = fmaf(hv[i], hv[i], ss);
-  }
-  if (nw) {  // uniform over the block
-    ss = block_sum<kQkvThreads>(ss, red);
-    const float inv = 1.0f / sqrtf(ss / float(hd) + a.eps);
-    for (int i = threadIdx.x; i < hd; i += kQkvThreads) hv[i] = hv[i] * inv * nw[i];
-  }
-  __syncthreads();
-  const int half = r.rot_dims / 2;
+  const int heads = r.n_heads + a.n_kv_heads, hd = r.head_dim, half = r.rot_dims / 2;
+  const int groups = (heads + kQkvWarps - 1) / kQkvWarps;
+  const int64_t t = blockIdx.x / groups;
   const int32_t p = pos[t];
-  for (int i = threadIdx.x; i < half; i += kQkvThreads)
-    rotate_pair(hv, i, half, p, inv_freq[i], r.interleaved, r.attn_factor);
+  for (int i = threadIdx.x; i < half; i += kQkvThreads) cs[i] = rope_cos_sin(p, inv_freq[i], r.attn_factor);
   __syncthreads();
-  for (int i = threadIdx.x; i < hd; i += kQkvThreads) x[i] = hv[i];
-  if (is_q || p < 0 || p >= a.n_ctx) return;
-  const float* vr = v + t * width + int64_t(kvh) * hd;
-  const int64_t at = int64_t(p) * width + int64_t(kvh) * hd;  // element offset in the caches
-  switch (a.cache) {
-    case CacheKind::kF32:
-      for (int i = threadIdx.x; i < hd; i += kQkvThreads) {
-        static_cast<float*>(kc)[at + i] = hv[i];
-        static_cast<float*>(vc)[at + i] = vr[i];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = int(blockIdx.x % groups) * kQkvWarps + warp;
+  float* const hv = staged[warp];
+  const int64_t width = int64_t(a.n_kv_heads) * hd;
+  if (h < heads) {
+    const bool is_q = h < r.n_heads;
+    const int kvh = h - r.n_heads;
+    float* x = is_q ? q + (t * r.n_heads + h) * hd : k + t * width + int64_t(kvh) * hd;
+    const float* nw = is_q ? a.q_norm : a.k_norm;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) {
+      hv[i] = x[i];
+      ss = fmaf(hv[i], hv[i], ss);
+    }
+    if (nw) {  // uniform over the warp
+      const float inv = 1.0f / sqrtf(warp_sum(ss) / float(hd) + a.eps);
+      for (int i = lane; i < hd; i += 32) hv[i] = hv[i] * inv * nw[i];
+    }
+    __syncwarp();
+    for (int i = lane; i < half; i += 32) {
+      const int ia = r.interleaved ? 2 * i : i, ib = r.interleaved ? 2 * i + 1 : i + half;
+      rope_rotate(hv[ia], hv[ib], cs[i]);
+    }
+    __syncwarp();
+    for (int i = lane; i < hd; i += 32) x[i] = hv[i];
+    if (!is_q && p >= 0 && p < a.n_ctx) {
+      const float* vr = v + t * width + int64_t(kvh) * hd;
+      const int64_t at = int64_t(p) * width + int64_t(kvh) * hd;  // element offset in the caches
+      switch (a.cache) {
+        case CacheKind::kF32:
+          for (int i = lane; i < hd; i += 32) {
+            static_cast<float*>(kc)[at + i] = hv[i];
+            static_cast<float*>(vc)[at + i] = vr[i];
+          }
+          break;
+        case CacheKind::kF16:
+          for (int i = lane; i < hd; i += 32) {
+            static_cast<uint16_t*>(kc)[at + i] = to_cache<uint16_t>(hv[i]);
+            static_cast<uint16_t*>(vc)[at + i] = to_cache<uint16_t>(vr[i]);
+          }
+          break;
+        case CacheKind::kQ8_0: {  // a head is whole 32-value blocks
+          const uint64_t b0 = uint64_t(at / 32) * 34;
+          for (int b = 0; b < hd / 32; ++b) {
+            store_q8_block(hv[b * 32 + lane], static_cast<uint8_t*>(kc) + b0 + uint64_t(b) * 34);
+            store_q8_block(vr[b * 32 + lane], static_cast<uint8_t*>(vc) + b0 + uint64_t(b) * 34);
+          }
+          break;
+        }
       }
-      break;
-    case CacheKind::kF16:
-      for (int i = threadIdx.x; i < hd; i += kQkvThreads) {
-        static_cast<uint16_t*>(kc)[at + i] = to_cache<uint16_t>(hv[i]);
-        static_cast<uint16_t*>(vc)[at + i] = to_cache<uint16_t>(vr[i]);
-      }
-      break;
-    case CacheKind::kQ8_0: {  // a head is whole 32-value blocks; one warp per block
-      const int lane = threadIdx.x & 31;
-      const uint64_t b0 = uint64_t(at / 32) * 34;
-      for (int b = threadIdx.x / 32; b < hd / 32; b += kQkvThreads / 32) {
-        store_q8_block(hv[b * 32 + lane], static_cast<uint8_t*>(kc) + b0 + uint64_t(b) * 34);
-        store_q8_block(vr[b * 32 + lane], static_cast<uint8_t*>(vc) + b0 + uint64_t(b) * 34);
-      }
-      break;
     }
   }
 }
@@ -161,7 +172,7 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* pos
   if (r.head_dim > kQkvMaxHeadDim || r.rot_dims > r.head_dim || r.rot_dims % 2 != 0 ||
       (a.cache == CacheKind::kQ8_0 && r.head_dim % 32 != 0))
     return cudaErrorInvalidValue;
-  const int64_t blocks = r.n_tokens * (r.n_heads + a.n_kv_heads);
+  const int64_t blocks = r.n_tokens * div_up(r.n_heads + a.n_kv_heads, kQkvWarps);
   if (blocks == 0) return cudaSuccess;
   SHOAL_TRY_LAUNCH(launch(rope_kv_kernel, unsigned(blocks), kQkvThreads, 0, stream, q, k, v, pos, inv_freq, a,
                           k_cache, v_cache));

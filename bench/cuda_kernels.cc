@@ -405,8 +405,8 @@ struct LayerOps {
 // ---- prefill, op by op -----------------------------------------------------------------------
 // One layer of the prefill graph (model/forward.cc at n = 512 tokens, the ops' default
 // compositions where the backend fuses only GEMVs) timed op group by op group, times the layers:
-// where pp512 spends its time.
-void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
+// where pp512 spends its time. `note` goes after the title (e.g. the backend's options).
+void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const char* note = "") {
   const int64_t n = 512, ctx = 641, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
   uint64_t seed = 5000;
   auto W = [&](int64_t r, int64_t cols) { return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols))); };
@@ -425,8 +425,8 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps) {
       {"attention", [&] { ops.attention(L); }},        {"wo + residual", [&] { ops.wo(L); }},
       {"norm + gate/up + SiLU", [&] { ops.gate_up(L); }}, {"down + residual", [&] { ops.down(L); }},
   };
-  std::printf("\n## Prefill of %s %s, %lld tokens, one layer op by op (x %d layers)\n", m.name,
-              std::string(dtype_name(t)).c_str(), (long long)n, m.n_layers);
+  std::printf("\n## Prefill of %s %s, %lld tokens, one layer op by op (x %d layers)%s\n", m.name,
+              std::string(dtype_name(t)).c_str(), (long long)n, m.n_layers, note);
   std::printf("| ops | us / layer | ms / prompt |\n|---|---|---|\n");
   double total = 0;
   for (const auto& [name, fn] : groups) {
@@ -589,6 +589,13 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   if (prefill || !quick) {
     for (DType t : {DType::kF16, DType::kQ8_0, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
     bench_prefill(b, qwen, DType::kF16, reps);
+    // The 16-bit tables again on a backend with one activation part (--prefill-precision half).
+    BackendOptions half;
+    half.half_prefill = true;
+    auto hb = must(create_backend("cuda:" + std::to_string(device), half));
+    bench_prefill(*hb, llama, DType::kF16, reps, ", --prefill-precision half");
+    bench_prefill(*hb, qwen, DType::kF16, reps, ", --prefill-precision half");
+    hb.reset();
     if (prefill) return 0;
   }
   if (!only.empty()) {  // one decode step, e.g. for a profiler

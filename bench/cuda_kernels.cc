@@ -589,11 +589,13 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   if (prefill || !quick) {
     for (DType t : {DType::kF16, DType::kQ8_0, DType::kQ4_0}) bench_prefill(b, llama, t, reps);
     bench_prefill(b, qwen, DType::kF16, reps);
-    // The 16-bit tables again on a backend with one activation part (--prefill-precision half).
+    // The tables again on a backend with one activation part (--prefill-precision half; Q8_0 /
+    // Q4_0 take it where gemm_quant runs).
     BackendOptions half;
     half.half_prefill = true;
     auto hb = must(create_backend("cuda:" + std::to_string(device), half));
-    bench_prefill(*hb, llama, DType::kF16, reps, ", --prefill-precision half");
+    for (DType t : {DType::kF16, DType::kQ8_0, DType::kQ4_0})
+      bench_prefill(*hb, llama, t, reps, ", --prefill-precision half");
     bench_prefill(*hb, qwen, DType::kF16, reps, ", --prefill-precision half");
     hb.reset();
     if (prefill) return 0;

@@ -129,11 +129,10 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
     shape=${st%%:*}; type=${st##*:}; f="$MODELS/$shape-$type.gguf"
     "$SYN" --shape "$shape" --type "$type" -o "$f" >"$LOGS/synthetic-$shape-$type.log" 2>&1 || { note "synthetic $st: FAILED"; continue; }
     "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 128 --device cuda:0 2>&1 | tee "$LOGS/bench-$shape-$type.log"
-    # 16-bit weights: the prefill again with --prefill-precision half (one activation part).
-    if [ "$type" = f16 ] || [ "$type" = bf16 ]; then
-      "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 0 --device cuda:0 --prefill-precision half 2>&1 |
-        tee -a "$LOGS/bench-$shape-$type.log"
-    fi
+    # The prefill again with --prefill-precision half (one activation part; quantized weights take
+    # it on Hopper).
+    "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 0 --device cuda:0 --prefill-precision half 2>&1 |
+      tee -a "$LOGS/bench-$shape-$type.log"
     while read -r line; do note "bench $shape $type: $line"; done < <(grep -E '\| (pp|tg)[0-9]+( \(half\))? \|' "$LOGS/bench-$shape-$type.log")
     rm -f "$f"
   done

@@ -58,10 +58,11 @@ INSTANTIATE_TEST_SUITE_P(
                       IdsCase{"qwen3_greedy", "hf/qwen3", "hello world, this is a test", "--temp 0"}),
     [](const auto& i) { return i.param.name; });
 
-TEST(PoolCli, PrefillPrecisionReachesTheWorkers) {
+TEST(PoolCli, PrefillPrecisionIsAcceptedByRunAndTheLocalWorkers) {
   // --prefill-precision half is for GPUs (BackendOptions::half_prefill); a CPU computes in f32
-  // whatever it says, so the ids stay those of one process, and the local workers (which get
-  // the flag on their command line) start with it. A value other than exact / half is refused.
+  // whatever it says, so the ids stay those of one process. With --pool 2 the local worker gets
+  // the flag on its `shoal join` command line and must start with it (on a CPU this cannot show
+  // that it was passed, only that join takes it). A value other than exact / half is refused.
   const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
                            " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids";
   const auto want = ids_of(test::run_command(base));

@@ -83,6 +83,7 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
   };
   for (const Case& c : {Case{32, 8, 128, 128, false, false, DType::kF16}, Case{16, 8, 128, 128, false, true, DType::kF16},
                         Case{12, 4, 128, 64, true, true, DType::kF16, 37} /* a prefill: heads in two groups of 8 */,
+                        Case{12, 2, 128, 128, false, true, DType::kQ8_0, 37} /* 14 heads: the second group partial */,
                         Case{8, 2, 64, 64, true, true, DType::kF32}, Case{4, 4, 96, 32, false, false, DType::kF32},
                         Case{6, 2, 256, 256, false, true, DType::kQ8_0}, Case{3, 1, 80, 80, true, false, DType::kF16},
                         Case{4, 2, 80, 80, false, true, DType::kQ8_0} /* composed: 80 % 32 != 0 */}) {

@@ -399,11 +399,12 @@ TEST_F(CudaMatmulTest, UploadLargerThanStagingIsExact) {
   }
 }
 
-// BackendOptions::half_prefill: prefill products (n > 8) of F16 / BF16 weights take x as one
-// 16-bit part. The error is then x's rounding: each value off by at most 2^-11 (f16, under the
-// split's power-of-two scale) or 2^-8 (bf16) relative, uniformly, so a product's normalised error
-// is about the rms of that, 2^-11 / sqrt(3) = 2.8e-4 (bf16: 2.3e-3); bounds 1e-3 / 8e-3. Decode
-// (n <= 8), quantized weights and calls that mix them with 16-bit weights stay exact (2e-5).
+// BackendOptions::half_prefill: prefill products (n > 8) of F16 / BF16 weights, and of Q8_0 /
+// Q4_0 weights where gemm_quant runs them, take x as one 16-bit part. The error is then x's
+// rounding: each value off by at most 2^-11 (f16, under the split's power-of-two scale) or 2^-8
+// (bf16) relative, uniformly, so a product's normalised error is about the rms of that, 2^-11 /
+// sqrt(3) = 2.8e-4 (bf16: 2.3e-3); bounds 1e-3 / 8e-3. Decode (n <= 8), and calls with a
+// quantized product on the dequantized cuBLAS path, stay exact (2e-5).
 class CudaHalfPrefillTest : public CudaMatmulsTest {
  protected:
   void SetUp() override {
@@ -417,7 +418,7 @@ class CudaHalfPrefillTest : public CudaMatmulsTest {
   }
   double tolerance(DType t, int64_t n) const override {
     if (n <= 8 || exact_) return 2e-5;
-    return t == DType::kF16 ? 1e-3 : t == DType::kBF16 ? 8e-3 : 2e-5;
+    return t == DType::kBF16 ? 8e-3 : 1e-3;
   }
   int64_t halves() { return cuda_probe::half_prefill_inputs(*gpu_); }
   bool exact_ = false;  // every product held to 2e-5
@@ -439,16 +440,25 @@ TEST_F(CudaHalfPrefillTest, SixteenBitWeightsTakeOnePart) {
   }
 }
 
-TEST_F(CudaHalfPrefillTest, QuantizedAndMixedProductsStayExact) {
-  exact_ = true;
-  const int64_t before = halves();
-  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
-    check(t, 515, 768, 40, true);
-    check_fused(t, 256, 40, true, true);
-    check_glu(t, 384, 12);
+TEST_F(CudaHalfPrefillTest, QuantizedProductsTakeOnePartOnlyOnGemmQuant) {
+  // Where the device runs gemm_quant (Hopper), quantized products and calls mixing them with F16
+  // take one part; on the dequantized cuBLAS path (gemm_quant off, or other GPUs) every product of
+  // the call keeps the exact parts.
+  for (const bool qgemm : {true, false}) {
+    cuda_probe::set_quant_gemm(*gpu_, qgemm);
+    const bool one = qgemm && cuda_probe::quant_gemm_available(*gpu_);
+    SCOPED_TRACE(fmt::format("gemm_quant {}", one ? "on" : "off"));
+    exact_ = !one;
+    const int64_t before = halves();
+    for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+      check(t, 515, 768, 40, true);
+      check_fused(t, 256, 40, true, true);
+      check_glu(t, 384, 12);
+    }
+    check_mixed({DType::kQ4_0, DType::kF16, DType::kQ8_0}, 12);  // one split for all
+    EXPECT_EQ(halves(), before + (one ? 7 : 0));
   }
-  check_mixed({DType::kQ4_0, DType::kF16, DType::kQ8_0}, 12);  // one split for all: exact parts
-  EXPECT_EQ(halves(), before);
+  cuda_probe::set_quant_gemm(*gpu_, true);
 }
 
 TEST_F(CudaMatmulTest, UnsupportedWeightTypeIsAnError) {

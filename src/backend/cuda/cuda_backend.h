@@ -124,8 +124,8 @@ class CudaBackend final : public Backend {
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
-  /// Prefill inputs split into one 16-bit part instead of exact parts, for products of F16 /
-  /// BF16 weights only (BackendOptions::half_prefill, for tests); counted per split.
+  /// Prefill inputs split into one 16-bit part instead of exact parts (BackendOptions::half_prefill,
+  /// where half_ok; for tests); counted per split.
   uint64_t half_prefill_inputs() const { return half_inputs_; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
@@ -174,8 +174,14 @@ class CudaBackend final : public Backend {
   cuda::WeightRef weight_ref(const Tensor& w) const;
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias);
+  /// Whether a prefill product of weights of kind k takes x as one 16-bit part under
+  /// half_prefill_: F16 / BF16 (cuBLAS), Q8_0 / Q4_0 where gemm_quant runs them.
+  bool half_ok(cuda::WKind k) const {
+    return k == cuda::WKind::kF16 || k == cuda::WKind::kBF16 ||
+           (qgemm_ && (k == cuda::WKind::kQ8_0 || k == cuda::WKind::kQ4_0));
+  }
   /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2
-  /// f16 parts; one part when `half`, i.e. half_prefill_ and only F16 / BF16 products). False on
+  /// f16 parts; one part when `half`, i.e. half_prefill_ and half_ok for every product). False on
   /// error (sticky).
   bool gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bool half, const float* norm_w, float eps,
                   GemmInput& in);

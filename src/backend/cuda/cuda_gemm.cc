@@ -8,8 +8,9 @@
 // integers q exact in f16, block scales in f32, times [x_hi x_lo], the parts summed and the
 // epilogue applied in the kernel; q / k / v in one launch, gate / up with act(gate) * up in one).
 // matmuls() splits its input once for all its products, with the RMSNorm fused into the split.
-// With BackendOptions::half_prefill, products of F16 / BF16 weights only take x as one 16-bit
-// part (llama.cpp's numerics for F16 weights): one product instead of two or three.
+// With BackendOptions::half_prefill x is one 16-bit part where every product of the call takes
+// it (F16 / BF16 on cuBLAS, Q8_0 / Q4_0 on gemm_quant; not the dequantized cuBLAS path, which
+// stays exact): n columns instead of 2n / 3n, llama.cpp's numerics for F16 weights.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -40,7 +41,8 @@ bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bo
 
 bool CudaBackend::run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count,
                                  const GemmInput& in, const float* inv_scale, bool glu, cuda::Act act) {
-  if (!note(cuda::gemm_quant(ws, outs, count, in.x16, inv_scale, in.n, glu, act, stream_), "gemm_quant")) return false;
+  if (!note(cuda::gemm_quant(ws, outs, count, in.x16, in.parts, inv_scale, in.n, glu, act, stream_), "gemm_quant"))
+    return false;
   ++qgemm_launches_;
   return true;
 }
@@ -60,6 +62,10 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
   if (qgemm_) {  // the parts summed in the kernel, no dequantized copy (quantized: never bf16 parts)
     const cuda::QuantGemmOut out{yp};
     return run_gemm_quant(&w, &out, 1, in, nullptr, false, cuda::Act::kSilu) ? 1 : 0;
+  }
+  if (in.parts != 2) {  // (half_ok keeps one-part inputs off this path)
+    note(cudaErrorInvalidValue, "dequantized products of one activation part");
+    return 0;
   }
   // Row tiles of about 64 MiB per weight part (multiples of 128 rows).
   constexpr uint64_t kTileBytes = 64ull << 20;
@@ -95,7 +101,7 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
     return;
   }
   GemmInput in;
-  const bool half = half_prefill_ && (w.kind == WKind::kF16 || w.kind == WKind::kBF16);
+  const bool half = half_prefill_ && half_ok(w.kind);
   if (!gemm_input(x, n, k, w.kind == WKind::kBF16, half, nullptr, 0.0f, in)) return;
   if (qgemm_ && (w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0)) {  // the epilogue in the kernel
     const cuda::QuantGemmOut out{y, bias};
@@ -148,7 +154,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
       const bool ok = w->dtype == DType::kF16 || w->dtype == DType::kBF16 || w->dtype == DType::kQ8_0 ||
                       w->dtype == DType::kQ4_0;
       if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
-      half = half && (w->dtype == DType::kF16 || w->dtype == DType::kBF16);
+      half = half && half_ok(weight_ref(*w).kind);
     }
   check_matmul_shapes(x, norm, outs);
   if (failed() || !use_device()) return true;

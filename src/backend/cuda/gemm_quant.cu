@@ -12,7 +12,8 @@
 //
 // Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same
 // 64 of up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128
-// columns), so the parts are summed in registers and the kernel writes y itself: 1 / scale, the
+// columns; with one part, --prefill-precision half, 128 tokens' f16 x and half the MMAs per
+// token), so the parts are summed in registers and the kernel writes y itself: 1 / scale, the
 // bias, the residual add, or act(gate) * up, in the order of combine_parts / combine_glu
 // (gemm_prep.cu), with no f32 scratch and no combine kernel. One block per SM loops over the
 // items (persistent). Warpgroup 0 streams the stages through a ring of kStages (one thread
@@ -47,18 +48,24 @@
 namespace shoal::cuda {
 namespace {
 
-// A block's B operand: the hi and lo parts of kTokens tokens (kCols = 2 kTokens columns of the
-// MMA: the thread holding column 8 i + c of hi holds 8 (i + 8) + c of lo, so the parts are summed
-// in registers); kK: a stage's columns of K.
-constexpr int kTokens = 64, kCols = 2 * kTokens, kK = 64;
+// A block's B operand: kCols columns of the MMA, the hi and lo parts of Parts<2>::kTokens = 64
+// tokens (the thread holding column 8 i + c of hi holds 8 (i + 8) + c of lo, so the parts are
+// summed in registers), or with one part (--prefill-precision half) 128 tokens; kK: a stage's
+// columns of K.
+constexpr int kCols = 128, kK = 64;
 constexpr int kStages = 6;
-constexpr int kTiles = 8;                           // 16-row tiles of a block: a computing warp each
-constexpr int kThreads = 128 + 32 * kTiles;         // the producer warpgroup, then the computing warps
-constexpr int kExchangeBytes = 2 * 4 * 32 * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
+constexpr int kTiles = 8;                    // 16-row tiles of a block: a computing warp each
+constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
+template <int kParts>
+struct Parts {
+  static constexpr int kTokens = kCols / kParts;  // of a work item
+  static constexpr int kVals = 64 / kParts;       // a thread's outputs of an item (its rows g, g + 8)
+  static constexpr int kExchangeBytes = 2 * 4 * kVals * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
+};
 
 struct QGemmArgs {
-  // Tensor maps (TMA) of the activations x16 as [2][n][k] f16 (boxes of 2 x kTokens x 64 in the
-  // 128-byte swizzle: hi, then lo) and of each weight's quants [tiles, chunks x 512 bytes] and
+  // Tensor maps (TMA) of the activations x16 as [parts][n][k] f16 (boxes of parts x kTokens x 64
+  // in the 128-byte swizzle: hi, then lo) and of each weight's quants [tiles, chunks x 512 bytes] and
   // scales [tiles, chunks x 64 / 32 bytes] (boxes of a stage's chunks x an item's tiles of that
   // weight); out-of-range parts load as zeros.
   CUtensorMap tx, tq[kGemvMaxOuts], ts[kGemvMaxOuts];
@@ -156,17 +163,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
 }
 #endif
 
-// kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up.
-template <bool kQ4, bool kGlu, Act kAct>
+// kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up. kParts:
+// the activation parts in x16 (2: hi + lo, exact; 1: one f16 part).
+template <bool kQ4, bool kGlu, Act kAct, int kParts>
 __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
   pdl_prologue();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using St = Stage<kQ4>;
+  using P = Parts<kParts>;
   extern __shared__ uint8_t smem_raw[];  // (one spare KiB: the ring starts 1024-byte aligned)
   uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ uint64_t full[kStages], empty[kStages];  // a stage landed / every consumer warp is done with it
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t stages = div_up(a.k, kK), n_tok = div_up(a.n, kTokens);
+  const int64_t stages = div_up(a.k, kK), n_tok = div_up(a.n, P::kTokens);
   const int64_t n_work = int64_t(a.block_end[a.count - 1]) * n_tok;  // (row block, token block) pairs
   // Work item u: token block u % n_tok of row block u / n_tok (a wave's blocks share row blocks:
   // their weights once through L2); its weight and first tile.
@@ -177,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
 #pragma unroll
     for (int i = 1; i < kGemvMaxOuts; ++i)
       if (i < a.count && rb >= a.block_end[i - 1]) wi = i, first = a.block_end[i - 1];
-    tok0 = (u % n_tok) * kTokens;
+    tok0 = (u % n_tok) * P::kTokens;
     tile0 = int64_t(rb - first) * (kGlu ? kTiles / 2 : kTiles);
   };
   if (tid == 0) {
@@ -288,30 +297,32 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
       if (++slot == kStages) slot = 0, ++round;
     }
     // Thread (warp, g, t): rows 16 warp + g (+ 8) of the item (with glu: 16 (warp % 4) + g (+ 8)
-    // of gate or up), tokens 8 i + 2 t (+ 1) of hi in total[4 i + e] (e: row g / g + 8, token
-    // + 0 / 1) and of lo in total[4 (i + 8) + e]. The epilogue as combine_parts / combine_glu
-    // (gemm_prep.cu): (hi + lo) * inv_scale, then + bias, then + y.
+    // of gate or up), tokens 8 i + 2 t (+ 1) in total[4 i + e] (e: row g / g + 8, token + 0 / 1):
+    // with two parts hi for i < 8 and lo of the same tokens in total[4 (i + 8) + e]; with one
+    // part i < 16. The epilogue as combine_parts / combine_glu (gemm_prep.cu): (hi + lo) *
+    // inv_scale, then + bias, then + y.
+    constexpr int kVals = P::kVals, kGroups = kVals / 4;
     const int tw = kGlu ? warp & 3 : warp;
     const int64_t r0 = (tile0 + tw) * 16 + g, rows = a.rows[wi];
-    float v[32];
+    float v[kVals];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < kGroups; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t tok = tok0 + 8 * i + 2 * t + (e & 1);
         const float inv = a.inv_scale && tok < a.n ? a.inv_scale[tok] : 1.0f;
-        v[4 * i + e] = (total[4 * i + e] + total[4 * (i + 8) + e]) * inv;
+        v[4 * i + e] = (kParts == 2 ? total[4 * i + e] + total[4 * (i + 8) + e] : total[4 * i + e]) * inv;
       }
     if constexpr (kGlu) {  // up's values to the gate warps through shared memory (a buffer per item parity)
-      float* const ex = reinterpret_cast<float*>(smem + kStages * St::kBytes) + parity * (kExchangeBytes / 8);
+      float* const ex = reinterpret_cast<float*>(smem + kStages * St::kBytes) + parity * (P::kExchangeBytes / 8);
       if (warp >= 4) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) ex[((warp - 4) * 32 + i) * 32 + lane] = v[i];
+        for (int i = 0; i < kVals; ++i) ex[((warp - 4) * kVals + i) * 32 + lane] = v[i];
       }
       asm volatile("bar.sync 1, %0;" ::"n"(32 * kTiles) : "memory");  // the computing warps only
       if (warp >= 4) continue;
 #pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = apply_act(v[i], kAct) * ex[(warp * 32 + i) * 32 + lane];
+      for (int i = 0; i < kVals; ++i) v[i] = apply_act(v[i], kAct) * ex[(warp * kVals + i) * 32 + lane];
     }
     const QuantGemmOut& o = a.out[wi];
     if (o.bias) {
@@ -320,24 +331,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
       for (int h = 0; h < 2; ++h)
         if (r0 + 8 * h < rows) b[h] = o.bias[r0 + 8 * h];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] += b[(i >> 1) & 1];
+      for (int i = 0; i < kVals; ++i) v[i] += b[(i >> 1) & 1];
     }
     // Every old value loaded before any store (the stores could alias them for the compiler).
     // Addresses from one pointer: element (token 8 i + 2 t + (e & 1), row 8 (e >> 1)) of the
-    // thread's corner (token tok0, row r0) is at yb[...] (offsets < 64 * rows: 32-bit).
+    // thread's corner (token tok0, row r0) is at yb[...] (offsets < P::kTokens * rows: 32-bit).
     float* const yb = o.y + (tok0 * rows + r0);
     const int irows = int(rows);
     const bool row_in[2] = {r0 < rows, r0 + 8 < rows};
-    float old[32];
+    float old[kVals];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < kGroups; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int dt = 8 * i + 2 * t + (e & 1);
         old[4 * i + e] = o.accumulate && row_in[e >> 1] && tok0 + dt < a.n ? yb[dt * irows + 8 * (e >> 1)] : 0.0f;
       }
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < kGroups; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int dt = 8 * i + 2 * t + (e & 1);
@@ -427,14 +438,16 @@ bool gemm_quant_available() {
   return known[dev] == 1;
 }
 
-cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16,
+cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16, int parts,
                        const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream) {
   if (!gemm_quant_available()) return cudaErrorNotSupported;
-  if (count < 1 || count > kGemvMaxOuts || (glu && count != 2)) return cudaErrorInvalidValue;
+  if (count < 1 || count > kGemvMaxOuts || (glu && count != 2) || (parts != 1 && parts != 2))
+    return cudaErrorInvalidValue;
   const bool q4 = w[0].kind == WKind::kQ4_0;
+  const int tokens = parts == 1 ? Parts<1>::kTokens : Parts<2>::kTokens;  // of a work item
   for (int i = 0; i < count; ++i)  // (rows: the epilogue's offsets within an item are 32-bit)
     if (w[i].kind != w[0].kind || w[i].cols != w[0].cols || (glu && w[i].rows != w[0].rows) ||
-        w[i].rows > INT32_MAX / kTokens)
+        w[i].rows > INT32_MAX / tokens)
       return cudaErrorInvalidValue;
   if ((!q4 && w[0].kind != WKind::kQ8_0) || w[0].cols % 32 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
     return cudaErrorInvalidValue;
@@ -446,8 +459,9 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   const int64_t chunks = quant_chunks(q4, a.k);
   a.n = n;
   a.inv_scale = inv_scale;
-  if (!tensor_map_3d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, {uint64_t(a.k), uint64_t(n), 2},
-                     {uint64_t(a.k) * 2, uint64_t(n) * uint64_t(a.k) * 2}, {kK, kTokens, 2}, CU_TENSOR_MAP_SWIZZLE_128B))
+  if (!tensor_map_3d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, {uint64_t(a.k), uint64_t(n), uint64_t(parts)},
+                     {uint64_t(a.k) * 2, uint64_t(n) * uint64_t(a.k) * 2},
+                     {kK, cuuint32_t(tokens), cuuint32_t(parts)}, CU_TENSOR_MAP_SWIZZLE_128B))
     return cudaErrorInvalidValue;
   const uint64_t row_quants = uint64_t(chunks) * 512;
   const uint64_t row_scales = uint64_t(chunks) * (q4 ? Stage<true>::kScaleBytes : Stage<false>::kScaleBytes);
@@ -473,10 +487,10 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
   if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess)
     return e;
-  auto run = [&](auto kernel, int stage_bytes) -> cudaError_t {
+  auto run = [&](auto kernel, int stage_bytes, int exchange_bytes) -> cudaError_t {
     // One block per SM (its shared memory), each looping over work items.
-    const dim3 grid(unsigned(std::min<int64_t>(div_up(n, kTokens) * total_blocks, sms)));
-    const size_t smem = size_t(kStages) * size_t(stage_bytes) + (glu ? kExchangeBytes : 0) + 1024;
+    const dim3 grid(unsigned(std::min<int64_t>(div_up(n, tokens) * total_blocks, sms)));
+    const size_t smem = size_t(kStages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
     // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
@@ -484,21 +498,25 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
     SHOAL_TRY_LAUNCH(launch(kernel, grid, kThreads, smem, stream, a));
     return cudaGetLastError();
   };
-  auto pick = [&](auto q4c) -> cudaError_t {
+  auto pick = [&](auto q4c, auto parts_c) -> cudaError_t {
     constexpr bool kQ4 = decltype(q4c)::value;
-    constexpr int bytes = Stage<kQ4>::kBytes;
-    if (!glu) return run(gemm_quant_kernel<kQ4, false, Act::kSilu>, bytes);
+    constexpr int kP = decltype(parts_c)::value;
+    constexpr int bytes = Stage<kQ4>::kBytes, ex = Parts<kP>::kExchangeBytes;
+    if (!glu) return run(gemm_quant_kernel<kQ4, false, Act::kSilu, kP>, bytes, ex);
     switch (act) {
       case Act::kSilu:
-        return run(gemm_quant_kernel<kQ4, true, Act::kSilu>, bytes);
+        return run(gemm_quant_kernel<kQ4, true, Act::kSilu, kP>, bytes, ex);
       case Act::kGeluTanh:
-        return run(gemm_quant_kernel<kQ4, true, Act::kGeluTanh>, bytes);
+        return run(gemm_quant_kernel<kQ4, true, Act::kGeluTanh, kP>, bytes, ex);
       case Act::kGeluErf:
-        return run(gemm_quant_kernel<kQ4, true, Act::kGeluErf>, bytes);
+        return run(gemm_quant_kernel<kQ4, true, Act::kGeluErf, kP>, bytes, ex);
     }
     return cudaErrorInvalidValue;
   };
-  return q4 ? pick(std::true_type{}) : pick(std::false_type{});
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  if (parts == 1) return q4 ? pick(std::true_type{}, One{}) : pick(std::false_type{}, One{});
+  return q4 ? pick(std::true_type{}, Two{}) : pick(std::false_type{}, Two{});
 }
 
 }  // namespace shoal::cuda

@@ -181,18 +181,19 @@ struct QuantGemmOut {
   bool accumulate = false;
 };
 /// The prefill products of up to kGemvMaxOuts Q8_0 / Q4_0 weights of one kind and width on
-/// Hopper's wgmma, one launch (gemm_quant.cu), for n tokens split by split_activations (x16
-/// [2n, cols] f16, 16-byte aligned: the hi rows, then the lo rows; inv_scale [n] its 1 / scales,
-/// or null for 1): out[i] as QuantGemmOut says, exact like the GEMV (f16 products of the small
+/// Hopper's wgmma, one launch (gemm_quant.cu), for n tokens split by split_activations into
+/// `parts` (x16 [parts * n, cols] f16, 16-byte aligned: the hi rows, then the lo rows; one part:
+/// f16 x alone, BackendOptions::half_prefill; inv_scale [n] its 1 / scales, or null for 1):
+/// out[i] as QuantGemmOut says, exact like the GEMV with two parts (f16 products of the small
 /// integers q - 8 or q, f32 sums per 32-value block times the block scale, the parts summed in
 /// registers). With glu (count 2: gate and up of the same rows; out[0] only, no bias, no
 /// accumulate): out[0].y = act(gate) * up, as combine_glu. Only where gemm_quant_available().
 /// w's quants and scales as uploaded (256-byte aligned).
 /// Errors: cudaErrorNotSupported where !gemm_quant_available(); cudaErrorInvalidValue for other
-/// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, a count out of
-/// 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or accumulate,
-/// more than INT32_MAX / 64 rows, or a tensor map the driver refuses.
-cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16,
+/// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, parts other than 1 or 2, a
+/// count out of 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or
+/// accumulate, more than INT32_MAX / (128 / parts) rows, or a tensor map the driver refuses.
+cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16, int parts,
                        const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream);
 /// Whether the current device runs gemm_quant(): compute capability 9.0, the build's sm_90a code
 /// and the driver's tensor-map encoder. The first call per device runs a probe kernel and a

@@ -88,12 +88,12 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
 }
 
 // The attention prologue (QkvArgs): one block per token and group of 8 heads (q heads, then k
-// heads). The block makes RoPE's (cos, sin) of the token's pairs once (in double, as the
-// reference), then each warp takes one head: staged in the warp's shared memory, normed
+// heads). The block makes RoPE's (cos, sin) of the token's pairs (in double, as the reference)
+// for its 8 heads, then each warp takes one head: staged in the warp's shared memory, normed
 // (optional; the sum of squares by the warp), rotated, written back, and for a k head stored in
-// the caches together with the v head. No block barrier after the table. (It was a block of 128
-// threads per (token, head), each making the table again: 28 us per Llama-3-8B layer at 512
-// tokens, H200; v32 in docs/cuda.md.)
+// the caches together with the v head. One block barrier, right after the table; none later.
+// (It was a block of 128 threads per (token, head), each making the table: 28 us per
+// Llama-3-8B layer at 512 tokens, H200; v32 in docs/cuda.md.)
 constexpr int kQkvWarps = 8, kQkvThreads = 32 * kQkvWarps;
 constexpr int kQkvMaxHeadDim = 256;
 

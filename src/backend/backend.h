@@ -82,13 +82,13 @@ struct BackendOptions {
   int threads = 0;         // CPU threads (0: all hardware threads)
   bool reference = false;  // CPU: the plain single-threaded oracle path
   /// CUDA: prefill products (more than 8 tokens) take the activations rounded to one 16-bit part
-  /// (f16 under a power-of-two scale per token; bf16 for BF16 weights), so half (a third for
-  /// BF16) of the exact path's tensor-core work, which multiplies by x = hi + lo (BF16: hi + mid
-  /// + lo): F16 / BF16 weights, and Q8_0 / Q4_0 where gemm_quant runs them (Hopper). A matmuls
-  /// call splits x once, so it takes one part only where all of its products can. That is llama.cpp's numerics for F16
-  /// weights: about 2^-11 (f16) / 2^-8 (bf16) relative error per activation, ~3e-4 / ~2e-3
-  /// normalised error per product, instead of ~1e-7. Off (exact): the default. Decode (one to 8
-  /// tokens) is exact either way; CPU backends compute in f32 and ignore it.
+  /// (f16 under a power-of-two scale per token; bf16 for BF16 weights): half (BF16: a third) of
+  /// the exact path's tensor-core work, which multiplies by x = hi + lo (BF16: hi + mid + lo).
+  /// For F16 / BF16 weights, and Q8_0 / Q4_0 where gemm_quant runs them (Hopper); a matmuls call
+  /// splits x once, so it takes one part only where all of its products can. llama.cpp's
+  /// numerics for F16 weights: about 2^-11 (f16) / 2^-8 (bf16) relative error per activation,
+  /// ~3e-4 / ~2e-3 normalised error per product, instead of ~1e-7. Off (exact) by default.
+  /// Decode (one to 8 tokens) is exact either way; CPU backends compute in f32 and ignore it.
   /// `--prefill-precision half` on the command line.
   bool half_prefill = false;
 };

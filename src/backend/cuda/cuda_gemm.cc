@@ -147,7 +147,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
   const int64_t n = x.rows(), k = x.cols();
   if (outs.empty()) return true;
   const bool bf16 = outs[0].w->dtype == DType::kBF16;
-  bool half = half_prefill_;  // one part where every product has 16-bit weights
+  bool half = half_prefill_;  // one part where every product takes it (half_ok)
   for (const MatmulOut& o : outs)
     for (const Tensor* w : {o.w, o.up}) {
       if (!w) continue;

@@ -74,7 +74,7 @@ void set_fragment_handoff(Backend& b, bool on);
 /// CUDA backend. For tests.
 int64_t quant_gemm_launches(Backend& b);
 /// Prefill inputs of the CUDA backend b so far split into one 16-bit part
-/// (BackendOptions::half_prefill: products of F16 / BF16 weights only); -1 if b is not a CUDA
+/// (BackendOptions::half_prefill, for calls whose products all take it); -1 if b is not a CUDA
 /// backend. For tests.
 int64_t half_prefill_inputs(Backend& b);
 /// Whether b's device runs gemm_quant (false if b is not a CUDA backend).

@@ -1,6 +1,6 @@
 // The quantized prefill GEMM on Hopper's wgmma (gemm_quant.cu): matmuls of more than 8 tokens
 // with Q8_0 / Q4_0 weights against the CPU reference, on shapes at the edges of its tiles (rows
-// of part of a 16-row tile or of a 128-row block, tokens of part of a 64-token block, a Q4_0
+// of part of a 16-row tile or of a 128-row block, tokens of part of a 64 / 128-token block, a Q4_0
 // row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
 // (the cuBLAS path on dequantized parts), three products of one input in one launch, gate / up
 // with act(gate) * up in one launch, and launches of more work items than a GPU has SMs (each
@@ -77,7 +77,7 @@ TEST_P(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
     int64_t out, in, n;
   };
   // (out: part of a tile, whole blocks, part of a block; in: one chunk, half a Q4_0 chunk at the
-  // end, several stages; n: above the GEMV's 8 tokens, part of a 64-token block, several.)
+  // end, several stages; n: above the GEMV's 8 tokens, part of a 64 / 128-token block, several.)
   const Shape shapes[] = {{7, 64, 9}, {128, 96, 64}, {300, 4128, 65}, {515, 768, 40}, {1100, 256, 130}, {16, 32, 9}};
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
@@ -95,13 +95,14 @@ TEST_P(CudaGemmQuantTest, PromptSizedProducts) {
 
 TEST_P(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
   // matmuls() behind the RMSNorm with more (row block, token block) items than any GPU here has
-  // SMs, so each block of the persistent grid runs several: a residual add (2048 rows x 1100
-  // tokens: 16 x 18 items) and a gate / up pair (2048 rows x 600 tokens: 32 x 10 items).
+  // SMs, so each block of the persistent grid runs several, with one part (128-token items) at
+  // least 3 where the H200 has 132 SMs: a residual add (4096 rows x 1100 tokens: 32 x 18 items,
+  // one part 32 x 9) and a gate / up pair (2048 rows x 1100 tokens: 32 x 18, one part 32 x 9).
   const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
-  const int64_t in = 128, rows = 2048;
+  const int64_t in = 128, n = 1100;
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const bool glu : {false, true}) {
-      const int64_t n = glu ? 600 : 1100;
+      const int64_t rows = glu ? 2048 : 4096;
       SCOPED_TRACE(fmt::format("{} glu={}", dtype_name(t), glu));
       Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
       Dual h = output(DType::kF32, {n, in}), tmp = output(DType::kF32, {n, rows});
@@ -172,7 +173,7 @@ TEST_P(CudaGemmQuantTest, GateUpProductsInOneLaunch) {
     Activation act;
   };
   // (rows: part of a 64-row block, several blocks; in: half a Q4_0 chunk at the end, many
-  // stages; n: part of a 64-token block, a prompt.)
+  // stages; n: part of a 64 / 128-token block, a prompt.)
   const Case cases[] = {{DType::kQ4_0, DType::kQ4_0, 300, 4128, 65, Activation::kSilu},
                         {DType::kQ8_0, DType::kQ8_0, 1100, 256, 130, Activation::kGeluTanh},
                         {DType::kQ8_0, DType::kQ8_0, 64, 4096, 512, Activation::kSilu},

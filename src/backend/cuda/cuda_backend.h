@@ -172,13 +172,13 @@ class CudaBackend final : public Backend {
   /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
   cuda::WeightRef weight_ref(const Tensor& w) const;
-  /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant).
-  void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias);
-  /// Whether a prefill product of weights of kind k takes x as one 16-bit part under
+  /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
+  /// part when `half` (half_prefill_ and half_ok).
+  void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half);
+  /// Whether a prefill product of weights of dtype t takes x as one 16-bit part under
   /// half_prefill_: F16 / BF16 (cuBLAS), Q8_0 / Q4_0 where gemm_quant runs them.
-  bool half_ok(cuda::WKind k) const {
-    return k == cuda::WKind::kF16 || k == cuda::WKind::kBF16 ||
-           (qgemm_ && (k == cuda::WKind::kQ8_0 || k == cuda::WKind::kQ4_0));
+  bool half_ok(DType t) const {
+    return t == DType::kF16 || t == DType::kBF16 || (qgemm_ && (t == DType::kQ8_0 || t == DType::kQ4_0));
   }
   /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2
   /// f16 parts; one part when `half`, i.e. half_prefill_ and half_ok for every product). False on

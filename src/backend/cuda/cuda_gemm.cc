@@ -89,7 +89,7 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
   return 2;
 }
 
-void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias) {
+void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half) {
   const int m = int(w.rows), k = int(w.cols), nn = int(n);
   if (w.kind == WKind::kF32) {  // plain f32 SGEMM (no TF32)
     const float one = 1.0f, zero = 0.0f;
@@ -101,7 +101,6 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
     return;
   }
   GemmInput in;
-  const bool half = half_prefill_ && half_ok(w.kind);
   if (!gemm_input(x, n, k, w.kind == WKind::kBF16, half, nullptr, 0.0f, in)) return;
   if (qgemm_ && (w.kind == WKind::kQ8_0 || w.kind == WKind::kQ4_0)) {  // the epilogue in the kernel
     const cuda::QuantGemmOut out{y, bias};
@@ -154,7 +153,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
       const bool ok = w->dtype == DType::kF16 || w->dtype == DType::kBF16 || w->dtype == DType::kQ8_0 ||
                       w->dtype == DType::kQ4_0;
       if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
-      half = half && half_ok(weight_ref(*w).kind);
+      half = half && half_ok(w->dtype);
     }
   check_matmul_shapes(x, norm, outs);
   if (failed() || !use_device()) return true;

@@ -1,6 +1,7 @@
 // Prefill GEMM (more than kGemvMaxTokens tokens) for Q8_0 / Q4_0 weights on the Hopper
 // warpgroup tensor cores (wgmma, sm_90a): y = W x for the activation parts of
-// split_activations (x = hi + lo in f16: the n hi rows, then the n lo rows), exact like the GEMV.
+// split_activations (x = hi + lo in f16: the n hi rows, then the n lo rows), exact like the GEMV;
+// or, with BackendOptions::half_prefill, for x as one f16 part (kParts = 1).
 //
 // Why: the cuBLAS path (cuda_gemm.cc) dequantizes W into f16 hi + lo (d * (q - 8) needs 15
 // significant bits) and runs three f16 products, w_hi [x_hi x_lo] + w_lo x_hi. Here each value
@@ -10,24 +11,24 @@
 // copy. The f16 products are exact and accumulate in f32 over a 32-value block; each block's
 // sum is then multiplied by its f32 scale and added to the row's total ("promotion").
 //
-// Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same
-// 64 of up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128
-// columns; with one part, --prefill-precision half, 128 tokens' f16 x and half the MMAs per
-// token), so the parts are summed in registers and the kernel writes y itself: 1 / scale, the
-// bias, the residual add, or act(gate) * up, in the order of combine_parts / combine_glu
-// (gemm_prep.cu), with no f32 scratch and no combine kernel. One block per SM loops over the
-// items (persistent). Warpgroup 0 streams the stages through a ring of kStages (one thread
-// issues the TMA copies of a stage: the tokens' hi and lo activations, 2 x 64 x 64 f16 in the
-// 128-byte swizzle wgmma reads, as one 3-D box, and the tiles' quants and scales), counted over
-// all of the block's items, so it runs into the next item while the computing warps write one
-// out; it gives its registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds
-// tile w). Per stage a warpgroup puts its two 32-value blocks on the tensor cores as two groups
-// and promotes block 0 while block 1's products run; the stages pass between the warpgroups on
-// shared-memory barriers (full / empty), so they drift apart and one's promotion also overlaps
-// the other's MMAs. The activation of glu is a template parameter: the epilogue holds one
-// activation's code, not three unrolled 32 times. PTX ISA: "asynchronous warpgroup level matrix
-// multiply-accumulate" (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier",
-// "cp.async.bulk.tensor", "setmaxnreg".
+// Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same 64 of
+// up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128 columns;
+// with one part, --prefill-precision half, 128 tokens' f16 x and half the MMAs per token), so the
+// parts are summed in registers and the kernel writes y itself: 1 / scale, the bias, the residual
+// add, or act(gate) * up, in the order of combine_parts / combine_glu (gemm_prep.cu), with no f32
+// scratch and no combine kernel. One block per SM loops over the items (persistent). Warpgroup 0
+// streams the stages through a ring of kStages (one thread issues the TMA copies of a stage: the
+// tokens' hi and lo activations, 2 x 64 x 64 f16 in the 128-byte swizzle wgmma reads, as one 3-D
+// box (one part: 1 x 128 x 64), and the tiles' quants and scales), counted over all of the block's
+// items, so it runs into the next item while the computing warps write one out; it gives its
+// registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds tile w). Per stage
+// a warpgroup puts its two 32-value blocks on the tensor cores as two groups and promotes block 0
+// while block 1's products run; the stages pass between the warpgroups on shared-memory barriers
+// (full / empty), so they drift apart and one's promotion also overlaps the other's MMAs. The
+// activation of glu is a template parameter: the epilogue holds one activation's code, not three
+// unrolled 32 times. PTX ISA: "asynchronous warpgroup level matrix multiply-accumulate"
+// (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier", "cp.async.bulk.tensor",
+// "setmaxnreg".
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_gemm_quant_test.cc.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -58,6 +59,7 @@ constexpr int kTiles = 8;                    // 16-row tiles of a block: a compu
 constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
 template <int kParts>
 struct Parts {
+  static_assert(kParts == 1 || kParts == 2);
   static constexpr int kTokens = kCols / kParts;  // of a work item
   static constexpr int kVals = 64 / kParts;       // a thread's outputs of an item (its rows g, g + 8)
   static constexpr int kExchangeBytes = 2 * 4 * kVals * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
           if (round > 0) mbar_wait(&empty[slot], (round - 1) & 1);
           uint8_t* base = smem + slot * St::kBytes;
           mbar_expect(&full[slot], St::kB + St::kA + St::kS);
-          tma_3d(base, &a.tx, int(s * kK), int(tok0), 0, &full[slot]);  // hi, then lo
+          tma_3d(base, &a.tx, int(s * kK), int(tok0), 0, &full[slot]);  // hi, then lo (or the one part)
           if constexpr (kGlu) {  // gate into tiles 0..3, up into 4..7
             for (int w = 0; w < 2; ++w) {
               tma_2d(base + St::kB + w * St::kA / 2, &a.tq[w], int(s * St::kQuantWords), int(tile0), &full[slot]);

@@ -125,7 +125,7 @@ class CudaBackend final : public Backend {
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
   /// Prefill inputs split into one 16-bit part instead of exact parts (BackendOptions::half_prefill,
-  /// where half_ok; for tests); counted per split.
+  /// where one_part; for tests); counted per split.
   uint64_t half_prefill_inputs() const { return half_inputs_; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
@@ -173,15 +173,16 @@ class CudaBackend final : public Backend {
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
   cuda::WeightRef weight_ref(const Tensor& w) const;
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
-  /// part when `half` (half_prefill_ and half_ok).
+  /// part when `half` (one_part).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half);
-  /// Whether a prefill product of weights of dtype t takes x as one 16-bit part under
-  /// half_prefill_: F16 / BF16 (cuBLAS), Q8_0 / Q4_0 where gemm_quant runs them.
-  bool half_ok(DType t) const {
-    return t == DType::kF16 || t == DType::kBF16 || (qgemm_ && (t == DType::kQ8_0 || t == DType::kQ4_0));
+  /// Whether a prefill product of weights of dtype t takes x as one 16-bit part: with
+  /// half_prefill_, F16 / BF16 (cuBLAS) and Q8_0 / Q4_0 where gemm_quant runs them.
+  bool one_part(DType t) const {
+    return half_prefill_ &&
+           (t == DType::kF16 || t == DType::kBF16 || (qgemm_ && (t == DType::kQ8_0 || t == DType::kQ4_0)));
   }
   /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2
-  /// f16 parts; one part when `half`, i.e. half_prefill_ and half_ok for every product). False on
+  /// f16 parts; one part when `half`, i.e. one_part for every product). False on
   /// error (sticky).
   bool gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bool half, const float* norm_w, float eps,
                   GemmInput& in);

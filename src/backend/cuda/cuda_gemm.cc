@@ -63,7 +63,7 @@ int CudaBackend::gemm_products(const cuda::WeightRef& w, const GemmInput& in, fl
     const cuda::QuantGemmOut out{yp};
     return run_gemm_quant(&w, &out, 1, in, nullptr, false, cuda::Act::kSilu) ? 1 : 0;
   }
-  if (in.parts != 2) {  // (half_ok keeps one-part inputs off this path)
+  if (in.parts != 2) {  // (one_part keeps one-part inputs off this path)
     note(cudaErrorInvalidValue, "dequantized products of one activation part");
     return 0;
   }
@@ -146,14 +146,14 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
   const int64_t n = x.rows(), k = x.cols();
   if (outs.empty()) return true;
   const bool bf16 = outs[0].w->dtype == DType::kBF16;
-  bool half = half_prefill_;  // one part where every product takes it (half_ok)
+  bool half = true;  // one part where every product takes it
   for (const MatmulOut& o : outs)
     for (const Tensor* w : {o.w, o.up}) {
       if (!w) continue;
       const bool ok = w->dtype == DType::kF16 || w->dtype == DType::kBF16 || w->dtype == DType::kQ8_0 ||
                       w->dtype == DType::kQ4_0;
       if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
-      half = half && half_ok(w->dtype);
+      half = half && one_part(w->dtype);
     }
   check_matmul_shapes(x, norm, outs);
   if (failed() || !use_device()) return true;

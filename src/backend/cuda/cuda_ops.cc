@@ -99,7 +99,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tens
   if (n <= cuda::kGemvMaxTokens)
     note(cuda::gemv(wr, xs, int(n), b, f32(y), stream_), "gemv");
   else
-    gemm(wr, xs, n, f32(y), b, half_prefill_ && half_ok(w.dtype));
+    gemm(wr, xs, n, f32(y), b, one_part(w.dtype));
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {

@@ -5,7 +5,8 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
-//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--only llama-q4_0]
+//   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--attention]
+//                [--prefill-attention] [--only llama-q4_0]
 //                [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -251,6 +252,43 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
     const double us = attention_us(b, reps, 8192, keys - 1, false, 32);
     std::printf("| %lld | %.2f | %s |\n", (long long)keys, us, attention_rate(c, keys, us, 32).c_str());
   }
+  std::fflush(stdout);
+}
+
+// Prefill attention alone: n tokens at positions 0..n-1 attending causally to an f16 cache of
+// n rows (what a prompt's layer does after its KV write), 8 calls in one graph; us per call and
+// the rate of the causal products (4 n (n + 1) / 2 head_dim FLOP per query head), exact and with
+// --prefill-precision half (q and p as one f16 part).
+double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n) {
+  Tensor kc = act(b, DType::kF16, {n, int64_t(kv) * 128}, 1), vc = act(b, DType::kF16, {n, int64_t(kv) * 128}, 2);
+  Tensor q = act(b, DType::kF32, {n, int64_t(heads) * 128}, 3), out = must(b.alloc(DType::kF32, {n, int64_t(heads) * 128}));
+  Tensor pos = must(b.alloc(DType::kI32, {n}));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
+  if (Status s = b.to_device(pos, p.data(), uint64_t(n) * 4, 0); !s.ok()) die(s);
+  const AttentionSpec spec{heads, kv, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
+  const double ms = must(probe::time_graph_ms(
+                        b,
+                        [&] {
+                          for (int l = 0; l < 8; ++l) b.attention(q, kc, vc, pos, spec, out);
+                        },
+                        reps)) /
+                    8;
+  for (Tensor* t : {&kc, &vc, &q, &out, &pos}) b.free(*t);
+  b.reset_graphs();
+  return ms * 1e3;
+}
+
+void bench_prefill_attention(Backend& b, Backend& half, int reps) {
+  std::printf("\n## Prefill attention (causal, f16 cache, head_dim 128), one call\n");
+  std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, half | TFLOP/s, half |\n|---|---|---|---|---|---|\n");
+  for (auto [heads, kv] : {std::pair{32, 8}, std::pair{16, 8}})
+    for (int64_t n : {512, 2048, 4096}) {
+      const double us = prefill_attention_us(b, reps, heads, kv, n), half_us = prefill_attention_us(half, reps, heads, kv, n);
+      const double tflop = 4.0 * double(n) * double(n + 1) / 2 * 128 * heads / 1e12;
+      std::printf("| %d / %d | %lld | %.2f | %.0f | %.2f | %.0f |\n", heads, kv, (long long)n, us, tflop / (us * 1e-6),
+                  half_us, tflop / (half_us * 1e-6));
+    }
   std::fflush(stdout);
 }
 
@@ -552,7 +590,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
-int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, bool gemv,
+int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, bool gemv, bool prefill_attention,
         const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
@@ -577,8 +615,12 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
     bench_sweep(b, c, reps);
     return 0;
   }
-  if (attention) {
-    bench_attention(b, c, reps);
+  BackendOptions half;  // --prefill-precision half
+  half.half_prefill = true;
+  if (attention || prefill_attention) {
+    if (attention) bench_attention(b, c, reps);
+    auto hb = must(create_backend("cuda:" + std::to_string(device), half));
+    bench_prefill_attention(b, *hb, reps);
     return 0;
   }
   if (gemv) {
@@ -591,8 +633,6 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
     bench_prefill(b, qwen, DType::kF16, reps);
     // The tables again on a backend with one activation part (--prefill-precision half; Q8_0 /
     // Q4_0 take it where gemm_quant runs).
-    BackendOptions half;
-    half.half_prefill = true;
     auto hb = must(create_backend("cuda:" + std::to_string(device), half));
     for (DType t : {DType::kF16, DType::kQ8_0, DType::kQ4_0})
       bench_prefill(*hb, llama, t, reps, ", --prefill-precision half");
@@ -610,6 +650,10 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   if (!quick) {
     bench_gemv(b, c, reps);
     bench_attention(b, c, reps);
+    {
+      auto hb = must(create_backend("cuda:" + std::to_string(device), half));
+      bench_prefill_attention(b, *hb, reps);
+    }
     bench_gemm(b, c, reps);
   }
   bench_sampling(b, reps);
@@ -641,10 +685,13 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
-  bool prefill = false, sweep = false, attention = false, gemv = false;
+  bool prefill = false, sweep = false, attention = false, gemv = false, prefill_attention = false;
   app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
   app.add_flag("--gemv", gemv, "Ceilings and the GEMV table of Llama-3-8B shapes only");
-  app.add_flag("--attention", attention, "Ceilings and decode attention (Llama-3-8B heads, several contexts) only");
+  app.add_flag("--attention", attention,
+               "Ceilings, decode attention (Llama-3-8B heads, several contexts) and prefill attention only");
+  app.add_flag("--prefill-attention", prefill_attention,
+               "Ceilings and prefill attention (Llama-3-8B and Qwen3-0.6B heads, 512-4096 tokens) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_option("--only", only, "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16");
   app.add_option("--position", shoal::g_positions,
@@ -658,7 +705,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, only);
 }
 
 #else  // no CUDA backend in this build

@@ -141,5 +141,5 @@ fi
 echo
 echo "## gpu-check summary"
 printf '%s\n' "${SUMMARY[@]}"
-[ -f "$LOGS/cuda_kernels.log" ] && grep -A8 -E '^## (Ceilings|Decode step)' "$LOGS/cuda_kernels.log"
+[ -f "$LOGS/cuda_kernels.log" ] && grep -A9 -E '^## (Ceilings|Prefill attention|Decode step)' "$LOGS/cuda_kernels.log"
 exit $((fails > 0))

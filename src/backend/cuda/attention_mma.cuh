@@ -9,7 +9,8 @@
 // Exactness (the CPU reference is f32): K and V are f16 in the cache, so exact as MMA operands;
 // q (times the softmax scale) and p are split into f16 hi + lo (22 significant bits), each
 // product takes two MMAs with f32 accumulation, so results match the f32 computation to ~2^-22
-// relative (the tests compare at 1e-5). Limits: |q * scale| above 65504 overflows f16 (inf /
+// relative (the tests compare at 1e-5); exp2f is within 2 ulp. With kOnePart (opt-in) q and p
+// are one f16 part each. Limits: |q * scale| above 65504 overflows f16 (inf /
 // NaN); q elements below ~2^-14 * max|q| lose relative (not absolute) precision in lo.
 // A block loads every K/V row between its earliest and latest attended key, also rows that a
 // row's mask skips (gaps in pos with a sliding window): they must be finite, since a masked p of
@@ -119,7 +120,13 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
 /// are unaffected (a row of an MMA's result depends only on the same row of A).
 /// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
 /// step code, which waits on instruction fetch; docs/cuda.md, v18).
-template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true>
+/// kLog2: the scores are in log2 units (q times scale * log2 e, softcap * log2 e), so the
+/// softmax takes exp2f (one MUFU.EX2 and a scale) instead of expf's range reduction; m too is in
+/// log2 units (prefill: 10-13% faster on the H200, docs/cuda.md v33).
+/// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
+/// (BackendOptions::half_prefill, llama.cpp's numerics).
+template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
+          bool kOnePart = false>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
                                           const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
                                           float softcap, RowState<D>& st, bool full = true,
@@ -143,9 +150,9 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
       uint32_t b[4];
       ldmatrix_x4<false>(b, kt + (n * 8 + (lane & 7)) * DP + ks * 16 + (lane >> 3) * 8);
       mma(acc[0][n], qh[ks], b[0], b[1]);
-      mma(acc[1 % kChains][n], ql[ks], b[0], b[1]);
+      if constexpr (!kOnePart) mma(acc[1 % kChains][n], ql[ks], b[0], b[1]);
       mma(acc[2 % kChains][n], qh[ks + 1], b[2], b[3]);
-      mma(acc[3 % kChains][n], ql[ks + 1], b[2], b[3]);
+      if constexpr (!kOnePart) mma(acc[3 % kChains][n], ql[ks + 1], b[2], b[3]);
     }
   }
   float s[NT][4];
@@ -180,7 +187,9 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     const float m_new = fmaxf(st.m[r], mx[r]);
-    const float corr = st.m[r] == -INFINITY ? (m_new == -INFINITY ? 1.0f : 0.0f) : expf(st.m[r] - m_new);
+    const float corr = st.m[r] == -INFINITY ? (m_new == -INFINITY ? 1.0f : 0.0f)
+                       : kLog2               ? exp2f(st.m[r] - m_new)
+                                             : expf(st.m[r] - m_new);
     st.m[r] = m_new;
     base[r] = m_new == -INFINITY ? 0.0f : m_new;
     st.l[r] *= corr;
@@ -192,7 +201,7 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (e >= 2 && !hi_rows) continue;
-      const float p = expf(s[n][e] - base[e >> 1]);  // masked: e^-inf = 0
+      const float p = kLog2 ? exp2f(s[n][e] - base[e >> 1]) : expf(s[n][e] - base[e >> 1]);  // masked: 0
       s[n][e] = p;
       st.l[e >> 1] += p;
     }
@@ -214,9 +223,9 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
       uint32_t b[4];
       ldmatrix_x4<true>(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * DP + d * 8 + (lane >> 4) * 8);
       mma(st.o[d], ah, b[0], b[1]);
-      mma(st.o[d], al, b[0], b[1]);
+      if constexpr (!kOnePart) mma(st.o[d], al, b[0], b[1]);
       mma(st.o[d + 1], ah, b[2], b[3]);
-      mma(st.o[d + 1], al, b[2], b[3]);
+      if constexpr (!kOnePart) mma(st.o[d + 1], al, b[2], b[3]);
     }
   }
 }

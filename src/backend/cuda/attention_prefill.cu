@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma.h"
@@ -31,7 +32,11 @@ constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: spli
 
 using Params = MmaParams<PrefillPlan>;
 
-template <int D>
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// kOnePart: AttnArgs::one_part (q and p as one f16 part). Scores are in log2 units (tile_step's
+// kLog2).
+template <int D, bool kOnePart, int kChains>
 __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Params P) {
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
   extern __shared__ uint4 smem[];
@@ -65,7 +70,8 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Param
   {
     const int64_t ta = t0 + wtok + g, tb = ta + 8;
     attn_mma::load_q<D>(qh, ql, ta < P.n_tokens ? P.q + (ta * P.n_heads + head) * D : nullptr,
-                        tb < P.n_tokens ? P.q + (tb * P.n_heads + head) * D : nullptr, P.scale, c);
+                        tb < P.n_tokens ? P.q + (tb * P.n_heads + head) * D : nullptr,
+                        P.scale * kLog2e, c);
   }
   __syncthreads();
   // This split's share of the block's keys (divided at run time: a captured graph's grid depends
@@ -110,8 +116,8 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Param
     __syncthreads();
     const int k0 = b_lo + i * kKeys;
     if (k0 <= w_hi && k0 + kKeys - 1 >= w_lo)
-      attn_mma::tile_step<D, kKeys / 8>(k_s + (i & 1) * kKeys * DP, v_s + (i & 1) * kKeys * DP, k0, qh, ql, r_lo, r_hi,
-                                        P.softcap, st);
+      attn_mma::tile_step<D, kKeys / 8, kChains, true, true, kOnePart>(
+          k_s + (i & 1) * kKeys * DP, v_s + (i & 1) * kKeys * DP, k0, qh, ql, r_lo, r_hi, P.softcap * kLog2e, st);
     __syncthreads();  // the next load overwrites this buffer
   }
   cp_async_wait<0>();
@@ -136,21 +142,27 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Param
       for (int d = 0; d < DT; ++d)
         *reinterpret_cast<float2*>(dst + d * 8) = make_float2(st.o[d][2 * r], st.o[d][2 * r + 1]);
       if (c == 0) {
-        P.part_ml[row * 2] = st.m[r];
+        P.part_ml[row * 2] = st.m[r] * kLn2;  // (the combine kernel's m is in natural units)
         P.part_ml[row * 2 + 1] = st.l[r];
       }
     }
   }
 }
 
-template <int D>
-cudaError_t launch_prefill(const Params& P, cudaStream_t stream) {
+template <int D, bool kOnePart, int kChains>
+cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
   const size_t smem = size_t(4 * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
-  const cudaError_t e =
-      cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  auto* kernel = attention_prefill_kernel<D, kOnePart, kChains>;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(P.plan.token_tiles), unsigned(P.n_kv_heads * P.plan.groups), unsigned(P.plan.n_splits));
-  return launch(attention_prefill_kernel<D>, grid, kThreads, smem, stream, P);
+  return launch(kernel, grid, kThreads, smem, stream, P);
+}
+template <int D>
+cudaError_t launch_prefill(const Params& P, bool one_part, cudaStream_t stream) {
+  static const bool two = std::getenv("SHOAL_EXP_PA2") != nullptr;  // (temporary: chains of the one-part path)
+  if (!one_part) return launch_prefill_v<D, false, 1>(P, stream);
+  return two ? launch_prefill_v<D, true, 2>(P, stream) : launch_prefill_v<D, true, 1>(P, stream);
 }
 
 }  // namespace
@@ -177,7 +189,7 @@ cudaError_t attention_prefill(const float* q, const __half* k_cache, const __hal
                               const AttnArgs& a, const PrefillPlan& plan, float* part_o, float* part_ml, float* out,
                               cudaStream_t stream) {
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out);
-  return a.head_dim == 64 ? launch_prefill<64>(P, stream) : launch_prefill<128>(P, stream);
+  return a.head_dim == 64 ? launch_prefill<64>(P, a.one_part, stream) : launch_prefill<128>(P, a.one_part, stream);
 }
 
 }  // namespace shoal::cuda

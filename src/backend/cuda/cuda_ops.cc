@@ -206,6 +206,7 @@ void CudaBackend::check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                             const AttentionSpec& spec, Tensor& out) {
   cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, spec, out, attn_keys_);
+  a.one_part = half_prefill_;
   check_pos_not_just_advanced(pos, ops_);
   if (failed() || !use_device()) return;
   a.early_kv = kv_written_.op + 1 == ops_ && kv_written_.k == k_cache.data && kv_written_.v == v_cache.data &&

@@ -286,6 +286,9 @@ struct AttnArgs {
   // Keys a call attends at most (attention_keys_bound; 0: n_ctx). It picks the decode plan only:
   // a call that attends more is still exact, at the speed of a plan for fewer keys.
   int64_t max_keys = 0;
+  // Prefill on the tensor cores: q and p as one f16 part each instead of hi + lo (half the
+  // products, ~2^-11 relative; BackendOptions::half_prefill, as llama.cpp's flash attention).
+  bool one_part = false;
 };
 /// The AttnArgs::max_keys to plan decode attention with when a step attends at most `keys` keys:
 /// the cluster plan's limit (1792) when keys fit under it, else 0 (a plan for the whole cache).

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma.h"
@@ -158,11 +157,10 @@ cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
   const dim3 grid(unsigned(P.plan.token_tiles), unsigned(P.n_kv_heads * P.plan.groups), unsigned(P.plan.n_splits));
   return launch(kernel, grid, kThreads, smem, stream, P);
 }
+// (Two accumulator chains per n-tile measured slower in both modes on the H200: docs/cuda.md v33.)
 template <int D>
 cudaError_t launch_prefill(const Params& P, bool one_part, cudaStream_t stream) {
-  static const bool two = std::getenv("SHOAL_EXP_PA2") != nullptr;  // (temporary: chains of the one-part path)
-  if (!one_part) return launch_prefill_v<D, false, 1>(P, stream);
-  return two ? launch_prefill_v<D, true, 2>(P, stream) : launch_prefill_v<D, true, 1>(P, stream);
+  return one_part ? launch_prefill_v<D, true, 1>(P, stream) : launch_prefill_v<D, false, 1>(P, stream);
 }
 
 }  // namespace

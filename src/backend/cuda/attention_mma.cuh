@@ -108,54 +108,49 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
   }
 }
 
-/// One warp's step over NT * 8 keys starting at key0, whose K / V rows start at kt / vt
-/// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
-/// (when > 0), online softmax, O += P V. full = false (NT >= 4; ignored below): only the first
-/// NT / 2 n-tiles (NT / 2 * 8 keys), the rest skipped and masked, their rows of kt / vt never
-/// read (decode attention's one step code for 16- and 32-key warp slices). kChains: accumulators
-/// per n-tile (the four products of a k-step pair go to separate ones: chains of 2 KS / kChains
-/// dependent MMAs, summed at the end).
-/// hi_rows = false: rows g + 8 hold no query (decode with at most 8 (token, head) pairs): their
-/// softmax is skipped (P keeps their raw scores), so their o, m and l must not be read; rows g
-/// are unaffected (a row of an MMA's result depends only on the same row of A).
-/// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
-/// step code, which waits on instruction fetch; docs/cuda.md, v18).
-/// kLog2: the scores are in log2 units (q times scale * log2 e, softcap * log2 e), so the
-/// softmax takes exp2f (one MUFU.EX2 and a scale) instead of expf's range reduction; m too is in
-/// log2 units (prefill: 10-13% faster on the H200, docs/cuda.md v33).
-/// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
-/// (BackendOptions::half_prefill, llama.cpp's numerics).
-template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
-          bool kOnePart = false>
-__device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
-                                          const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
-                                          float softcap, RowState<D>& st, bool full = true,
-                                          bool hi_rows = true) {
-  constexpr int DP = pitch<D>(), KS = D / 16, DT = D / 8;
+/// Whether n-tile n of a step over NT * 8 keys is computed (full = false: the first NT / 2 only).
+template <int NT>
+__device__ __forceinline__ bool tile_live(int n, bool full) {
+  return full || NT < 4 || n < NT / 2;
+}
+
+/// One k-step pair (ks, ks + 1) of S = q K^T over NT * 8 keys whose K rows start at kt (shared,
+/// pitch<D>()): h0 / l0 and h1 / l1 are the A fragments of q's k-steps ks and ks + 1 (hi, lo; lo
+/// unused with kOnePart). kChains: accumulators per n-tile (the four products of a k-step pair
+/// go to separate ones: chains of 2 KS / kChains dependent MMAs, summed by qk_sum).
+template <int D, int NT, int kChains, bool kOnePart>
+__device__ __forceinline__ void qk_pair(const __half* kt, int ks, const uint32_t (&h0)[4], const uint32_t (&l0)[4],
+                                        const uint32_t (&h1)[4], const uint32_t (&l1)[4],
+                                        float (&acc)[kChains][NT][4], bool full) {
+  constexpr int DP = pitch<D>();
   static_assert(kChains == 1 || kChains == 2 || kChains == 4, "products of a k-step pair per accumulator");
   static_assert(NT % 2 == 0, "whole 16-key slices");
-  const int lane = threadIdx.x & 31, c = lane & 3;
-  auto live = [&](int n) { return full || NT < 4 || n < NT / 2; };  // n-tile n computed
-  // S: ldmatrix gives the B fragments of two k-steps of 8 keys.
-  float acc[kChains][NT][4];
+  const int lane = threadIdx.x & 31;
+  // ldmatrix gives the B fragments of two k-steps of 8 keys.
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    if (!tile_live<NT>(n, full)) continue;
+    uint32_t b[4];
+    ldmatrix_x4<false>(b, kt + (n * 8 + (lane & 7)) * DP + ks * 16 + (lane >> 3) * 8);
+    mma(acc[0][n], h0, b[0], b[1]);
+    if constexpr (!kOnePart) mma(acc[1 % kChains][n], l0, b[0], b[1]);
+    mma(acc[2 % kChains][n], h1, b[2], b[3]);
+    if constexpr (!kOnePart) mma(acc[3 % kChains][n], l1, b[2], b[3]);
+  }
+}
+
+/// Zeroed accumulators for qk_pair.
+template <int NT, int kChains>
+__device__ __forceinline__ void qk_zero(float (&acc)[kChains][NT][4]) {
 #pragma unroll
   for (int h = 0; h < kChains; ++h)
 #pragma unroll
     for (int n = 0; n < NT; ++n) acc[h][n][0] = acc[h][n][1] = acc[h][n][2] = acc[h][n][3] = 0.0f;
-#pragma unroll
-  for (int ks = 0; ks < KS; ks += 2) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      if (!live(n)) continue;
-      uint32_t b[4];
-      ldmatrix_x4<false>(b, kt + (n * 8 + (lane & 7)) * DP + ks * 16 + (lane >> 3) * 8);
-      mma(acc[0][n], qh[ks], b[0], b[1]);
-      if constexpr (!kOnePart) mma(acc[1 % kChains][n], ql[ks], b[0], b[1]);
-      mma(acc[2 % kChains][n], qh[ks + 1], b[2], b[3]);
-      if constexpr (!kOnePart) mma(acc[3 % kChains][n], ql[ks + 1], b[2], b[3]);
-    }
-  }
-  float s[NT][4];
+}
+
+/// The scores from qk_pair's accumulators: s[n][e] is row g (e < 2) or g + 8, key 8n + 2c + e % 2.
+template <int NT, int kChains>
+__device__ __forceinline__ void qk_sum(const float (&acc)[kChains][NT][4], float (&s)[NT][4]) {
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -166,6 +161,18 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
         s[n][e] = acc[0][n][e] + acc[1][n][e];
       else
         s[n][e] = acc[0][n][e];
+}
+
+/// The rest of a step after the scores (qk_pair, qk_sum): keys key0 + ... outside [r_lo[r], r_hi[r]] of row r
+/// masked, softcap (when > 0), online softmax into st, then O += P V with V's rows at vt
+/// (shared, pitch<D>()). Template flags and full / hi_rows as tile_step.
+template <int D, int NT, bool kSoftcap, bool kLog2, bool kOnePart>
+__device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s)[NT][4], const int (&r_lo)[2],
+                                           const int (&r_hi)[2], float softcap, RowState<D>& st, bool full,
+                                           bool hi_rows) {
+  constexpr int DP = pitch<D>(), DT = D / 8;
+  const int lane = threadIdx.x & 31, c = lane & 3;
+  auto live = [&](int n) { return tile_live<NT>(n, full); };
   // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -228,6 +235,39 @@ __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, in
       if constexpr (!kOnePart) mma(st.o[d + 1], al, b[2], b[3]);
     }
   }
+}
+
+
+/// One warp's step over NT * 8 keys starting at key0, whose K / V rows start at kt / vt
+/// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
+/// (when > 0), online softmax, O += P V. full = false (NT >= 4; ignored below): only the first
+/// NT / 2 n-tiles (NT / 2 * 8 keys), the rest skipped and masked, their rows of kt / vt never
+/// read (decode attention's one step code for 16- and 32-key warp slices). kChains: accumulators
+/// per n-tile (the four products of a k-step pair go to separate ones: chains of 2 KS / kChains
+/// dependent MMAs, summed at the end).
+/// hi_rows = false: rows g + 8 hold no query (decode with at most 8 (token, head) pairs): their
+/// softmax is skipped (P keeps their raw scores), so their o, m and l must not be read; rows g
+/// are unaffected (a row of an MMA's result depends only on the same row of A).
+/// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
+/// step code, which waits on instruction fetch; docs/cuda.md, v18).
+/// kLog2: the scores are in log2 units (q times scale * log2 e, softcap * log2 e), so the
+/// softmax takes exp2f (one MUFU.EX2 and a scale) instead of expf's range reduction; m too is in
+/// log2 units (prefill: 10-13% faster on the H200, docs/cuda.md v33).
+/// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
+/// (BackendOptions::half_prefill, llama.cpp's numerics).
+template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
+          bool kOnePart = false>
+__device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
+                                          const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
+                                          float softcap, RowState<D>& st, bool full = true,
+                                          bool hi_rows = true) {
+  float acc[kChains][NT][4], s[NT][4];
+  qk_zero(acc);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ks += 2)
+    qk_pair<D, NT, kChains, kOnePart>(kt, ks, qh[ks], ql[ks], qh[ks + 1], ql[ks + 1], acc, full);
+  qk_sum(acc, s);
+  softmax_pv<D, NT, kSoftcap, kLog2, kOnePart>(vt, key0, s, r_lo, r_hi, softcap, st, full, hi_rows);
 }
 
 }  // namespace shoal::cuda::attn_mma

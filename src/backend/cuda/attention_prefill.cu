@@ -34,9 +34,10 @@ using Params = MmaParams<PrefillPlan>;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // kOnePart: AttnArgs::one_part (q and p as one f16 part). Scores are in log2 units (tile_step's
-// kLog2).
-template <int D, bool kOnePart, int kChains>
-__global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Params P) {
+// kLog2). The minimum of one block per SM is not a no-op: with it ptxas gives the one-part
+// kernel 223 registers instead of 176, as in the build measured in docs/cuda.md v33.
+template <int D, bool kOnePart>
+__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(const Params P) {
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [2][kKeys][DP]
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Param
     __syncthreads();
     const int k0 = b_lo + i * kKeys;
     if (k0 <= w_hi && k0 + kKeys - 1 >= w_lo)
-      attn_mma::tile_step<D, kKeys / 8, kChains, true, true, kOnePart>(
+      attn_mma::tile_step<D, kKeys / 8, 1, true, true, kOnePart>(
           k_s + (i & 1) * kKeys * DP, v_s + (i & 1) * kKeys * DP, k0, qh, ql, r_lo, r_hi, P.softcap * kLog2e, st);
     __syncthreads();  // the next load overwrites this buffer
   }
@@ -148,19 +149,20 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const Param
   }
 }
 
-template <int D, bool kOnePart, int kChains>
+template <int D, bool kOnePart>
 cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
   const size_t smem = size_t(4 * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
-  auto* kernel = attention_prefill_kernel<D, kOnePart, kChains>;
+  auto* kernel = attention_prefill_kernel<D, kOnePart>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(P.plan.token_tiles), unsigned(P.n_kv_heads * P.plan.groups), unsigned(P.plan.n_splits));
   return launch(kernel, grid, kThreads, smem, stream, P);
 }
-// (Two accumulator chains per n-tile measured slower in both modes on the H200: docs/cuda.md v33.)
+// (Two accumulator chains per n-tile, and q in shared memory with three blocks per SM, measured
+// slower on the H200: docs/cuda.md v33.)
 template <int D>
 cudaError_t launch_prefill(const Params& P, bool one_part, cudaStream_t stream) {
-  return one_part ? launch_prefill_v<D, true, 1>(P, stream) : launch_prefill_v<D, false, 1>(P, stream);
+  return one_part ? launch_prefill_v<D, true>(P, stream) : launch_prefill_v<D, false>(P, stream);
 }
 
 }  // namespace

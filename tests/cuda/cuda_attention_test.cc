@@ -493,11 +493,7 @@ class CudaHalfPrefillAttention : public CudaAttentionCases {
   void SetUp() override {
     CudaAttentionCases::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    BackendOptions o;
-    o.half_prefill = true;
-    auto g = create_backend("cuda:0", o);
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    gpu_ = std::move(*g);
+    use_half_prefill();
     one_part_ = true;
   }
 };

@@ -410,11 +410,7 @@ class CudaHalfPrefillTest : public CudaMatmulsTest {
   void SetUp() override {
     CudaMatmulsTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    BackendOptions o;
-    o.half_prefill = true;
-    auto g = create_backend("cuda:0", o);
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    gpu_ = std::move(*g);
+    use_half_prefill();
   }
   double tolerance(DType t, int64_t n) const override {
     if (n <= 8 || exact_) return 2e-5;

@@ -40,6 +40,15 @@ class CudaVsRef : public ::testing::Test {
     RecordProperty("seed", int(seed));
     std::printf("[ seed     ] %u\n", seed);
   }
+  /// Replaces gpu_ with a CUDA backend with BackendOptions::half_prefill (`--prefill-precision
+  /// half`); from a SetUp, before any allocation.
+  void use_half_prefill() {
+    BackendOptions o;
+    o.half_prefill = true;
+    auto g = create_backend("cuda:0", o);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    gpu_ = std::move(*g);
+  }
   void TearDown() override {
     if (!gpu_) return;
     EXPECT_TRUE(gpu_->synchronize().ok()) << gpu_->synchronize().to_string();

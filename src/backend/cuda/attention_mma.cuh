@@ -10,8 +10,8 @@
 // q (times the softmax scale) and p are split into f16 hi + lo (22 significant bits), each
 // product takes two MMAs with f32 accumulation, so results match the f32 computation to ~2^-22
 // relative (the tests compare at 1e-5); exp2f is within 2 ulp. With kOnePart (opt-in) q and p
-// are one f16 part each. Limits: |q * scale| above 65504 overflows f16 (inf /
-// NaN); q elements below ~2^-14 * max|q| lose relative (not absolute) precision in lo.
+// are one f16 part each. Limits: |q * scale| (prefill: times log2 e) above 65504 overflows f16
+// (inf / NaN); q elements below ~2^-14 * max|q| lose relative (not absolute) precision in lo.
 // A block loads every K/V row between its earliest and latest attended key, also rows that a
 // row's mask skips (gaps in pos with a sliding window): they must be finite, since a masked p of
 // 0 times a NaN is NaN. The engine writes positions in order and CudaBackend::alloc zeroes
@@ -163,9 +163,10 @@ __device__ __forceinline__ void qk_sum(const float (&acc)[kChains][NT][4], float
         s[n][e] = acc[0][n][e];
 }
 
-/// The rest of a step after the scores (qk_pair, qk_sum): keys key0 + ... outside [r_lo[r], r_hi[r]] of row r
-/// masked, softcap (when > 0), online softmax into st, then O += P V with V's rows at vt
-/// (shared, pitch<D>()). Template flags and full / hi_rows as tile_step.
+/// The rest of a step after the scores (qk_pair, qk_sum): keys key0 + ... outside
+/// [r_lo[r], r_hi[r]] of row r masked, softcap (when > 0), online softmax into st, then
+/// O += P V with V's rows at vt (shared, pitch<D>()). Template flags and full / hi_rows as
+/// tile_step.
 template <int D, int NT, bool kSoftcap, bool kLog2, bool kOnePart>
 __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s)[NT][4], const int (&r_lo)[2],
                                            const int (&r_hi)[2], float softcap, RowState<D>& st, bool full,
@@ -237,7 +238,6 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
   }
 }
 
-
 /// One warp's step over NT * 8 keys starting at key0, whose K / V rows start at kt / vt
 /// (shared, pitch<D>()): S = q K^T, keys outside [r_lo[r], r_hi[r]] of row r masked, softcap
 /// (when > 0), online softmax, O += P V. full = false (NT >= 4; ignored below): only the first
@@ -252,7 +252,7 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 /// step code, which waits on instruction fetch; docs/cuda.md, v18).
 /// kLog2: the scores are in log2 units (q times scale * log2 e, softcap * log2 e), so the
 /// softmax takes exp2f (one MUFU.EX2 and a scale) instead of expf's range reduction; m too is in
-/// log2 units (prefill: 10-13% faster on the H200, docs/cuda.md v33).
+/// log2 units (prefill: 10-14% faster on the H200, docs/cuda.md v33).
 /// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
 /// (BackendOptions::half_prefill, llama.cpp's numerics).
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,

@@ -62,12 +62,11 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
 
 void add_prefill_precision_flag(CLI::App* cmd, std::string& value) {
   cmd->add_option("--prefill-precision", value,
-                  "Prompt products and attention on a GPU: exact (activations as two or three 16-bit parts, ~1e-7 "
-                  "relative error) or half (one part, as llama.cpp does for F16 weights: faster prefill, ~3e-4 error; "
-                  "~2e-3 for BF16 weights). Q8_0 / Q4_0 weights take it on Hopper GPUs only; decode is exact either "
-                  "way. "
-                  "It covers this process's layers: --pool passes it to its workers, a `shoal join` worker takes "
-                  "its own")
+                  "Prompt products on a GPU, and prompt attention over f16 KV caches: exact (activations as two or "
+                  "three 16-bit parts, ~1e-7 relative error) or half (one part, as llama.cpp does for F16 weights: "
+                  "faster prefill, ~3e-4 error; ~2e-3 for BF16 weights). Q8_0 / Q4_0 weights take it on Hopper GPUs "
+                  "only; decode is exact either way. It covers this process's layers: --pool passes it to its "
+                  "workers, a `shoal join` worker takes its own")
       ->capture_default_str()
       ->check(CLI::IsMember({"exact", "half"}));
 }

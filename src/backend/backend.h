@@ -88,8 +88,9 @@ struct BackendOptions {
   /// splits x once, so it takes one part only where all of its products can. llama.cpp's
   /// numerics for F16 weights: about 2^-11 (f16) / 2^-8 (bf16) relative error per activation,
   /// ~3e-4 / ~2e-3 normalised error per product, instead of ~1e-7. Prefill attention on the
-  /// tensor cores (f16 caches) likewise takes q and the softmax weights p as one f16 part, as
-  /// llama.cpp's flash attention does. Off (exact) by default.
+  /// tensor cores (f16 caches) takes q (times the softmax scale) and the softmax weights p
+  /// rounded to f16 once, without a lo part, as llama.cpp's flash attention does (within 3e-3 of
+  /// the f32 result in the tests). Off (exact) by default.
   /// Decode (one to 8 tokens) is exact either way; CPU backends compute in f32 and ignore it.
   /// `--prefill-precision half` on the command line.
   bool half_prefill = false;

@@ -22,11 +22,7 @@ class CudaGemmQuantTest : public CudaVsRef, public ::testing::WithParamInterface
   void SetUp() override {
     CudaVsRef::SetUp();
     if (IsSkipped() || HasFatalFailure() || !GetParam()) return;
-    BackendOptions o;
-    o.half_prefill = true;
-    auto g = create_backend("cuda:0", o);
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    gpu_ = std::move(*g);
+    use_half_prefill();
   }
   // As the GEMV and cuBLAS paths: f32 sums of exact products, against the double reference;
   // with one part (gemm_quant on, half_prefill) x's f16 rounding.

@@ -213,8 +213,8 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
       s[n][e] = p;
       st.l[e >> 1] += p;
     }
-  // O += P V, P as A fragments (hi + lo; hi only with kOnePart) of 16 keys; ldmatrix.trans gives V's B fragments of two
-  // n-tiles of 8 dimensions.
+  // O += P V, P as A fragments (hi + lo; hi only with kOnePart) of 16 keys; ldmatrix.trans gives
+  // V's B fragments of two n-tiles of 8 dimensions.
 #pragma unroll
   for (int kk = 0; kk < NT / 2; ++kk) {
     if (!live(2 * kk)) continue;

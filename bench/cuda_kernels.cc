@@ -261,7 +261,8 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
 // --prefill-precision half (q and p as one f16 part).
 double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n) {
   Tensor kc = act(b, DType::kF16, {n, int64_t(kv) * 128}, 1), vc = act(b, DType::kF16, {n, int64_t(kv) * 128}, 2);
-  Tensor q = act(b, DType::kF32, {n, int64_t(heads) * 128}, 3), out = must(b.alloc(DType::kF32, {n, int64_t(heads) * 128}));
+  Tensor q = act(b, DType::kF32, {n, int64_t(heads) * 128}, 3);
+  Tensor out = must(b.alloc(DType::kF32, {n, int64_t(heads) * 128}));
   Tensor pos = must(b.alloc(DType::kI32, {n}));
   std::vector<int32_t> p(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
@@ -284,7 +285,8 @@ void bench_prefill_attention(Backend& b, Backend& half, int reps) {
   std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, half | TFLOP/s, half |\n|---|---|---|---|---|---|\n");
   for (auto [heads, kv] : {std::pair{32, 8}, std::pair{16, 8}})
     for (int64_t n : {512, 2048, 4096}) {
-      const double us = prefill_attention_us(b, reps, heads, kv, n), half_us = prefill_attention_us(half, reps, heads, kv, n);
+      const double us = prefill_attention_us(b, reps, heads, kv, n);
+      const double half_us = prefill_attention_us(half, reps, heads, kv, n);
       const double tflop = 4.0 * double(n) * double(n + 1) / 2 * 128 * heads / 1e12;
       std::printf("| %d / %d | %lld | %.2f | %.0f | %.2f | %.0f |\n", heads, kv, (long long)n, us, tflop / (us * 1e-6),
                   half_us, tflop / (half_us * 1e-6));

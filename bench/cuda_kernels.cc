@@ -617,12 +617,14 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
     bench_sweep(b, c, reps);
     return 0;
   }
-  BackendOptions half;  // --prefill-precision half
-  half.half_prefill = true;
+  auto half_backend = [&] {  // the same device with --prefill-precision half
+    BackendOptions half;
+    half.half_prefill = true;
+    return must(create_backend("cuda:" + std::to_string(device), half));
+  };
   if (attention || prefill_attention) {
     if (attention) bench_attention(b, c, reps);
-    auto hb = must(create_backend("cuda:" + std::to_string(device), half));
-    bench_prefill_attention(b, *hb, reps);
+    bench_prefill_attention(b, *half_backend(), reps);
     return 0;
   }
   if (gemv) {
@@ -635,7 +637,7 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
     bench_prefill(b, qwen, DType::kF16, reps);
     // The tables again on a backend with one activation part (--prefill-precision half; Q8_0 /
     // Q4_0 take it where gemm_quant runs).
-    auto hb = must(create_backend("cuda:" + std::to_string(device), half));
+    auto hb = half_backend();
     for (DType t : {DType::kF16, DType::kQ8_0, DType::kQ4_0})
       bench_prefill(*hb, llama, t, reps, ", --prefill-precision half");
     bench_prefill(*hb, qwen, DType::kF16, reps, ", --prefill-precision half");
@@ -652,10 +654,7 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   if (!quick) {
     bench_gemv(b, c, reps);
     bench_attention(b, c, reps);
-    {
-      auto hb = must(create_backend("cuda:" + std::to_string(device), half));
-      bench_prefill_attention(b, *hb, reps);
-    }
+    bench_prefill_attention(b, *half_backend(), reps);
     bench_gemm(b, c, reps);
   }
   bench_sampling(b, reps);

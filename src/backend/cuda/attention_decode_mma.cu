@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
 #pragma unroll
   for (int ks = warp; ks < D / 16; ks += kWarps) {
     uint32_t h[4], l[4];
-    attn_mma::q_fragment(h, l, qa, qb, ks, P.scale, c);
+    attn_mma::q_fragment(h, l, qa, qb, ks, P.scale * attn_mma::kLog2e, c);  // (log2 units)
     q_s[0][ks][lane] = make_uint4(h[0], h[1], h[2], h[3]);
     q_s[1][ks][lane] = make_uint4(l[0], l[1], l[2], l[3]);
   }
@@ -334,8 +334,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     if (key0 <= b_hi) {
       const int off = ((i % S) * kKeys + warp * wk) * DP;
       const bool full = wk > kWarpKeys && key0 + kWarpKeys <= b_hi;  // keys in the warp's second 16
-      attn_mma::tile_step<D, 2 * kWarpKeys / 8, kStepChains, false>(k_s + off, v_s + off, key0, qh, ql, r_lo, r_hi,
-                                                                    0.0f, st, full, n_rows > 8);
+      attn_mma::tile_step<D, 2 * kWarpKeys / 8, kStepChains, false, true>(k_s + off, v_s + off, key0, qh, ql, r_lo,
+                                                                          r_hi, 0.0f, st, full, n_rows > 8);
     }
     __syncthreads();  // a later load overwrites this buffer
   }
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     const float m = m_s[w][r];
     float M = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
     M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, 2));
-    const float wt = m == -INFINITY ? 0.0f : expf(m - M);
+    const float wt = m == -INFINITY ? 0.0f : exp2f(m - M);
     float L = l_s[w][r] * wt;
     L += __shfl_xor_sync(0xffffffffu, L, 1);
     L += __shfl_xor_sync(0xffffffffu, L, 2);
@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       float M = m;
 #pragma unroll
       for (int s = 1; s < 8; s *= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, s));
-      const float wt = m == -INFINITY ? 0.0f : expf(m - M);
+      const float wt = m == -INFINITY ? 0.0f : exp2f(m - M);
       float L = l * wt;
 #pragma unroll
       for (int s = 1; s < 8; s *= 2) L += __shfl_xor_sync(0xffffffffu, L, s);
@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       const int64_t row = (row_out(r) / D) * pl.n_splits + split;
       P.part_o[row * D + idx % D] = o_s[idx];
       if (idx % D == 0) {
-        P.part_ml[row * 2] = m_s[0][r];
+        P.part_ml[row * 2] = m_s[0][r] * attn_mma::kLn2;  // (the combine's m: natural units)
         P.part_ml[row * 2 + 1] = l_s[0][r];
       }
     }

@@ -29,6 +29,9 @@
 
 namespace shoal::cuda::attn_mma {
 
+/// log2 e and ln 2: scores in log2 units (tile_step's kLog2) and back to natural units.
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
 constexpr int kKeys = 64;  // keys per tile
 constexpr int kRows = 16;  // query rows per warp (the MMA's M)
 
@@ -252,7 +255,7 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 /// step code, which waits on instruction fetch; docs/cuda.md, v18).
 /// kLog2: the scores are in log2 units (q times scale * log2 e, softcap * log2 e), so the
 /// softmax takes exp2f (one MUFU.EX2 and a scale) instead of expf's range reduction; m too is in
-/// log2 units (prefill: 10-14% faster on the H200, docs/cuda.md v33).
+/// log2 units (prefill: 10-14% faster on the H200, docs/cuda.md v33; decode: v34).
 /// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
 /// (BackendOptions::half_prefill, llama.cpp's numerics).
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,

@@ -31,7 +31,8 @@ constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: spli
 
 using Params = MmaParams<PrefillPlan>;
 
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+using attn_mma::kLn2;
+using attn_mma::kLog2e;
 
 // kOnePart: AttnArgs::one_part (q and p as one f16 part). Scores are in log2 units (tile_step's
 // kLog2). The minimum of one block per SM is not a no-op: with it ptxas gives the one-part

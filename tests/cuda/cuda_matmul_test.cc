@@ -318,6 +318,17 @@ TEST_F(CudaMatmulsTest, PrefillSplitsOnceWithFusedEpilogues) {
   check_mixed({DType::kBF16, DType::kF16, DType::kF32}, 20);
 }
 
+TEST_F(CudaMatmulsTest, PrefillInputRowsOfEveryWidth) {
+  // The input split (gemm_prep.cu), with and without the norm: rows held in registers (k % 4 ==
+  // 0, up to 16384 values: 1 to 16 float4 per thread, the last step partly used) and the generic
+  // loop (k % 4 != 0, wider rows); f16 parts (F16) and bf16 parts (BF16).
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int64_t in : {258, 1028, 4100, 16388}) {
+      check_fused(t, in, 12, true, false, {64, 8, 24});
+      check_fused(t, in, 10, false, true, {64, 8, 24});
+    }
+}
+
 TEST_F(CudaMatmulsTest, GluBehindTheNorm) {
   for (DType t : kWeightTypes) {
     for (int64_t n : {1, 5}) check_glu(t, 384, n);

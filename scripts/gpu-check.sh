@@ -82,9 +82,12 @@ if [ -x "$SHOAL" ]; then
     done
     # The same with one 16-bit activation part in the prefill products (BF16 weights here): the
     # error llama.cpp-style numerics give, for the record (the default tolerance may refuse it).
-    out=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
-          --device cuda:0 --prefill-precision half 2>&1 | tail -3 | tr '\n' ' ')
-    note "shoal check $arch hf cuda:0 --prefill-precision half: $out"
+    # With an f16 cache the prompt's attention takes one part too (AttnArgs::one_part).
+    for kv in f32 f16; do
+      out=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
+            --device cuda:0 --prefill-precision half --kv "$kv" 2>&1 | tail -3 | tr '\n' ' ')
+      note "shoal check $arch hf cuda:0 --prefill-precision half kv=$kv: $out"
+    done
   done
   if [ -f "$FIX/models/stories260K.gguf" ]; then
     want=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['cases'][0]['generated_text'])" \

@@ -8,6 +8,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -87,13 +88,68 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
   store_q8_block(v[src], vc + uint64_t(p) * row_bytes + uint64_t(b) * 34);
 }
 
+// Copies n floats from src to dst over the lanes of a warp: a float4 per lane and step when
+// n % 4 == 0 (both 16-byte aligned; one round trip for a head of 128), else one float per lane.
+// Returns the sum of squares of what the lane copied.
+__device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, int lane) {
+  float ss = 0.0f;
+  if (n % 4 == 0) {
+    for (int i = 4 * lane; i < n; i += 128) {
+      const float4 x = *reinterpret_cast<const float4*>(src + i);
+      *reinterpret_cast<float4*>(dst + i) = x;
+      ss = fmaf(x.x, x.x, fmaf(x.y, x.y, fmaf(x.z, x.z, fmaf(x.w, x.w, ss))));
+    }
+  } else {
+    for (int i = lane; i < n; i += 32) {
+      dst[i] = src[i];
+      ss = fmaf(dst[i], dst[i], ss);
+    }
+  }
+  return ss;
+}
+
+// Stores a k head (hv, shared) and its v head (vr) as cache rows at element `at` of kc / vc, over
+// the lanes of a warp (f32 / f16: 4 values per lane and step when hd % 4 == 0).
+__device__ __forceinline__ void store_kv_head(const float* hv, const float* vr, int hd, int lane, CacheKind cache,
+                                              void* kc, void* vc, int64_t at) {
+  switch (cache) {
+    case CacheKind::kF32:
+      warp_copy(hv, static_cast<float*>(kc) + at, hd, lane);
+      warp_copy(vr, static_cast<float*>(vc) + at, hd, lane);
+      return;
+    case CacheKind::kF16: {
+      auto* k16 = static_cast<uint16_t*>(kc) + at;
+      auto* v16 = static_cast<uint16_t*>(vc) + at;
+      if (hd % 4 != 0) {
+        for (int i = lane; i < hd; i += 32) k16[i] = to_cache<uint16_t>(hv[i]), v16[i] = to_cache<uint16_t>(vr[i]);
+        return;
+      }
+      for (int i = 4 * lane; i < hd; i += 128) {
+        const float4 kx = *reinterpret_cast<const float4*>(hv + i), vx = *reinterpret_cast<const float4*>(vr + i);
+        *reinterpret_cast<uint2*>(k16 + i) = make_uint2(half2_bits(kx.x, kx.y), half2_bits(kx.z, kx.w));
+        *reinterpret_cast<uint2*>(v16 + i) = make_uint2(half2_bits(vx.x, vx.y), half2_bits(vx.z, vx.w));
+      }
+      return;
+    }
+    case CacheKind::kQ8_0: {  // a head is whole 32-value blocks
+      const uint64_t b0 = uint64_t(at / 32) * 34;
+      for (int b = 0; b < hd / 32; ++b) {
+        store_q8_block(hv[b * 32 + lane], static_cast<uint8_t*>(kc) + b0 + uint64_t(b) * 34);
+        store_q8_block(vr[b * 32 + lane], static_cast<uint8_t*>(vc) + b0 + uint64_t(b) * 34);
+      }
+      return;
+    }
+  }
+}
+
 // The attention prologue (QkvArgs): one block per token and group of 8 heads (q heads, then k
 // heads). The block makes RoPE's (cos, sin) of the token's pairs (in double, as the reference)
 // for its 8 heads, then each warp takes one head: staged in the warp's shared memory, normed
 // (optional; the sum of squares by the warp), rotated, written back, and for a k head stored in
 // the caches together with the v head. One block barrier, right after the table; none later.
 // (It was a block of 128 threads per (token, head), each making the table: 28 us per
-// Llama-3-8B layer at 512 tokens, H200; v32 in docs/cuda.md.)
+// Llama-3-8B layer at 512 tokens, H200; v32 in docs/cuda.md. Heads are copied a float4 per lane:
+// 12.5 us per layer with a float per lane, v34.)
 constexpr int kQkvWarps = 8, kQkvThreads = 32 * kQkvWarps;
 constexpr int kQkvMaxHeadDim = 256;
 
@@ -102,7 +158,7 @@ __global__ void __launch_bounds__(kQkvThreads)
                    const float* __restrict__ inv_freq, const QkvArgs a, void* kc, void* vc) {
   pdl_prologue();
   __shared__ double2 cs[kQkvMaxHeadDim / 2];
-  __shared__ float staged[kQkvWarps][kQkvMaxHeadDim];
+  __shared__ __align__(16) float staged[kQkvWarps][kQkvMaxHeadDim];
   const RopeArgs& r = a.rope;
   const int heads = r.n_heads + a.n_kv_heads, hd = r.head_dim, half = r.rot_dims / 2;
   const int groups = (heads + kQkvWarps - 1) / kQkvWarps;
@@ -112,56 +168,29 @@ __global__ void __launch_bounds__(kQkvThreads)
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = int(blockIdx.x % groups) * kQkvWarps + warp;
+  if (h >= heads) return;
   float* const hv = staged[warp];
   const int64_t width = int64_t(a.n_kv_heads) * hd;
-  if (h < heads) {
-    const bool is_q = h < r.n_heads;
-    const int kvh = h - r.n_heads;
-    float* x = is_q ? q + (t * r.n_heads + h) * hd : k + t * width + int64_t(kvh) * hd;
-    const float* nw = is_q ? a.q_norm : a.k_norm;
-    float ss = 0.0f;
-    for (int i = lane; i < hd; i += 32) {
-      hv[i] = x[i];
-      ss = fmaf(hv[i], hv[i], ss);
-    }
-    if (nw) {  // uniform over the warp
-      const float inv = 1.0f / sqrtf(warp_sum(ss) / float(hd) + a.eps);
-      for (int i = lane; i < hd; i += 32) hv[i] = hv[i] * inv * nw[i];
-    }
+  const bool is_q = h < r.n_heads;
+  const int kvh = h - r.n_heads;
+  float* x = is_q ? q + (t * r.n_heads + h) * hd : k + t * width + int64_t(kvh) * hd;
+  const float* nw = is_q ? a.q_norm : a.k_norm;
+  const float ss = warp_copy(x, hv, hd, lane);
+  __syncwarp();
+  if (nw) {  // uniform over the warp
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / float(hd) + a.eps);
+    for (int i = lane; i < hd; i += 32) hv[i] = hv[i] * inv * nw[i];
     __syncwarp();
-    for (int i = lane; i < half; i += 32) {
-      const int ia = r.interleaved ? 2 * i : i, ib = r.interleaved ? 2 * i + 1 : i + half;
-      rope_rotate(hv[ia], hv[ib], cs[i]);
-    }
-    __syncwarp();
-    for (int i = lane; i < hd; i += 32) x[i] = hv[i];
-    if (!is_q && p >= 0 && p < a.n_ctx) {
-      const float* vr = v + t * width + int64_t(kvh) * hd;
-      const int64_t at = int64_t(p) * width + int64_t(kvh) * hd;  // element offset in the caches
-      switch (a.cache) {
-        case CacheKind::kF32:
-          for (int i = lane; i < hd; i += 32) {
-            static_cast<float*>(kc)[at + i] = hv[i];
-            static_cast<float*>(vc)[at + i] = vr[i];
-          }
-          break;
-        case CacheKind::kF16:
-          for (int i = lane; i < hd; i += 32) {
-            static_cast<uint16_t*>(kc)[at + i] = to_cache<uint16_t>(hv[i]);
-            static_cast<uint16_t*>(vc)[at + i] = to_cache<uint16_t>(vr[i]);
-          }
-          break;
-        case CacheKind::kQ8_0: {  // a head is whole 32-value blocks
-          const uint64_t b0 = uint64_t(at / 32) * 34;
-          for (int b = 0; b < hd / 32; ++b) {
-            store_q8_block(hv[b * 32 + lane], static_cast<uint8_t*>(kc) + b0 + uint64_t(b) * 34);
-            store_q8_block(vr[b * 32 + lane], static_cast<uint8_t*>(vc) + b0 + uint64_t(b) * 34);
-          }
-          break;
-        }
-      }
-    }
   }
+  for (int i = lane; i < half; i += 32) {
+    const int ia = r.interleaved ? 2 * i : i, ib = r.interleaved ? 2 * i + 1 : i + half;
+    rope_rotate(hv[ia], hv[ib], cs[i]);
+  }
+  __syncwarp();
+  warp_copy(hv, x, hd, lane);
+  if (is_q || p < 0 || p >= a.n_ctx) return;
+  const int64_t at = int64_t(p) * width + int64_t(kvh) * hd;  // element offset in the caches
+  store_kv_head(hv, v + t * width + int64_t(kvh) * hd, hd, lane, a.cache, kc, vc, at);
 }
 
 }  // namespace

@@ -469,6 +469,7 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
               std::string(dtype_name(t)).c_str(), (long long)n, m.n_layers, note);
   std::printf("| ops | us / layer | ms / prompt |\n|---|---|---|\n");
   double total = 0;
+  const int64_t stacked0 = probe::stacked_products(b);
   for (const auto& [name, fn] : groups) {
     const double ms = must(probe::time_graph_ms(b, fn, reps));
     total += ms;
@@ -477,6 +478,9 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
   }
   std::printf("| all layers | %.1f | %.2f (%.0f tokens/s without embedding and LM head) |\n", total * 1e3,
               total * m.n_layers, double(n) / (total * m.n_layers * 1e-3));
+  if (t == DType::kF16 || t == DType::kBF16)  // (gemm_matmuls: weights back to back share a GEMM)
+    std::printf("(q/k/v weights next to each other in device memory, one GEMM: %s)\n",
+                probe::stacked_products(b) > stacked0 ? "yes" : "no");
   std::fflush(stdout);
   free_layer(b, L);
   for (Tensor* tp : {&freq, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2}) b.free(*tp);

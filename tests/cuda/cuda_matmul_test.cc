@@ -115,6 +115,41 @@ class CudaMatmulsTest : public CudaMatmulTest {
     EXPECT_LT(nerr(y), tolerance(t, n));
   }
 
+  // Weights back to back in device memory (here views of one allocation; q / k / v as their
+  // allocations usually fall) take one GEMM over all their rows and a sum of the parts per
+  // product, each with its own bias and residual add; a gap (the third view a row further on)
+  // ends the run. Checked against the reference on the same views.
+  void check_stacked(DType t, bool gap, double tol) {
+    SCOPED_TRACE(fmt::format("{} gap={}", dtype_name(t), gap));
+    const int64_t in = 264, n = 12, rows[3] = {96, 32, 32};
+    Dual all = make_weight(t, {rows[0] + rows[1] + rows[2] + 1, in});
+    const int64_t row_bytes = int64_t(*dtype_bytes(t, in));
+    const int64_t first[3] = {0, rows[0], rows[0] + rows[1] + (gap ? 1 : 0)};
+    Dual w[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i].c = Tensor::make(static_cast<uint8_t*>(all.c.data) + first[i] * row_bytes, t, {rows[i], in});
+      w[i].g = Tensor::make(static_cast<uint8_t*>(all.g.data) + first[i] * row_bytes, t, {rows[i], in});
+    }
+    Dual x = make_f32({n, in}, randn(n * in, 3.0f));
+    Dual g = make_f32({in}, randn(in)), h = output(DType::kF32, {n, in});
+    Dual b = make_f32({rows[1]}, randn(rows[1]));
+    Dual y[3], tmp[3];
+    for (int i = 0; i < 3; ++i) {
+      y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));  // the third is accumulated into
+      tmp[i] = output(DType::kF32, {n, rows[i]});
+    }
+    const int64_t before = cuda_probe::stacked_products(*gpu_);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut outs[3];
+      for (int i = 0; i < 3; ++i) outs[i] = out_for(gp, w[i], y[i], tmp[i], i == 2);
+      outs[1].bias = gp ? &b.g : &b.c;
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+    }
+    EXPECT_EQ(cuda_probe::stacked_products(*gpu_) - before, gap ? 2 : 3);
+    for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tol) << "product " << i;
+  }
+
   // Outputs of different weight kinds, and accumulate next to plain outputs, in one call.
   void check_mixed(const std::vector<DType>& kinds, int64_t n) {
     SCOPED_TRACE(fmt::format("mixed kinds n={}", n));
@@ -327,6 +362,16 @@ TEST_F(CudaMatmulsTest, PrefillInputRowsOfEveryWidth) {
       check_fused(t, in, 12, true, false, {64, 8, 24});
       check_fused(t, in, 10, false, true, {64, 8, 24});
     }
+}
+
+TEST_F(CudaMatmulsTest, PrefillProductsOfAdjacentWeightsShareOneGemm) {
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (bool gap : {false, true}) check_stacked(t, gap, tolerance(t, 12));
+}
+
+TEST_F(CudaMatmulsTest, PrefillProductsOfAdjacentWeightsShareOneGemmOfOnePart) {
+  use_half_prefill();
+  for (bool gap : {false, true}) check_stacked(DType::kF16, gap, 2e-3);
 }
 
 TEST_F(CudaMatmulsTest, GluBehindTheNorm) {

@@ -127,6 +127,9 @@ class CudaBackend final : public Backend {
   /// Prefill inputs split into one 16-bit part instead of exact parts (BackendOptions::half_prefill,
   /// where one_part; for tests); counted per split.
   uint64_t half_prefill_inputs() const { return half_inputs_; }
+  /// Prefill products so far that shared one GEMM with others whose weights lie next to theirs
+  /// (gemm_matmuls; for tests and benchmarks).
+  uint64_t stacked_products() const { return stacked_products_; }
   /// After a kernel launched on stream() outside the ops (cuda_probe): the next op must not read
   /// anything early behind it (see last_op_may_write).
   void forget_writes() {
@@ -243,7 +246,8 @@ class CudaBackend final : public Backend {
   // Ops seen by use_device() (every op and copy passes it), and the last KV write: its op, its
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
-  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0;
+  uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
+           stacked_products_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

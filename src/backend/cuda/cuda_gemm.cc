@@ -160,12 +160,41 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
   GemmInput in;
   if (!gemm_input(cuda::f32(x), n, k, bf16, half, norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in)) return true;
   if (quant_gemm_together(in, outs)) return true;
-  for (const MatmulOut& o : outs) {
-    const int64_t m = o.w->rows();
+  for (size_t i = 0; i < outs.size();) {
+    const MatmulOut& o = outs[i];
+    // Products whose weights lie back to back in device memory (F16 / BF16, no up: q / k / v as
+    // their allocations usually fall) take one GEMM over all their rows, then a sum of the parts
+    // per product: k and v of a GQA model alone would each leave most of the GPU idle (H200,
+    // Llama-3-8B q / k / v at 512 tokens: 81 against 95 us; docs/cuda.md v34).
+    size_t end = i + 1;
+    int64_t m = o.w->rows();
+    if (!o.up && (o.w->dtype == DType::kF16 || o.w->dtype == DType::kBF16))
+      for (; end < outs.size(); ++end) {
+        const Tensor* w = outs[end].w;
+        const Tensor* prev = outs[end - 1].w;
+        const void* next_to_prev = static_cast<const uint8_t*>(prev->data) + prev->nbytes();
+        if (outs[end].up || w->dtype != o.w->dtype || w->data != next_to_prev) break;
+        m += w->rows();
+      }
     auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
     if (!yp) return true;
-    const int blocks = gemm_products(weight_ref(*o.w), in, yp);
+    cuda::WeightRef ref = weight_ref(*o.w);
+    ref.rows = m;
+    const int blocks = gemm_products(ref, in, yp);
     if (blocks == 0) return true;
+    if (end > i + 1) {
+      stacked_products_ += end - i;
+      for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i) {
+        const MatmulOut& s = outs[i];
+        const float* bias = s.bias ? cuda::f32(*s.bias) : nullptr;
+        if (!note(cuda::combine_parts(yp + r0, blocks, n, s.w->rows(), in.inv_scale, bias, s.accumulate,
+                                      cuda::f32(*s.y), stream_, m),
+                  "combine_parts"))
+          return true;
+      }
+      continue;
+    }
+    ++i;
     if (o.up) {
       auto* up = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(in, m)));
       const int up_blocks = up ? gemm_products(weight_ref(*o.up), in, up) : 0;

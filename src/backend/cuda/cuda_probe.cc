@@ -293,6 +293,11 @@ int64_t half_prefill_inputs(Backend& b) {
   return cb ? int64_t(cb->half_prefill_inputs()) : -1;
 }
 
+int64_t stacked_products(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->stacked_products()) : -1;
+}
+
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb && cb->quant_gemm_available();

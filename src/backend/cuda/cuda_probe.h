@@ -77,6 +77,10 @@ int64_t quant_gemm_launches(Backend& b);
 /// (BackendOptions::half_prefill, for calls whose products all take it); -1 if b is not a CUDA
 /// backend. For tests.
 int64_t half_prefill_inputs(Backend& b);
+/// Prefill products of the CUDA backend b so far that shared one GEMM with others whose weights
+/// lie next to theirs in device memory (F16 / BF16 q / k / v, as allocations usually fall); -1 if
+/// b is not a CUDA backend. For tests and benchmarks.
+int64_t stacked_products(Backend& b);
 /// Whether b's device runs gemm_quant (false if b is not a CUDA backend).
 bool quant_gemm_available(Backend& b);
 /// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.

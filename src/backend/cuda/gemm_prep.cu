@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kDqChunks * 32)
 }
 
 // Sum of the partial products of element i (4 consecutive elements of one token: rows % 4 == 0),
-// times the token's 1 / scale.
+// times the token's 1 / scale; parts `count` floats apart.
 __device__ __forceinline__ float4 parts_sum4(const float* __restrict__ yp, int blocks, int64_t count, int64_t i,
                                              float inv) {
   float4 s = *reinterpret_cast<const float4*>(yp + i);
@@ -200,21 +200,19 @@ __device__ __forceinline__ float4 parts_sum4(const float* __restrict__ yp, int b
 }
 
 // y = sum of parts (* inv_scale) (+ bias) (+ y when accumulating): one thread per element, or
-// per 4 elements when rows % 4 == 0.
+// per 4 elements when rows and ld are multiples of 4 (yp 16-byte aligned). yp rows are ld apart.
 template <bool kVec4>
-__global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t rows,
+__global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t rows, int64_t ld,
                                const float* __restrict__ inv_scale, const float* __restrict__ bias, bool accumulate,
                                float* y) {
   pdl_prologue();
-  const int64_t count = n * rows;
+  const int64_t count = n * rows, src_count = n * ld;
   if constexpr (kVec4) {
     const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
     if (i >= count) return;
-    float4 s = parts_sum4(yp, blocks, count, i, inv_scale ? inv_scale[i / rows] : 1.0f);
-    if (bias) {
-      const int64_t r = i % rows;
-      s.x += bias[r], s.y += bias[r + 1], s.z += bias[r + 2], s.w += bias[r + 3];
-    }
+    const int64_t t = i / rows, r = i % rows;
+    float4 s = parts_sum4(yp, blocks, src_count, t * ld + r, inv_scale ? inv_scale[t] : 1.0f);
+    if (bias) s.x += bias[r], s.y += bias[r + 1], s.z += bias[r + 2], s.w += bias[r + 3];
     if (accumulate) {
       const float4 o = *reinterpret_cast<const float4*>(y + i);
       s.x = o.x + s.x, s.y = o.y + s.y, s.z = o.z + s.z, s.w = o.w + s.w;
@@ -223,10 +221,11 @@ __global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t r
   } else {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= count) return;
+    const int64_t t = i / rows, r = i % rows;
     float s = 0.0f;
-    for (int b = 0; b < blocks; ++b) s += yp[b * count + i];
-    if (inv_scale) s *= inv_scale[i / rows];
-    if (bias) s += bias[i % rows];
+    for (int b = 0; b < blocks; ++b) s += yp[b * src_count + t * ld + r];
+    if (inv_scale) s *= inv_scale[t];
+    if (bias) s += bias[r];
     y[i] = accumulate ? y[i] + s : s;
   }
 }
@@ -251,8 +250,8 @@ __global__ void combine_glu_kernel(const float* __restrict__ gate, int gate_bloc
 cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
                               float eps, uint16_t* out, float* inv_scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0 &&
-                   (!norm_w || reinterpret_cast<uintptr_t>(norm_w) % 16 == 0);
+  auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  const bool vec = k % 4 == 0 && aligned(x, 16) && aligned(out, 8) && (!norm_w || aligned(norm_w, 16));
   const int64_t per_thread = div_up(k, int64_t(4) * kRowThreads);  // float4 steps of a thread
   auto go = [&](auto kernel) {
     SHOAL_TRY_LAUNCH(launch(kernel, unsigned(n), kRowThreads, 0, stream, x, n, k, bf16, parts, norm_w, eps, out,
@@ -280,14 +279,16 @@ cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* 
 }
 
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
-                          const float* bias, bool accumulate, float* y, cudaStream_t stream) {
+                          const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld) {
   if (n * rows == 0) return cudaSuccess;
-  if (rows % 4 == 0) {
+  if (ld == 0) ld = rows;
+  if (ld < rows) return cudaErrorInvalidValue;
+  if (rows % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(yp) % 16 == 0) {
     SHOAL_TRY_LAUNCH(launch(combine_kernel<true>, unsigned(div_up(n * rows / 4, kBlock)), kBlock, 0, stream, yp,
-                            blocks, n, rows, inv_scale, bias, accumulate, y));
+                            blocks, n, rows, ld, inv_scale, bias, accumulate, y));
   } else {
     SHOAL_TRY_LAUNCH(launch(combine_kernel<false>, unsigned(div_up(n * rows, kBlock)), kBlock, 0, stream, yp, blocks,
-                            n, rows, inv_scale, bias, accumulate, y));
+                            n, rows, ld, inv_scale, bias, accumulate, y));
   }
   return cudaSuccess;
 }

@@ -13,6 +13,19 @@ namespace shoal {
 Result<std::unique_ptr<Backend>> create_cuda_backend(int device, const BackendOptions& opts);
 #endif
 
+Result<std::vector<Tensor>> Backend::alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes) {
+  std::vector<Tensor> out;
+  for (const auto& [rows, cols] : shapes) {
+    Result<Tensor> t = alloc_weight(dtype, {rows, cols});
+    if (!t.ok()) {
+      for (Tensor& done : out) free(done);
+      return t.status();
+    }
+    out.push_back(*t);
+  }
+  return out;
+}
+
 Status Backend::check_decoded_wait(int64_t pos, int n) {
   if (n < 1 || n > Backend::kDecodedMax)
     return make_error(Code::kInvalidArgument, "wait for {} decoded ids (1..{})", n, Backend::kDecodedMax);

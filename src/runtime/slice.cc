@@ -1,7 +1,9 @@
 #include "runtime/slice.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
+#include <span>
 
 #include "core/log.h"
 #include "model/rope.h"
@@ -16,6 +18,7 @@ struct Need {
   Tensor* dst;
   std::vector<int64_t> shape;  // expected shape (outermost first)
   bool required;
+  bool group_qkv = false;  // attn_q (first of q, k, v): the three in one allocation
 };
 
 Status check_shape(const TensorInfo& t, const std::vector<int64_t>& want) {
@@ -36,7 +39,7 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
   std::vector<Need> v = {
       {n("attn_norm.weight"), WeightRole::kVector, &w.attn_norm, {d}, true},
       {n("attn_norm.bias"), WeightRole::kVector, &w.attn_norm_b, {d}, ln},
-      {n("attn_q.weight"), WeightRole::kMatrix, &w.wq, {qw, d}, true},
+      {n("attn_q.weight"), WeightRole::kMatrix, &w.wq, {qw, d}, true, true},
       {n("attn_k.weight"), WeightRole::kMatrix, &w.wk, {kw, d}, true},
       {n("attn_v.weight"), WeightRole::kMatrix, &w.wv, {kw, d}, true},
       {n("attn_output.weight"), WeightRole::kMatrix, &w.wo, {d, qw}, true},
@@ -91,10 +94,34 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
     owned_.push_back(*need.dst);
     return Status::Ok();
   };
+  // A layer's q / k / v in one allocation (WeightLoader::add_matrices): the CUDA backend's prefill
+  // computes weights that lie back to back in one GEMM.
+  auto add_qkv = [&](std::span<const Need> qkv) -> Status {
+    std::array<const TensorInfo*, 3> infos{};
+    std::array<Tensor*, 3> dsts{};
+    for (size_t i = 0; i < qkv.size(); ++i) {
+      infos[i] = weights.find(qkv[i].name);
+      if (!infos[i]) return add(qkv[i]);  // (the error of a missing tensor)
+      SHOAL_RETURN_IF_ERROR(check_shape(*infos[i], qkv[i].shape));
+      dsts[i] = qkv[i].dst;
+    }
+    SHOAL_RETURN_IF_ERROR(loader.add_matrices(infos, dsts));
+    for (const Need& need : qkv) owned_.push_back(*need.dst);
+    return Status::Ok();
+  };
   const int64_t d = cfg_.d_model, vocab = cfg_.vocab_size;
   layers_.resize(size_t(spec_.end - spec_.first));
-  for (int l = spec_.first; l < spec_.end; ++l)
-    for (const Need& need : layer_needs(cfg_, l, layers_[size_t(l - spec_.first)])) SHOAL_RETURN_IF_ERROR(add(need));
+  for (int l = spec_.first; l < spec_.end; ++l) {
+    const std::vector<Need> needs = layer_needs(cfg_, l, layers_[size_t(l - spec_.first)]);
+    for (size_t i = 0; i < needs.size(); ++i) {
+      if (needs[i].group_qkv) {  // q, then k and v right after it (layer_needs)
+        SHOAL_RETURN_IF_ERROR(add_qkv(std::span<const Need>(needs).subspan(i, 3)));
+        i += 2;
+      } else {
+        SHOAL_RETURN_IF_ERROR(add(needs[i]));
+      }
+    }
+  }
   if (spec_.end > spec_.first)
     SHOAL_RETURN_IF_ERROR(add({"rope_freqs.weight", WeightRole::kVector, &global_.rope_freqs, {cfg_.rope.rot_dims / 2}, false}));
   if (spec_.embed) SHOAL_RETURN_IF_ERROR(add({"token_embd.weight", WeightRole::kMatrix, &global_.token_embd, {vocab, d}, true}));

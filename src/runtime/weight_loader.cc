@@ -24,22 +24,53 @@ Result<DType> WeightLoader::backend_dtype(DType t, WeightRole role, const std::s
                     name, dtype_name(t));
 }
 
-Status WeightLoader::add(const TensorInfo& info, WeightRole role, Tensor& dst, bool add_one) {
+Result<DType> WeightLoader::plan(const TensorInfo& info, WeightRole role) {
   SHOAL_ASSIGN_OR_RETURN(DType dt, backend_dtype(info.dtype, role, info.name));
   if (info.shape.empty() || info.shape.size() > 2)
     return make_error(Code::kUnsupported, "tensor '{}' has shape {}: expected a vector or a matrix", info.name,
                       info.shape_string());
   if (role == WeightRole::kVector && info.shape.size() != 1)
     return make_error(Code::kCorrupt, "tensor '{}' should be a vector but has shape {}", info.name, info.shape_string());
-  const int64_t rows = info.shape.size() == 2 ? info.shape[0] : 1, cols = info.shape.back();
+  const int64_t cols = info.shape.back();
   if (dt == DType::kQ8_0 && cols % 32 != 0)
     return make_error(Code::kUnsupported, "tensor '{}': rows of {} values cannot be converted to Q8_0", info.name, cols);
-  Result<Tensor> t = info.shape.size() == 2 ? backend_.alloc_weight(dt, {rows, cols}) : backend_.alloc_weight(dt, {cols});
-  if (!t.ok()) return t.status().with_context(fmt::format("allocating '{}'", info.name));
-  dst = *t;
+  return dt;
+}
+
+void WeightLoader::planned(const TensorInfo& info, Tensor& dst, const Tensor& t, bool add_one) {
+  dst = t;
   items_.push_back({&info, &dst, add_one});
   backend_bytes_ += dst.nbytes();
   file_bytes_ += info.nbytes;
+}
+
+Status WeightLoader::add(const TensorInfo& info, WeightRole role, Tensor& dst, bool add_one) {
+  SHOAL_ASSIGN_OR_RETURN(const DType dt, plan(info, role));
+  const int64_t rows = info.shape.size() == 2 ? info.shape[0] : 1, cols = info.shape.back();
+  Result<Tensor> t = info.shape.size() == 2 ? backend_.alloc_weight(dt, {rows, cols}) : backend_.alloc_weight(dt, {cols});
+  if (!t.ok()) return t.status().with_context(fmt::format("allocating '{}'", info.name));
+  planned(info, dst, *t, add_one);
+  return Status::Ok();
+}
+
+Status WeightLoader::add_matrices(std::span<const TensorInfo* const> infos, std::span<Tensor* const> dsts) {
+  if (infos.size() != dsts.size()) return make_error(Code::kInternal, "add_matrices: {} tensors, {} destinations",
+                                                     infos.size(), dsts.size());
+  std::vector<std::array<int64_t, 2>> shapes;
+  DType dt = DType::kF32;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    SHOAL_ASSIGN_OR_RETURN(const DType t, plan(*infos[i], WeightRole::kMatrix));
+    if ((i > 0 && t != dt) || infos[i]->shape.size() != 2) {  // one allocation each
+      for (size_t j = 0; j < infos.size(); ++j) SHOAL_RETURN_IF_ERROR(add(*infos[j], WeightRole::kMatrix, *dsts[j]));
+      return Status::Ok();
+    }
+    dt = t;
+    shapes.push_back({infos[i]->shape[0], infos[i]->shape[1]});
+  }
+  Result<std::vector<Tensor>> ts = backend_.alloc_weights(dt, shapes);
+  if (!ts.ok()) return ts.status().with_context(fmt::format("allocating '{}' and the {} after it", infos[0]->name,
+                                                            infos.size() - 1));
+  for (size_t i = 0; i < infos.size(); ++i) planned(*infos[i], *dsts[i], (*ts)[i], false);
   return Status::Ok();
 }
 

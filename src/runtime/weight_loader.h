@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ class WeightLoader {
   /// filled by run()). `add_one` adds 1.0 to every value (Gemma's (1 + w) norms from HF files).
   /// Errors: kUnsupported (dtype Shoal cannot compute or convert, named), kOutOfMemory.
   Status add(const TensorInfo& info, WeightRole role, Tensor& dst, bool add_one = false);
+  /// Plans several matrices (role kMatrix, shape [rows, cols] each) like add(), allocated in one
+  /// block when their backend dtypes agree (Backend::alloc_weights: a layer's q / k / v, which
+  /// the CUDA backend's prefill then computes in one GEMM). Same errors as add().
+  Status add_matrices(std::span<const TensorInfo* const> infos, std::span<Tensor* const> dsts);
 
   /// Streams every planned tensor into place. Logs one line per converted dtype with the memory
   /// cost. Errors: kIoError / kCorrupt from the source, backend upload errors.
@@ -45,6 +50,11 @@ class WeightLoader {
   static Result<DType> backend_dtype(DType file_dtype, WeightRole role, const std::string& name);
 
  private:
+  /// The backend dtype of a tensor to add, after the checks add() documents.
+  static Result<DType> plan(const TensorInfo& info, WeightRole role);
+  /// Records an allocated tensor t for run(): dst = t.
+  void planned(const TensorInfo& info, Tensor& dst, const Tensor& t, bool add_one);
+
   struct Item {
     const TensorInfo* info;
     Tensor* dst;

@@ -374,6 +374,71 @@ TEST_F(CudaMatmulsTest, PrefillProductsOfAdjacentWeightsShareOneGemmOfOnePart) {
   for (bool gap : {false, true}) check_stacked(DType::kF16, gap, 2e-3);
 }
 
+TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherShareOneGemm) {
+  // Backend::alloc_weights (a layer's q / k / v from the loader) places F16 weights back to back,
+  // so matmuls() computes them in one GEMM; repacked Q8_0 weights in one block compute as when
+  // allocated alone.
+  for (DType t : {DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t in = 256, n = 12;
+    const std::array<std::array<int64_t, 2>, 3> shapes{{{64, in}, {32, in}, {32, in}}};
+    auto block = gpu_->alloc_weights(t, shapes);
+    ASSERT_TRUE(block.ok()) << block.status().to_string();
+    ASSERT_EQ(block->size(), 3u);
+    Dual w[3];
+    for (int i = 0; i < 3; ++i) {
+      const auto bytes = encode(t, randn(shapes[size_t(i)][0] * in));
+      auto c = cpu_->alloc_weight(t, {shapes[size_t(i)][0], in});
+      ASSERT_TRUE(c.ok());
+      w[i].c = *c;
+      w[i].g = (*block)[size_t(i)];
+      ASSERT_TRUE(cpu_->upload_weight(w[i].c, bytes.data(), w[i].c.nbytes()).ok());
+      const Status s = gpu_->upload_weight(w[i].g, bytes.data(), w[i].g.nbytes());
+      ASSERT_TRUE(s.ok()) << s.to_string();
+    }
+    if (t == DType::kF16) {
+      EXPECT_EQ(w[1].g.data, static_cast<uint8_t*>(w[0].g.data) + w[0].g.nbytes());
+      EXPECT_EQ(w[2].g.data, static_cast<uint8_t*>(w[1].g.data) + w[1].g.nbytes());
+    }
+    Dual x = make_f32({n, in}, randn(n * in, 3.0f));
+    Dual y[3], tmp[3];
+    for (int i = 0; i < 3; ++i) {
+      y[i] = output(DType::kF32, {n, shapes[size_t(i)][0]});
+      tmp[i] = output(DType::kF32, {n, shapes[size_t(i)][0]});
+    }
+    const int64_t before = cuda_probe::stacked_products(*gpu_);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut outs[3];
+      for (int i = 0; i < 3; ++i) outs[i] = out_for(gp, w[i], y[i], tmp[i], false);
+      be->matmuls(gp ? x.g : x.c, InputNorm{}, outs);
+    }
+    EXPECT_EQ(cuda_probe::stacked_products(*gpu_) - before, t == DType::kF16 ? 3 : 0);
+    for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tolerance(t, n)) << "product " << i;
+    ASSERT_TRUE(gpu_->synchronize().ok());
+    for (Dual& d : w) {
+      cpu_->free(d.c);
+      gpu_->free(d.g);
+    }
+  }
+}
+
+TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherFreeTheirBlockWithTheLast) {
+  // Each weight of alloc_weights' block is freed on its own; the block (64 MiB here) stays until
+  // the last one goes.
+  ASSERT_TRUE(gpu_->synchronize().ok());
+  const uint64_t before = gpu_->free_memory();
+  const std::array<std::array<int64_t, 2>, 2> shapes{{{6144, 4096}, {2048, 4096}}};
+  auto block = gpu_->alloc_weights(DType::kF16, shapes);
+  ASSERT_TRUE(block.ok()) << block.status().to_string();
+  const uint64_t mib = 1 << 20;
+  EXPECT_LE(gpu_->free_memory() + 60 * mib, before);
+  gpu_->free((*block)[1]);
+  EXPECT_LE(gpu_->free_memory() + 60 * mib, before);  // the block is still there
+  gpu_->free((*block)[0]);
+  EXPECT_GE(gpu_->free_memory() + 4 * mib, before);
+}
+
 TEST_F(CudaMatmulsTest, GluBehindTheNorm) {
   for (DType t : kWeightTypes) {
     for (int64_t n : {1, 5}) check_glu(t, 384, n);

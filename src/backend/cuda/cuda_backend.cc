@@ -47,6 +47,27 @@ Result<uint64_t> checked_bytes(DType dtype, const Tensor& t) {
   return *bytes;
 }
 
+// Device bytes of weight t in the backend's layout and, for repacked weights, where the scales
+// start (cuda_util.h); errors: dtypes the backend cannot hold, sizes that overflow.
+struct WeightLayout {
+  uint64_t bytes = 0, scales_at = 0;
+};
+Result<WeightLayout> weight_layout(const Tensor& t) {
+  if (!dtype_is_native(t.dtype))
+    return make_error(Code::kUnsupported, "CUDA weights of type {} (expected F32, F16, BF16, Q8_0 or Q4_0)",
+                      dtype_name(t.dtype));
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t bytes, checked_bytes(t.dtype, t));
+  if (!is_repacked(t.dtype)) return WeightLayout{bytes, 0};
+  const bool q4 = t.dtype == DType::kQ4_0;
+  return WeightLayout{cuda::repacked_bytes(q4, t.rows(), t.cols()), cuda::scale_offset(q4, t.rows(), t.cols())};
+}
+
+// Places weight t (laid out as `l`) at p; the scales of a repacked weight follow its quants.
+void place_weight(Tensor& t, const WeightLayout& l, void* p) {
+  t.data = p;
+  if (is_repacked(t.dtype)) t.aux = static_cast<uint8_t*>(p) + l.scales_at;  // (zeroed by upload_weight)
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const BackendOptions& opts) {
@@ -220,30 +241,52 @@ Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> sh
 }
 
 Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int64_t> shape) {
-  if (!dtype_is_native(dtype))
-    return make_error(Code::kUnsupported, "CUDA weights of type {} (expected F32, F16, BF16, Q8_0 or Q4_0)",
-                      dtype_name(dtype));
   Tensor t = Tensor::make(nullptr, dtype, shape);
-  SHOAL_ASSIGN_OR_RETURN(uint64_t bytes, checked_bytes(dtype, t));
-  const bool q4 = dtype == DType::kQ4_0;
-  uint64_t scales_at = 0;
-  if (is_repacked(dtype)) {
-    scales_at = cuda::scale_offset(q4, t.rows(), t.cols());
-    bytes = cuda::repacked_bytes(q4, t.rows(), t.cols());
+  SHOAL_ASSIGN_OR_RETURN(const WeightLayout l, weight_layout(t));
+  if (!use_device()) return error_;
+  SHOAL_ASSIGN_OR_RETURN(void* p,
+                         device_malloc(l.bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
+  place_weight(t, l, p);
+  return t;
+}
+
+Result<std::vector<Tensor>> CudaBackend::alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes) {
+  if (shapes.size() < 2) return Backend::alloc_weights(dtype, shapes);
+  // One block, each weight at a 256-byte aligned offset: weights whose sizes are multiples of 256
+  // bytes (F16 / BF16 rows of 128 values) lie back to back, as gemm_matmuls looks for.
+  std::vector<Tensor> out;
+  std::vector<WeightLayout> layouts;
+  std::vector<uint64_t> at;
+  uint64_t total = 0;
+  for (const auto& [rows, cols] : shapes) {
+    out.push_back(Tensor::make(nullptr, dtype, {rows, cols}));
+    SHOAL_ASSIGN_OR_RETURN(const WeightLayout l, weight_layout(out.back()));
+    layouts.push_back(l);
+    at.push_back(total);
+    total += cuda::align_up(std::max<uint64_t>(l.bytes, 1), 256);
   }
   if (!use_device()) return error_;
-  SHOAL_ASSIGN_OR_RETURN(
-      t.data, device_malloc(bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
-  if (is_repacked(dtype)) {
-    t.aux = static_cast<uint8_t*>(t.data) + scales_at;  // (zeroed by upload_weight)
+  const std::string what = fmt::format("{} {} weights of {} bytes", out.size(), dtype_name(dtype), total);
+  SHOAL_ASSIGN_OR_RETURN(void* block, device_malloc(total, what.c_str()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    place_weight(out[i], layouts[i], static_cast<uint8_t*>(block) + at[i]);
+    weight_block_[out[i].data] = block;
   }
-  return t;
+  weight_blocks_[block] = out.size();
+  return out;
 }
 
 void CudaBackend::free(Tensor& t) {
   if (t.data) {
     use_device();
-    note(cudaFree(t.data), "cudaFree");
+    void* p = t.data;
+    if (auto it = weight_block_.find(p); it != weight_block_.end()) {  // a weight of alloc_weights' block
+      p = it->second;
+      weight_block_.erase(it);
+      if (--weight_blocks_[p] > 0) p = nullptr;  // others still use the block
+      else weight_blocks_.erase(p);
+    }
+    if (p) note(cudaFree(p), "cudaFree");
   }
   t.data = nullptr;
   t.aux = nullptr;

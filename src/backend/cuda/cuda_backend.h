@@ -37,6 +37,7 @@ class CudaBackend final : public Backend {
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Result<Tensor> alloc_weight(DType dtype, std::initializer_list<int64_t> shape) override;
+  Result<std::vector<Tensor>> alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes) override;
   Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) override;
   void free(Tensor& t) override;
   Status to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) override;
@@ -230,6 +231,9 @@ class CudaBackend final : public Backend {
   int32_t* decoded_device_ = nullptr;  // the same memory as the device addresses it
   std::array<std::pair<void*, uint64_t>, kScratchCount> scratch_{};
   std::vector<void*> retired_;
+  // alloc_weights' blocks: weight -> its block, block -> weights not yet freed.
+  std::unordered_map<void*, void*> weight_block_;
+  std::unordered_map<void*, size_t> weight_blocks_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   bool capturing_ = false;
   int64_t attn_keys_ = 0;  // AttnArgs::max_keys of the ops recorded next (plan_attention_keys)

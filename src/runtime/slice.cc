@@ -105,9 +105,10 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
       SHOAL_RETURN_IF_ERROR(check_shape(*infos[i], qkv[i].shape));
       dsts[i] = qkv[i].dst;
     }
-    SHOAL_RETURN_IF_ERROR(loader.add_matrices(infos, dsts));
-    for (const Need& need : qkv) owned_.push_back(*need.dst);
-    return Status::Ok();
+    const Status s = loader.add_matrices(infos, dsts);
+    for (const Need& need : qkv)
+      if (need.dst->data) owned_.push_back(*need.dst);  // (also those allocated before an error)
+    return s;
   };
   const int64_t d = cfg_.d_model, vocab = cfg_.vocab_size;
   layers_.resize(size_t(spec_.end - spec_.first));

@@ -244,8 +244,8 @@ Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int6
   Tensor t = Tensor::make(nullptr, dtype, shape);
   SHOAL_ASSIGN_OR_RETURN(const WeightLayout l, weight_layout(t));
   if (!use_device()) return error_;
-  SHOAL_ASSIGN_OR_RETURN(void* p,
-                         device_malloc(l.bytes, fmt::format("{} weight {}", dtype_name(dtype), t.shape_string()).c_str()));
+  const std::string what = fmt::format("{} weight {}", dtype_name(dtype), t.shape_string());
+  SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(l.bytes, what.c_str()));
   place_weight(t, l, p);
   return t;
 }

@@ -88,18 +88,13 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
   store_q8_block(v[src], vc + uint64_t(p) * row_bytes + uint64_t(b) * 34);
 }
 
-// Whether every pointer is a multiple of `a` bytes.
-template <typename... P>
-__device__ __forceinline__ bool aligned(uintptr_t a, const P*... p) {
-  return ((reinterpret_cast<uintptr_t>(p) | ...) & (a - 1)) == 0;
-}
-
 // Copies n floats from src to dst over the lanes of a warp: a float4 per lane and step when
-// n % 4 == 0 and both are 16-byte aligned (one round trip for a head of 128), else one float per
-// lane. Returns the sum of squares of what the lane copied.
+// n % 4 == 0 (one round trip for a head of 128), else one float per lane. With n % 4 == 0 both
+// must be 16-byte aligned: rope_kv_kernel's are heads of tensors and caches from alloc(), at
+// multiples of head_dim floats. Returns the sum of squares of what the lane copied.
 __device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, int lane) {
   float ss = 0.0f;
-  if (n % 4 == 0 && aligned(16, src, dst)) {
+  if (n % 4 == 0) {
     for (int i = 4 * lane; i < n; i += 128) {
       const float4 x = *reinterpret_cast<const float4*>(src + i);
       *reinterpret_cast<float4*>(dst + i) = x;
@@ -115,7 +110,7 @@ __device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, 
 }
 
 // Stores a k head (hv, shared) and its v head (vr) as cache rows at element `at` of kc / vc, over
-// the lanes of a warp (f32 / f16: 4 values per lane and step when hd % 4 == 0 and aligned).
+// the lanes of a warp (f32 / f16: 4 values per lane and step when hd % 4 == 0).
 __device__ __forceinline__ void store_kv_head(const float* hv, const float* vr, int hd, int lane, CacheKind cache,
                                               void* kc, void* vc, int64_t at) {
   switch (cache) {
@@ -126,7 +121,7 @@ __device__ __forceinline__ void store_kv_head(const float* hv, const float* vr, 
     case CacheKind::kF16: {
       auto* k16 = static_cast<uint16_t*>(kc) + at;
       auto* v16 = static_cast<uint16_t*>(vc) + at;
-      if (hd % 4 != 0 || !aligned(16, hv, vr) || !aligned(8, k16, v16)) {
+      if (hd % 4 != 0) {
         for (int i = lane; i < hd; i += 32) k16[i] = to_cache<uint16_t>(hv[i]), v16[i] = to_cache<uint16_t>(vr[i]);
         return;
       }

@@ -445,8 +445,12 @@ void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Ten
                                 float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                                 int n_kv_heads, Tensor& k_cache, Tensor& v_cache) {
   const int64_t n = q.rows(), hd = spec.head_dim;
+  // (The kernel copies heads of head_dim % 4 == 0 a float4 per lane: 16-byte aligned tensors.)
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; };
+  const bool all_aligned = aligned(q) && aligned(k) && aligned(v) && aligned(k_cache) && aligned(v_cache);
   const bool fusable = hd <= 256 && (k_cache.dtype != DType::kQ8_0 || hd % 32 == 0) &&
-                       (!q_norm || q_norm->n_elements() == hd) && (!k_norm || k_norm->n_elements() == hd);
+                       (!q_norm || q_norm->n_elements() == hd) && (!k_norm || k_norm->n_elements() == hd) &&
+                       (hd % 4 != 0 || all_aligned);
   if (!fusable) {
     Backend::rope_kv_write(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, n_kv_heads, k_cache, v_cache);
     return;

@@ -90,8 +90,8 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
 
 // Copies n floats from src to dst over the lanes of a warp: a float4 per lane and step when
 // n % 4 == 0 (one round trip for a head of 128), else one float per lane. With n % 4 == 0 both
-// must be 16-byte aligned: rope_kv_kernel's are heads of tensors and caches from alloc(), at
-// multiples of head_dim floats. Returns the sum of squares of what the lane copied.
+// must be 16-byte aligned: rope_kv_kernel's are heads at multiples of head_dim floats in
+// tensors CudaBackend::rope_kv_write checks. Returns the sum of squares of what the lane copied.
 __device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, int lane) {
   float ss = 0.0f;
   if (n % 4 == 0) {

@@ -119,9 +119,9 @@ class CudaMatmulsTest : public CudaMatmulTest {
   // allocations usually fall) take one GEMM over all their rows and a sum of the parts per
   // product, each with its own bias and residual add; a gap (the third view a row further on)
   // ends the run. Checked against the reference on the same views.
-  void check_stacked(DType t, bool gap, double tol) {
-    SCOPED_TRACE(fmt::format("{} gap={}", dtype_name(t), gap));
-    const int64_t in = 264, n = 12, rows[3] = {96, 32, 32};
+  void check_stacked(DType t, bool gap, double tol, std::array<int64_t, 3> rows) {
+    SCOPED_TRACE(fmt::format("{} gap={} rows={}/{}/{}", dtype_name(t), gap, rows[0], rows[1], rows[2]));
+    const int64_t in = 264, n = 12;
     Dual all = make_weight(t, {rows[0] + rows[1] + rows[2] + 1, in});
     const int64_t row_bytes = int64_t(*dtype_bytes(t, in));
     const int64_t first[3] = {0, rows[0], rows[0] + rows[1] + (gap ? 1 : 0)};
@@ -355,10 +355,10 @@ TEST_F(CudaMatmulsTest, PrefillSplitsOnceWithFusedEpilogues) {
 
 TEST_F(CudaMatmulsTest, PrefillInputRowsOfEveryWidth) {
   // The input split (gemm_prep.cu), with and without the norm: rows held in registers (k % 4 ==
-  // 0, up to 16384 values: 1 to 16 float4 per thread, the last step partly used) and the generic
-  // loop (k % 4 != 0, wider rows); f16 parts (F16) and bf16 parts (BF16).
+  // 0, up to 16384 values: 1, 2, 4, 8 or 16 float4 steps per thread, the last partly used or
+  // full) and the generic loop (k % 4 != 0, wider rows); f16 parts (F16) and bf16 parts (BF16).
   for (DType t : {DType::kF16, DType::kBF16})
-    for (int64_t in : {258, 1028, 4100, 16388}) {
+    for (int64_t in : {258, 1024, 1028, 2052, 4100, 16384, 16388}) {
       check_fused(t, in, 12, true, false, {64, 8, 24});
       check_fused(t, in, 10, false, true, {64, 8, 24});
     }
@@ -366,12 +366,15 @@ TEST_F(CudaMatmulsTest, PrefillInputRowsOfEveryWidth) {
 
 TEST_F(CudaMatmulsTest, PrefillProductsOfAdjacentWeightsShareOneGemm) {
   for (DType t : {DType::kF16, DType::kBF16})
-    for (bool gap : {false, true}) check_stacked(t, gap, tolerance(t, 12));
+    for (bool gap : {false, true}) {
+      check_stacked(t, gap, tolerance(t, 12), {96, 32, 32});
+      check_stacked(t, gap, tolerance(t, 12), {96, 33, 31});  // the part sums one element per thread
+    }
 }
 
 TEST_F(CudaMatmulsTest, PrefillProductsOfAdjacentWeightsShareOneGemmOfOnePart) {
   use_half_prefill();
-  for (bool gap : {false, true}) check_stacked(DType::kF16, gap, 2e-3);
+  for (bool gap : {false, true}) check_stacked(DType::kF16, gap, 2e-3, {96, 32, 32});
 }
 
 TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherShareOneGemm) {
@@ -425,7 +428,7 @@ TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherShareOneGemm) {
 
 TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherFreeTheirBlockWithTheLast) {
   // Each weight of alloc_weights' block is freed on its own; the block (64 MiB here) stays until
-  // the last one goes.
+  // the last one goes, also when the first (at the block's start) goes first.
   ASSERT_TRUE(gpu_->synchronize().ok());
   const uint64_t before = gpu_->free_memory();
   const std::array<std::array<int64_t, 2>, 2> shapes{{{6144, 4096}, {2048, 4096}}};
@@ -433,9 +436,9 @@ TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherFreeTheirBlockWithTheLast) {
   ASSERT_TRUE(block.ok()) << block.status().to_string();
   const uint64_t mib = 1 << 20;
   EXPECT_LE(gpu_->free_memory() + 60 * mib, before);
-  gpu_->free((*block)[1]);
-  EXPECT_LE(gpu_->free_memory() + 60 * mib, before);  // the block is still there
   gpu_->free((*block)[0]);
+  EXPECT_LE(gpu_->free_memory() + 60 * mib, before);  // the block is still there
+  gpu_->free((*block)[1]);
   EXPECT_GE(gpu_->free_memory() + 4 * mib, before);
 }
 

@@ -285,6 +285,9 @@ void CudaBackend::free(Tensor& t) {
       weight_block_.erase(it);
       if (--weight_blocks_[p] > 0) p = nullptr;  // others still use the block
       else weight_blocks_.erase(p);
+    } else if (weight_blocks_.count(p)) {  // the block's first weight, freed before: not the block
+      note(cudaErrorInvalidValue, "free of a weight freed before");
+      p = nullptr;
     }
     if (p) note(cudaFree(p), "cudaFree");
   }

@@ -164,7 +164,9 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
 /// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]) (+ y[t, r] when accumulating),
 /// yp: [blocks, n, ld] of which the first `rows` of each token are read (ld 0: rows); inv_scale
-/// and bias may be null; y may alias yp when blocks == 1 and ld == rows.
+/// and bias may be null; y may alias yp when blocks == 1 and ld == rows. 4 elements per thread
+/// when rows and ld are multiples of 4 and yp is 16-byte aligned (y too, then). Errors:
+/// cudaErrorInvalidValue if 0 < ld < rows.
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
                           const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld = 0);
 /// y[t, r] = act(g) * u with g = (sum_b gate[b][t][r]) * inv_scale[t], u likewise from up

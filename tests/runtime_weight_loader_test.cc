@@ -1,0 +1,95 @@
+// WeightLoader::add_matrices (a layer's q / k / v planned together): the same tensors as one add()
+// each, a fallback to add() for shapes it cannot group, and an error for mismatched spans.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "runtime/local_model.h"
+#include "runtime/weight_loader.h"
+#include "test_util.h"
+
+namespace shoal {
+namespace {
+
+// stories260K's layer-0 tensors by canonical name.
+std::vector<const TensorInfo*> layer0(const LocalModel& m, std::initializer_list<const char*> names) {
+  std::vector<const TensorInfo*> out;
+  for (const char* n : names) {
+    const TensorInfo* t = m.weights.find(n);
+    EXPECT_NE(t, nullptr) << n;
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<uint8_t> bytes(Backend& b, const Tensor& t) {
+  std::vector<uint8_t> v(t.nbytes());
+  EXPECT_TRUE(b.to_host(v.data(), t, v.size()).ok());
+  return v;
+}
+
+TEST(WeightLoader, MatricesPlannedTogetherEqualOneAddEach) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  Backend& b = **backend;
+  const auto qkv = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  std::array<Tensor, 3> together{}, alone{};
+  const std::array<Tensor*, 3> dsts{&together[0], &together[1], &together[2]};
+  WeightLoader a(*m->file, b), c(*m->file, b);
+  ASSERT_TRUE(a.add_matrices(qkv, dsts).ok());
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(c.add(*qkv[i], WeightRole::kMatrix, alone[i]).ok());
+  EXPECT_EQ(a.backend_bytes(), c.backend_bytes());
+  EXPECT_EQ(a.file_bytes(), c.file_bytes());
+  ASSERT_TRUE(a.run().ok());
+  ASSERT_TRUE(c.run().ok());
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(together[i].dtype, alone[i].dtype);
+    EXPECT_EQ(together[i].shape, alone[i].shape);
+    EXPECT_EQ(bytes(b, together[i]), bytes(b, alone[i])) << qkv[i]->name;
+  }
+  for (size_t i = 0; i < 3; ++i) b.free(together[i]), b.free(alone[i]);
+}
+
+TEST(WeightLoader, MatricesThatCannotShareABlockFallBackToOneAddEach) {
+  // A vector among them (1-D): each is planned alone; the vector as a one-row matrix.
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  Backend& b = **backend;
+  const auto infos = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_norm.weight"});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::array<Tensor, 2> t{};
+  const std::array<Tensor*, 2> dsts{&t[0], &t[1]};
+  WeightLoader a(*m->file, b);
+  ASSERT_TRUE(a.add_matrices(infos, dsts).ok());
+  ASSERT_TRUE(a.run().ok());
+  EXPECT_EQ(t[0].rows(), infos[0]->shape[0]);
+  EXPECT_EQ(t[1].n_elements(), infos[1]->n_elements());
+  for (Tensor& x : t) b.free(x);
+}
+
+TEST(WeightLoader, MatricesWithMoreTensorsThanDestinationsAreAnError) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  const auto infos = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_k.weight"});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  Tensor one;
+  const std::array<Tensor*, 1> dsts{&one};
+  WeightLoader a(*m->file, **backend);
+  const Status s = a.add_matrices(infos, dsts);
+  EXPECT_EQ(s.code(), Code::kInternal) << s.to_string();
+  EXPECT_EQ(one.data, nullptr);
+  EXPECT_EQ(a.backend_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace shoal

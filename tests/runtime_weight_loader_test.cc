@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "runtime/local_model.h"
@@ -30,12 +31,24 @@ std::vector<uint8_t> bytes(Backend& b, const Tensor& t) {
   return v;
 }
 
-TEST(WeightLoader, MatricesPlannedTogetherEqualOneAddEach) {
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto backend = create_backend("cpu");
-  ASSERT_TRUE(backend.ok());
-  Backend& b = **backend;
+// stories260K opened (no weights loaded) and a CPU backend.
+class WeightLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model_ = std::move(*m);
+    auto b = create_backend("cpu");
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    backend_ = std::move(*b);
+  }
+  LocalModel model_;
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(WeightLoaderTest, MatricesPlannedTogetherEqualOneAddEach) {
+  LocalModel* m = &model_;
+  Backend& b = *backend_;
   const auto qkv = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"});
   ASSERT_FALSE(::testing::Test::HasFailure());
 
@@ -56,13 +69,10 @@ TEST(WeightLoader, MatricesPlannedTogetherEqualOneAddEach) {
   for (size_t i = 0; i < 3; ++i) b.free(together[i]), b.free(alone[i]);
 }
 
-TEST(WeightLoader, MatricesThatCannotShareABlockFallBackToOneAddEach) {
+TEST_F(WeightLoaderTest, MatricesThatCannotShareABlockFallBackToOneAddEach) {
   // A vector among them (1-D): each is planned alone; the vector as a one-row matrix.
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto backend = create_backend("cpu");
-  ASSERT_TRUE(backend.ok());
-  Backend& b = **backend;
+  LocalModel* m = &model_;
+  Backend& b = *backend_;
   const auto infos = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_norm.weight"});
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::array<Tensor, 2> t{};
@@ -75,16 +85,13 @@ TEST(WeightLoader, MatricesThatCannotShareABlockFallBackToOneAddEach) {
   for (Tensor& x : t) b.free(x);
 }
 
-TEST(WeightLoader, MatricesWithMoreTensorsThanDestinationsAreAnError) {
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto backend = create_backend("cpu");
-  ASSERT_TRUE(backend.ok());
+TEST_F(WeightLoaderTest, MatricesWithMoreTensorsThanDestinationsAreAnError) {
+  LocalModel* m = &model_;
   const auto infos = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_k.weight"});
   ASSERT_FALSE(::testing::Test::HasFailure());
   Tensor one;
   const std::array<Tensor*, 1> dsts{&one};
-  WeightLoader a(*m->file, **backend);
+  WeightLoader a(*m->file, *backend_);
   const Status s = a.add_matrices(infos, dsts);
   EXPECT_EQ(s.code(), Code::kInternal) << s.to_string();
   EXPECT_EQ(one.data, nullptr);

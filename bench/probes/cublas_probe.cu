@@ -16,21 +16,21 @@
 #include <functional>
 #include <vector>
 
-#define CK(x)                                                                 \
-  do {                                                                        \
-    const cudaError_t e_ = (x);                                               \
-    if (e_ != cudaSuccess) {                                                  \
-      std::printf("CUDA %s line %d\n", cudaGetErrorString(e_), __LINE__);     \
-      std::exit(1);                                                           \
-    }                                                                         \
+// Exits with the failing line: CUDA runtime calls (CK) and cuBLAS calls (CB).
+static void die_unless(bool ok, const char* what, int code, int line) {
+  if (ok) return;
+  std::printf("%s error %d at line %d\n", what, code, line);
+  std::exit(1);
+}
+#define CK(x)                                                  \
+  do {                                                         \
+    const cudaError_t e_ = (x);                                \
+    die_unless(e_ == cudaSuccess, "CUDA", int(e_), __LINE__);  \
   } while (0)
-#define CB(x)                                                                 \
-  do {                                                                        \
-    const cublasStatus_t e_ = (x);                                            \
-    if (e_ != CUBLAS_STATUS_SUCCESS) {                                        \
-      std::printf("cuBLAS status %d line %d\n", int(e_), __LINE__);           \
-      std::exit(1);                                                           \
-    }                                                                         \
+#define CB(x)                                                             \
+  do {                                                                    \
+    const cublasStatus_t e_ = (x);                                        \
+    die_unless(e_ == CUBLAS_STATUS_SUCCESS, "cuBLAS", int(e_), __LINE__); \
   } while (0)
 
 static cudaStream_t st;

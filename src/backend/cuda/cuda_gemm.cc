@@ -182,20 +182,8 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
     ref.rows = m;
     const int blocks = gemm_products(ref, in, yp);
     if (blocks == 0) return true;
-    if (end > i + 1) {
-      stacked_products_ += end - i;
-      for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i) {
-        const MatmulOut& s = outs[i];
-        const float* bias = s.bias ? cuda::f32(*s.bias) : nullptr;
-        if (!note(cuda::combine_parts(yp + r0, blocks, n, s.w->rows(), in.inv_scale, bias, s.accumulate,
-                                      cuda::f32(*s.y), stream_, m),
-                  "combine_parts"))
-          return true;
-      }
-      continue;
-    }
-    ++i;
     if (o.up) {
+      ++i;
       auto* up = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(in, m)));
       const int up_blocks = up ? gemm_products(weight_ref(*o.up), in, up) : 0;
       if (up_blocks == 0) return true;
@@ -203,10 +191,16 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
                                   stream_),
                 "combine_glu"))
         return true;
-    } else if (!note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, o.bias ? cuda::f32(*o.bias) : nullptr,
-                                         o.accumulate, cuda::f32(*o.y), stream_),
-                     "combine_parts")) {
-      return true;
+      continue;
+    }
+    if (end > i + 1) stacked_products_ += end - i;
+    for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i) {  // each product's rows of yp
+      const MatmulOut& s = outs[i];
+      const float* bias = s.bias ? cuda::f32(*s.bias) : nullptr;
+      if (!note(cuda::combine_parts(yp + r0, blocks, n, s.w->rows(), in.inv_scale, bias, s.accumulate,
+                                    cuda::f32(*s.y), stream_, m),
+                "combine_parts"))
+        return true;
     }
   }
   return true;

@@ -478,6 +478,12 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
   }
   std::printf("| all layers | %.1f | %.2f (%.0f tokens/s without embedding and LM head) |\n", total * 1e3,
               total * m.n_layers, double(n) / (total * m.n_layers * 1e-3));
+  // The layer as model/forward.cc runs it, in one graph: q/k/v with attention as qkv_attention
+  // (the prefill's RoPE + KV write summing q/k/v's partial products) and the handoffs between ops.
+  const double layer_ms = must(probe::time_graph_ms(b, [&] { ops.all(L); }, reps));
+  std::printf("| one layer as model/forward.cc, one graph | %.1f | %.2f (%.0f tokens/s) |\n", layer_ms * 1e3,
+              layer_ms * m.n_layers, double(n) / (layer_ms * m.n_layers * 1e-3));
+  b.reset_graphs();
   if (t == DType::kF16 || t == DType::kBF16)  // (gemm_matmuls: weights back to back share a GEMM)
     std::printf("(q/k/v weights next to each other in device memory, one GEMM: %s)\n",
                 probe::stacked_products(b) > stacked0 ? "yes" : "no");

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 // Exits with the failing line: CUDA runtime calls (CK) and cuBLAS calls (CB).
@@ -64,10 +65,11 @@ static float time_us(const std::function<void()>& f, int reps = 20) {
   return best;
 }
 
-static void gemmex(const half* w, const half* x, float* y, int m, int n, int k, cudaStream_t s = st) {
-  const float one = 1, zero = 0;
+static void gemmex(const half* w, const half* x, float* y, int m, int n, int k, cudaStream_t s = st,
+                   float beta = 0) {
+  const float one = 1;
   CB(cublasSetStream(cb, s));
-  CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16F, k, x, CUDA_R_16F, k, &zero, y,
+  CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16F, k, x, CUDA_R_16F, k, &beta, y,
                   CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -120,7 +122,34 @@ static LtBest lt_search(const half* w, const half* x, float* y, int m, int n, in
 
 struct Sh { const char* name; int m, k; int count; };  // count: products per layer of this shape
 
-int main() {
+// --glu: gate / up as two products against one over their stacked rows, and the exact path's two
+// activation parts as 2N columns of one product against two N-column products, the second
+// accumulating into the first (beta = 1).
+static void glu_probe(half* w, half* x, float* y) {
+  struct G { const char* name; int m, k; };
+  for (const G& g : {G{"llama3-8b gate/up", 14336, 4096}, G{"llama3-8b down", 4096, 14336},
+                     G{"qwen3-0.6b gate/up", 3072, 1024}}) {
+    for (int n : {1024, 512}) {
+      const float two = time_us([&] {
+        gemmex(w, x, y, g.m, n, g.k);
+        gemmex(w + size_t(g.m) * g.k, x, y + size_t(g.m) * n, g.m, n, g.k);
+      });
+      const float one = time_us([&] { gemmex(w, x, y, 2 * g.m, n, g.k); });
+      const LtBest b = lt_search(w, x, y, 2 * g.m, n, g.k);
+      const double fl = 2.0 * 2 * g.m * double(n) * g.k;
+      std::printf("%s N=%d: two %.1f us (%.0f TFLOP/s), stacked %d rows %.1f (%.0f), Lt best %.1f (%.0f)\n", g.name, n,
+                  two, fl / two / 1e6, 2 * g.m, one, fl / one / 1e6, b.best_us, fl / b.best_us / 1e6);
+    }
+    const float acc = time_us([&] {
+      gemmex(w, x, y, g.m, 512, g.k);
+      gemmex(w, x + size_t(512) * g.k, y, g.m, 512, g.k, st, 1.0f);
+    });
+    const float wide = time_us([&] { gemmex(w, x, y, g.m, 1024, g.k); });
+    std::printf("%s parts: one 1024-column product %.1f us, two 512-column (beta = 1) %.1f\n", g.name, wide, acc);
+  }
+}
+
+int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   CB(cublasCreate(&cb));
   CB(cublasLtCreate(&lt));
@@ -135,6 +164,10 @@ int main() {
   fill<<<1024, 256, 0, st>>>(w, wmax, 1);
   fill<<<1024, 256, 0, st>>>(x, size_t(2048) * 14336, 2);
   CK(cudaStreamSynchronize(st));
+  if (argc > 1 && std::string(argv[1]) == "--glu") {
+    glu_probe(w, x, y);
+    return 0;
+  }
 
   struct Model { const char* name; std::vector<Sh> sh; int layers; };
   std::vector<Model> models = {

@@ -308,6 +308,100 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
   }
 }
 
+TEST_F(CudaAttentionTest, PrefillQkvPartsSummedByTheRopeKernel) {
+  // qkv_attention for a prefill (more than 8 tokens) whose q / k / v weights lie back to back
+  // (views of one allocation, as the loader allocates them): one GEMM, then the RoPE + KV-write
+  // kernel sums q, k and v from its partial products. Against the reference backend's
+  // composition, and bit for bit against the CUDA ops composed (matmuls, rope_kv_write,
+  // attention): q, k, v, both caches and the output. A gap between the weights composes.
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, rot_dims;
+    bool interleaved, qk_norms;
+    DType weight, cache;
+    int64_t d_model;
+    bool bias, gap;
+    int32_t pos0;
+  };
+  const std::vector<Case> cases = {
+      {32, 8, 128, 128, true, false, DType::kF16, DType::kF16, 512, false, false, 0},     // Llama
+      {16, 8, 128, 128, false, true, DType::kBF16, DType::kF16, 384, true, false, 100},  // Qwen3 + bias, later chunk
+      {12, 4, 64, 32, true, false, DType::kF16, DType::kQ8_0, 256, true, false, 7},      // partial, Q8_0 cache
+      {8, 8, 80, 80, false, false, DType::kF16, DType::kF32, 320, false, false, 0},      // head_dim 80, f32 cache
+      {32, 8, 128, 128, true, false, DType::kF16, DType::kF16, 512, false, true, 0},     // gap: composed
+  };
+  for (const Case& c : cases) {
+    const int64_t qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim, d = c.d_model;
+    const int64_t n = 40, n_ctx = c.pos0 + n + 8;
+    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} {} cache {} bias {} gap {}", c.n_heads,
+                             c.n_kv_heads, c.head_dim, c.rot_dims, c.interleaved, c.qk_norms, dtype_name(c.weight),
+                             dtype_name(c.cache), c.bias, c.gap));
+    std::vector<uint8_t> nan(*dtype_bytes(c.cache, n_ctx * kw), 0xff);
+    Dual kc = make(c.cache, {n_ctx, kw}, nan.data()), vc = make(c.cache, {n_ctx, kw}, nan.data());
+    Dual kc2 = make(c.cache, {n_ctx, kw}, nan.data()), vc2 = make(c.cache, {n_ctx, kw}, nan.data());
+    if (c.pos0 > 0) {
+      std::vector<int32_t> before(static_cast<size_t>(c.pos0));
+      std::iota(before.begin(), before.end(), 0);
+      Dual k0 = make_f32({c.pos0, kw}, randn(c.pos0 * kw)), v0 = make_f32({c.pos0, kw}, randn(c.pos0 * kw));
+      Dual p0 = make_i32(before);
+      cpu_->kv_write(kc.c, vc.c, k0.c, v0.c, p0.c);
+      gpu_->kv_write(kc.g, vc.g, k0.g, v0.g, p0.g);
+      gpu_->kv_write(kc2.g, vc2.g, k0.g, v0.g, p0.g);
+    }
+    Dual all = make_weight(c.weight, {qw + 2 * kw + 1, d}, 0.05f);
+    const int64_t row_bytes = int64_t(*dtype_bytes(c.weight, d));
+    const int64_t first[3] = {0, qw, qw + kw + (c.gap ? 1 : 0)}, rows[3] = {qw, kw, kw};
+    Dual w[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i].c = Tensor::make(static_cast<uint8_t*>(all.c.data) + first[i] * row_bytes, c.weight, {rows[i], d});
+      w[i].g = Tensor::make(static_cast<uint8_t*>(all.g.data) + first[i] * row_bytes, c.weight, {rows[i], d});
+    }
+    Dual x = make_f32({n, d}, randn(n * d)), nw = make_f32({d}, randn(d, 0.5f));
+    Dual bq = make_f32({qw}, randn(qw)), bk = make_f32({kw}, randn(kw)), bv = make_f32({kw}, randn(kw));
+    Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
+    std::vector<int32_t> at(static_cast<size_t>(n));
+    std::iota(at.begin(), at.end(), c.pos0);
+    Dual pos = make_i32(at);
+    Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 500000.0));
+    Dual q = output(DType::kF32, {n, qw}), k = output(DType::kF32, {n, kw}), v = output(DType::kF32, {n, kw});
+    Dual q2 = output(DType::kF32, {n, qw}), k2 = output(DType::kF32, {n, kw}), v2 = output(DType::kF32, {n, kw});
+    Dual h = output(DType::kF32, {n, d}), out = output(DType::kF32, {n, qw}), out2 = output(DType::kF32, {n, qw});
+    const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
+    const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
+    auto products = [&](bool g, Dual& yq, Dual& yk, Dual& yv) {
+      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
+      return std::array<MatmulOut, 3>{MatmulOut{t(w[0]), t(yq), c.bias ? t(bq) : nullptr},
+                                      MatmulOut{t(w[1]), t(yk), c.bias ? t(bk) : nullptr},
+                                      MatmulOut{t(w[2]), t(yv), c.bias ? t(bv) : nullptr}};
+    };
+    const Tensor* qnorm[2] = {c.qk_norms ? &qn.c : nullptr, c.qk_norms ? &qn.g : nullptr};
+    const Tensor* knorm[2] = {c.qk_norms ? &kn.c : nullptr, c.qk_norms ? &kn.g : nullptr};
+    const int64_t fused0 = cuda_probe::qkv_part_ropes(*gpu_);
+    for (Backend* b : {cpu_.get(), gpu_.get()}) {
+      const bool g = b == gpu_.get();
+      const auto qkv = products(g, q, k, v);
+      b->qkv_attention(g ? x.g : x.c, InputNorm{g ? &nw.g : &nw.c, 1e-5f, g ? &h.g : &h.c}, qkv, qnorm[g], knorm[g],
+                       1e-6f, g ? pos.g : pos.c, g ? freq.g : freq.c, rs, g ? kc.g : kc.c, g ? vc.g : vc.c, as,
+                       g ? out.g : out.c);
+    }
+    EXPECT_EQ(cuda_probe::qkv_part_ropes(*gpu_) - fused0, c.gap ? 0 : 1);
+    EXPECT_LT(nerr(out), 5e-4);
+    const int64_t filled = c.pos0 + n;
+    for (Dual* cache : {&kc, &vc}) {
+      const auto want = cache_values(c.cache, bytes_of(*cpu_, cache->c), filled * kw);
+      const auto got = cache_values(c.cache, bytes_of(*gpu_, cache->g), filled * kw);
+      EXPECT_LT(rel_err(got, want), c.cache == DType::kQ8_0 ? 1e-2 : 1e-3);
+    }
+    {
+      const auto qkv = products(true, q2, k2, v2);
+      gpu_->matmuls(x.g, InputNorm{&nw.g, 1e-5f, &h.g}, qkv);
+      gpu_->rope_kv_write(q2.g, k2.g, v2.g, qnorm[1], knorm[1], 1e-6f, pos.g, freq.g, rs, c.n_kv_heads, kc2.g, vc2.g);
+      gpu_->attention(q2.g, kc2.g, vc2.g, pos.g, as, out2.g);
+    }
+    const std::pair<Dual*, Dual*> same[] = {{&q, &q2}, {&k, &k2}, {&v, &v2}, {&kc, &kc2}, {&vc, &vc2}, {&out, &out2}};
+    for (const auto& [a, b] : same) EXPECT_EQ(bytes_of(*gpu_, a->g), bytes_of(*gpu_, b->g));
+  }
+}
+
 struct AttnCase {
   int n_heads, n_kv_heads, head_dim;
   int64_t n_ctx;

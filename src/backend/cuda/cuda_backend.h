@@ -112,6 +112,9 @@ class CudaBackend final : public Backend {
   uint64_t rope_epilogue_launches() const { return rope_epilogues_; }
   /// GEMV launches so far that took their input as fragments from the GEMV before (for tests).
   uint64_t fragment_handoffs() const { return frag_handoffs_; }
+  /// Prefill qkv_attention calls so far whose RoPE + KV-write kernel summed q / k / v from their
+  /// stacked GEMM's partial products (qkv_parts_attention; for tests).
+  uint64_t qkv_part_ropes() const { return qkv_part_ropes_; }
   /// Graphs recorded by run_graph and held now (for tests).
   size_t recorded_graphs() const { return graphs_.size(); }
   /// Whether a quantized GLU GEMV also writes its output as the next GEMV's activation
@@ -194,6 +197,20 @@ class CudaBackend final : public Backend {
   /// (a scratch of gemm_out_bytes), before the tokens' 1 / scale; returns blocks (on gemm_quant 1:
   /// the parts already summed), 0 on error (sticky).
   int gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp);
+  /// rope_kv_write's kernel arguments (cuda::QkvArgs) for these tensors; false where that kernel
+  /// does not take them (the op composes rope and kv_write instead). Shape errors are bugs
+  /// (SHOAL_CHECK).
+  bool qkv_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, int n_kv_heads,
+                const Tensor& k_cache, const Tensor& v_cache, cuda::QkvArgs& a) const;
+  /// qkv_attention for a prefill whose q / k / v weights (F16 / BF16) lie back to back: one GEMM,
+  /// then rope_kv_write summing q, k and v from its partial products (cuda::QkvParts), then
+  /// attention. False where that does not apply (nothing run); true otherwise, also on error
+  /// (sticky).
+  bool qkv_parts_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                           const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                           const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                           const AttentionSpec& attn, Tensor& out);
   /// One gemm_quant launch (kernels.h) of `count` weights on in.x16 with inv_scale (null: the
   /// parts' sums before 1 / scale), counted in quant_gemm_launches(). False on error (sticky).
   bool run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count, const GemmInput& in,
@@ -251,7 +268,7 @@ class CudaBackend final : public Backend {
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
-           stacked_products_ = 0;
+           stacked_products_ = 0, qkv_part_ropes_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

@@ -12,6 +12,7 @@
 // it (F16 / BF16 on cuBLAS, Q8_0 / Q4_0 on gemm_quant; not the dequantized cuBLAS path, which
 // stays exact): n columns instead of 2n / 3n, llama.cpp's numerics for F16 weights.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
@@ -20,6 +21,27 @@
 namespace shoal {
 
 using cuda::WKind;
+
+namespace {
+
+// The end of the run of products from outs[i] whose weights (F16 / BF16, no up) lie back to back
+// in device memory, and the rows of that run (m): one GEMM takes them all.
+size_t stacked_run(std::span<const MatmulOut> outs, size_t i, int64_t& m) {
+  const Tensor* w0 = outs[i].w;
+  size_t end = i + 1;
+  m = w0->rows();
+  if (outs[i].up || (w0->dtype != DType::kF16 && w0->dtype != DType::kBF16)) return end;
+  for (; end < outs.size(); ++end) {
+    const Tensor* w = outs[end].w;
+    const Tensor* prev = outs[end - 1].w;
+    const void* next_to_prev = static_cast<const uint8_t*>(prev->data) + prev->nbytes();
+    if (outs[end].up || w->dtype != w0->dtype || w->data != next_to_prev) break;
+    m += w->rows();
+  }
+  return end;
+}
+
+}  // namespace
 
 bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bool half, const float* norm_w,
                              float eps, GemmInput& in) {
@@ -166,16 +188,8 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
     // their allocations usually fall) take one GEMM over all their rows, then a sum of the parts
     // per product: k and v of a GQA model alone would each leave most of the GPU idle (H200,
     // Llama-3-8B q / k / v at 512 tokens: 81 against 95 us; docs/cuda.md v34).
-    size_t end = i + 1;
-    int64_t m = o.w->rows();
-    if (!o.up && (o.w->dtype == DType::kF16 || o.w->dtype == DType::kBF16))
-      for (; end < outs.size(); ++end) {
-        const Tensor* w = outs[end].w;
-        const Tensor* prev = outs[end - 1].w;
-        const void* next_to_prev = static_cast<const uint8_t*>(prev->data) + prev->nbytes();
-        if (outs[end].up || w->dtype != o.w->dtype || w->data != next_to_prev) break;
-        m += w->rows();
-      }
+    int64_t m = 0;
+    const size_t end = stacked_run(outs, i, m);
     auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
     if (!yp) return true;
     cuda::WeightRef ref = weight_ref(*o.w);
@@ -203,6 +217,54 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
         return true;
     }
   }
+  return true;
+}
+
+bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                                      const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                                      const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                                      const AttentionSpec& attn, Tensor& out) {
+  // Prefill q / k / v of one stacked GEMM (F16 / BF16 weights back to back): the RoPE + KV-write
+  // kernel sums their partial products itself, so they need no combine pass of their own.
+  static const bool off = std::getenv("SHOAL_EXP_NOQKVPARTS") != nullptr;
+  if (off || x.rows() <= cuda::kGemvMaxTokens || qkv.size() != 3 || spec.head_dim % 4 != 0) return false;
+  for (const MatmulOut& o : qkv)
+    if (!o.w || !o.y || o.accumulate) return false;
+  int64_t m = 0;
+  if (stacked_run(qkv, 0, m) != 3) return false;
+  cuda::QkvArgs a;
+  if (!qkv_args(*qkv[0].y, *qkv[1].y, *qkv[2].y, q_norm, k_norm, eps, pos, inv_freq, spec, attn.n_kv_heads, k_cache,
+                v_cache, a))
+    return false;
+  check_matmul_shapes(x, norm, qkv);
+  if (failed() || !use_device()) return true;
+  const DType t = qkv[0].w->dtype;
+  GemmInput in;
+  if (!gemm_input(cuda::f32(x), x.rows(), x.cols(), t == DType::kBF16, one_part(t),
+                  norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in))
+    return true;
+  auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
+  if (!yp) return true;
+  cuda::WeightRef ref = weight_ref(*qkv[0].w);
+  ref.rows = m;
+  const int blocks = gemm_products(ref, in, yp);
+  if (blocks == 0) return true;
+  stacked_products_ += 3;
+  cuda::QkvParts parts;
+  parts.yp = yp;
+  parts.blocks = blocks;
+  parts.ld = m;
+  parts.inv_scale = in.inv_scale;
+  for (int i = 0; i < 3; ++i) parts.bias[i] = qkv[size_t(i)].bias ? cuda::f32(*qkv[size_t(i)].bias) : nullptr;
+  parts.v = cuda::f32(*qkv[2].y);
+  Tensor& q = *qkv[0].y;
+  if (!note(cuda::rope_kv_write(cuda::f32(q), cuda::f32(*qkv[1].y), nullptr, static_cast<const int32_t*>(pos.data),
+                                cuda::f32(inv_freq), a, k_cache.data, v_cache.data, stream_, &parts),
+            "rope_kv_write (q / k / v parts)"))
+    return true;
+  kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, x.rows()};
+  ++qkv_part_ropes_;
+  attention(q, k_cache, v_cache, pos, attn, out);
   return true;
 }
 

@@ -332,7 +332,8 @@ void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::spa
                                 const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                                 const AttentionSpec& attn, Tensor& out) {
   if (!rope_in_products(x, norm, qkv, q_norm, k_norm, pos, inv_freq, spec, k_cache, v_cache, attn)) {
-    Backend::qkv_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
+    if (!qkv_parts_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out))
+      Backend::qkv_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
     return;
   }
   cuda::GemvRope r;
@@ -441,9 +442,10 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
   flush();
 }
 
-void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
-                                float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
-                                int n_kv_heads, Tensor& k_cache, Tensor& v_cache) {
+bool CudaBackend::qkv_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
+                           const Tensor* k_norm, float eps, const Tensor& pos, const Tensor& inv_freq,
+                           const RopeSpec& spec, int n_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
+                           cuda::QkvArgs& a) const {
   const int64_t n = q.rows(), hd = spec.head_dim;
   // (The kernel copies heads of head_dim % 4 == 0 a float4 per lane: 16-byte aligned tensors.)
   auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; };
@@ -451,10 +453,7 @@ void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Ten
   const bool fusable = hd <= 256 && (k_cache.dtype != DType::kQ8_0 || hd % 32 == 0) &&
                        (!q_norm || q_norm->n_elements() == hd) && (!k_norm || k_norm->n_elements() == hd) &&
                        (hd % 4 != 0 || all_aligned);
-  if (!fusable) {
-    Backend::rope_kv_write(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, n_kv_heads, k_cache, v_cache);
-    return;
-  }
+  if (!fusable) return false;
   const int64_t width = int64_t(n_kv_heads) * hd;
   SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * hd && k.rows() == n && k.cols() == width && v.rows() == n &&
                   v.cols() == width,
@@ -466,7 +465,6 @@ void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Ten
   SHOAL_CHECK(k_cache.cols() == width && v_cache.cols() == width && k_cache.dtype == v_cache.dtype &&
                   k_cache.rows() == v_cache.rows(),
               "rope_kv_write: caches {} / {}", k_cache.shape_string(), v_cache.shape_string());
-  cuda::QkvArgs a;
   a.rope.n_tokens = n;
   a.rope.n_heads = spec.n_heads;
   a.rope.head_dim = spec.head_dim;
@@ -479,10 +477,21 @@ void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Ten
   a.eps = eps;
   a.cache = cache_kind(k_cache.dtype);
   a.n_ctx = k_cache.rows();
+  return true;
+}
+
+void CudaBackend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                                float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                                int n_kv_heads, Tensor& k_cache, Tensor& v_cache) {
+  cuda::QkvArgs a;
+  if (!qkv_args(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, n_kv_heads, k_cache, v_cache, a)) {
+    Backend::rope_kv_write(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, n_kv_heads, k_cache, v_cache);
+    return;
+  }
   if (failed() || !use_device()) return;
   note(cuda::rope_kv_write(f32(q), f32(k), f32(v), i32(pos), f32(inv_freq), a, k_cache.data, v_cache.data, stream_),
        "rope_kv_write");
-  if (n > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, n};
+  if (q.rows() > 0) kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, q.rows()};
 }
 
 void CudaBackend::activation(const Tensor& x, Activation act, Tensor& out) {

@@ -298,6 +298,11 @@ int64_t stacked_products(Backend& b) {
   return cb ? int64_t(cb->stacked_products()) : -1;
 }
 
+int64_t qkv_part_ropes(Backend& b) {
+  const CudaBackend* cb = as_cuda(b);
+  return cb ? int64_t(cb->qkv_part_ropes()) : -1;
+}
+
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb && cb->quant_gemm_available();

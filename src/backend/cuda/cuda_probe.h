@@ -81,6 +81,10 @@ int64_t half_prefill_inputs(Backend& b);
 /// lie next to theirs in device memory (F16 / BF16 q / k / v, as allocations usually fall); -1 if
 /// b is not a CUDA backend. For tests and benchmarks.
 int64_t stacked_products(Backend& b);
+/// Prefill qkv_attention calls of the CUDA backend b so far whose RoPE + KV-write kernel summed
+/// q / k / v from their stacked GEMM's partial products (no combine pass); -1 if b is not a CUDA
+/// backend. For tests.
+int64_t qkv_part_ropes(Backend& b);
 /// Whether b's device runs gemm_quant (false if b is not a CUDA backend).
 bool quant_gemm_available(Backend& b);
 /// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.

@@ -248,12 +248,27 @@ struct QkvArgs {
   CacheKind cache = CacheKind::kF16;
   int64_t n_ctx = 0;
 };
+/// The partial products of q / k / v's stacked prefill GEMM (CudaBackend::gemm_products over their
+/// rows, q's then k's then v's), as rope_kv_write's input instead of q, k and v: element (t, r) is
+/// (sum_b yp[b][t][r]) * inv_scale[t] (+ bias), as combine_parts sums it.
+struct QkvParts {
+  const float* yp = nullptr;  // [blocks][n][ld], 16-byte aligned
+  int blocks = 0;
+  int64_t ld = 0;                      // at least (n_heads + 2 n_kv_heads) * head_dim; a multiple of 4
+  const float* inv_scale = nullptr;    // [n] or null (1)
+  const float* bias[3] = {};           // of q, k, v, or null
+  float* v = nullptr;                  // v's output [n, n_kv_heads * head_dim]
+};
 /// Runs the prologue above: q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] normed and
-/// rotated in place, k and v stored at cache rows pos[i] (skipped outside [0, n_ctx)).
+/// rotated in place, k and v stored at cache rows pos[i] (skipped outside [0, n_ctx)). With
+/// parts, q, k and v are first summed from them (v written to parts->v; the v argument unused),
+/// so the products need no combine pass of their own.
 /// Errors: cudaErrorInvalidValue for head_dim > 256, odd rot_dims or rot_dims > head_dim, a Q8_0
-/// cache with head_dim % 32 != 0 (the backend composes the plain ops instead).
+/// cache with head_dim % 32 != 0 (the backend composes the plain ops instead); with parts, also
+/// head_dim or ld not a multiple of 4, ld short of the rows, or yp not 16-byte aligned.
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const float* inv_freq,
-                          const QkvArgs& a, void* k_cache, void* v_cache, cudaStream_t stream);
+                          const QkvArgs& a, void* k_cache, void* v_cache, cudaStream_t stream,
+                          const QkvParts* parts = nullptr);
 /// Stores k and v rows (f32 [n, width]) at cache rows pos[i] (caches [n_ctx, width] of `kind`;
 /// Q8_0 rows quantized as ggml's quantize_row_q8_0_ref). Positions outside [0, n_ctx) are skipped.
 cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx, int64_t width, const float* k,

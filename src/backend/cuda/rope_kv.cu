@@ -109,6 +109,30 @@ __device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, 
   return ss;
 }
 
+// hv[i] = (sum_b yp[b][t][row + i]) * inv_scale[t] (+ bias[i]) for i < hd (combine_kernel's
+// operations in its order), a float4 per lane and step (hd, ld and row multiples of 4, yp 16-byte
+// aligned: CudaBackend::qkv_parts_attention checks), also written to out[0..hd) when out is not
+// null. Returns the sum of squares of what the lane wrote, in warp_copy's order.
+__device__ __forceinline__ float warp_gather(const QkvParts& s, int64_t n, int64_t t, int64_t row, const float* bias,
+                                             int hd, int lane, float* hv, float* out) {
+  const float inv = s.inv_scale ? s.inv_scale[t] : 1.0f;
+  float ss = 0.0f;
+  for (int i = 4 * lane; i < hd; i += 128) {
+    const int64_t e = t * s.ld + row + i;
+    float4 x = *reinterpret_cast<const float4*>(s.yp + e);
+    for (int b = 1; b < s.blocks; ++b) {
+      const float4 v = *reinterpret_cast<const float4*>(s.yp + b * n * s.ld + e);
+      x.x += v.x, x.y += v.y, x.z += v.z, x.w += v.w;
+    }
+    x = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
+    if (bias) x.x += bias[i], x.y += bias[i + 1], x.z += bias[i + 2], x.w += bias[i + 3];
+    *reinterpret_cast<float4*>(hv + i) = x;
+    if (out) *reinterpret_cast<float4*>(out + i) = x;
+    ss = fmaf(x.x, x.x, fmaf(x.y, x.y, fmaf(x.z, x.z, fmaf(x.w, x.w, ss))));
+  }
+  return ss;
+}
+
 // Stores a k head (hv, shared) and its v head (vr) as cache rows at element `at` of kc / vc, over
 // the lanes of a warp (f32 / f16: 4 values per lane and step when hd % 4 == 0).
 __device__ __forceinline__ void store_kv_head(const float* hv, const float* vr, int hd, int lane, CacheKind cache,
@@ -148,6 +172,8 @@ __device__ __forceinline__ void store_kv_head(const float* hv, const float* vr, 
 // for its 8 heads, then each warp takes one head: staged in the warp's shared memory, normed
 // (optional; the sum of squares by the warp), rotated, written back, and for a k head stored in
 // the caches together with the v head. One block barrier, right after the table; none later.
+// With parts (QkvParts), q, k and v come from the partial products of their stacked GEMM instead,
+// and are written out as q / k above and v as it is.
 // (It was a block of 128 threads per (token, head), each making the table: 28 us per
 // Llama-3-8B layer at 512 tokens, H200; v32 in docs/cuda.md. Heads are copied a float4 per lane:
 // 12.5 us per layer with a float per lane, v34.)
@@ -156,10 +182,11 @@ constexpr int kQkvMaxHeadDim = 256;
 
 __global__ void __launch_bounds__(kQkvThreads)
     rope_kv_kernel(float* q, float* k, const float* __restrict__ v, const int32_t* __restrict__ pos,
-                   const float* __restrict__ inv_freq, const QkvArgs a, void* kc, void* vc) {
+                   const float* __restrict__ inv_freq, const QkvArgs a, void* kc, void* vc, const QkvParts parts) {
   pdl_prologue();
   __shared__ double2 cs[kQkvMaxHeadDim / 2];
   __shared__ __align__(16) float staged[kQkvWarps][kQkvMaxHeadDim];
+  __shared__ __align__(16) float staged_v[kQkvWarps][kQkvMaxHeadDim];  // (with parts)
   const RopeArgs& r = a.rope;
   const int heads = r.n_heads + a.n_kv_heads, hd = r.head_dim, half = r.rot_dims / 2;
   const int groups = (heads + kQkvWarps - 1) / kQkvWarps;
@@ -176,7 +203,22 @@ __global__ void __launch_bounds__(kQkvThreads)
   const int kvh = h - r.n_heads;
   float* x = is_q ? q + (t * r.n_heads + h) * hd : k + t * width + int64_t(kvh) * hd;
   const float* nw = is_q ? a.q_norm : a.k_norm;
-  const float ss = warp_copy(x, hv, hd, lane);
+  const float* vr = parts.yp ? nullptr : v + t * width + int64_t(kvh) * hd;
+  float ss;
+  if (parts.yp) {
+    const int64_t row = is_q ? int64_t(h) * hd : int64_t(r.n_heads) * hd + int64_t(kvh) * hd;
+    const float* bias = is_q ? parts.bias[0] : parts.bias[1];
+    ss = warp_gather(parts, r.n_tokens, t, row, bias ? bias + (is_q ? int64_t(h) : int64_t(kvh)) * hd : nullptr, hd,
+                     lane, hv, nullptr);
+    if (!is_q) {  // v's head: written out, and staged for the caches
+      float* vo = parts.v + t * width + int64_t(kvh) * hd;
+      const float* vb = parts.bias[2] ? parts.bias[2] + int64_t(kvh) * hd : nullptr;
+      warp_gather(parts, r.n_tokens, t, row + width, vb, hd, lane, staged_v[warp], vo);
+      vr = staged_v[warp];
+    }
+  } else {
+    ss = warp_copy(x, hv, hd, lane);
+  }
   __syncwarp();
   if (nw) {  // uniform over the warp
     const float inv = 1.0f / sqrtf(warp_sum(ss) / float(hd) + a.eps);
@@ -191,21 +233,25 @@ __global__ void __launch_bounds__(kQkvThreads)
   warp_copy(hv, x, hd, lane);
   if (is_q || p < 0 || p >= a.n_ctx) return;
   const int64_t at = int64_t(p) * width + int64_t(kvh) * hd;  // element offset in the caches
-  store_kv_head(hv, v + t * width + int64_t(kvh) * hd, hd, lane, a.cache, kc, vc, at);
+  store_kv_head(hv, vr, hd, lane, a.cache, kc, vc, at);
 }
 
 }  // namespace
 
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const float* inv_freq,
-                          const QkvArgs& a, void* k_cache, void* v_cache, cudaStream_t stream) {
+                          const QkvArgs& a, void* k_cache, void* v_cache, cudaStream_t stream, const QkvParts* parts) {
   const RopeArgs& r = a.rope;
   if (r.head_dim > kQkvMaxHeadDim || r.rot_dims > r.head_dim || r.rot_dims % 2 != 0 ||
       (a.cache == CacheKind::kQ8_0 && r.head_dim % 32 != 0))
     return cudaErrorInvalidValue;
+  const int64_t rows = int64_t(r.n_heads + 2 * a.n_kv_heads) * r.head_dim;
+  if (parts && (!parts->yp || !parts->v || parts->blocks < 1 || parts->ld < rows || r.head_dim % 4 != 0 ||
+                parts->ld % 4 != 0 || reinterpret_cast<uintptr_t>(parts->yp) % 16 != 0))
+    return cudaErrorInvalidValue;
   const int64_t blocks = r.n_tokens * div_up(r.n_heads + a.n_kv_heads, kQkvWarps);
   if (blocks == 0) return cudaSuccess;
   SHOAL_TRY_LAUNCH(launch(rope_kv_kernel, unsigned(blocks), kQkvThreads, 0, stream, q, k, v, pos, inv_freq, a,
-                          k_cache, v_cache));
+                          k_cache, v_cache, parts ? *parts : QkvParts{}));
   return cudaGetLastError();
 }
 

@@ -478,6 +478,7 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
   }
   std::printf("| all layers | %.1f | %.2f (%.0f tokens/s without embedding and LM head) |\n", total * 1e3,
               total * m.n_layers, double(n) / (total * m.n_layers * 1e-3));
+  const int64_t stacked = probe::stacked_products(b) - stacked0;
   // The layer as model/forward.cc runs it, in one graph: q/k/v with attention as qkv_attention
   // (the prefill's RoPE + KV write summing q/k/v's partial products) and the handoffs between ops.
   const double layer_ms = must(probe::time_graph_ms(b, [&] { ops.all(L); }, reps));
@@ -485,8 +486,9 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
               layer_ms * m.n_layers, double(n) / (layer_ms * m.n_layers * 1e-3));
   b.reset_graphs();
   if (t == DType::kF16 || t == DType::kBF16)  // (gemm_matmuls: weights back to back share a GEMM)
-    std::printf("(q/k/v weights next to each other in device memory, one GEMM: %s)\n",
-                probe::stacked_products(b) > stacked0 ? "yes" : "no");
+    std::printf("(products of a layer sharing a GEMM with weights next to theirs in device memory: %lld; q/k/v 3, "
+                "gate/up 2)\n",
+                (long long)stacked);
   std::fflush(stdout);
   free_layer(b, L);
   for (Tensor* tp : {&freq, &pos, &x, &h, &delta, &q, &k, &v, &att, &ff, &ff2}) b.free(*tp);

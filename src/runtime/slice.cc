@@ -18,7 +18,7 @@ struct Need {
   Tensor* dst;
   std::vector<int64_t> shape;  // expected shape (outermost first)
   bool required;
-  bool group_qkv = false;  // attn_q (first of q, k, v): the three in one allocation
+  int group = 0;  // > 1: this tensor and the next group - 1 in one allocation (q, k, v; gate, up)
 };
 
 Status check_shape(const TensorInfo& t, const std::vector<int64_t>& want) {
@@ -39,7 +39,7 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
   std::vector<Need> v = {
       {n("attn_norm.weight"), WeightRole::kVector, &w.attn_norm, {d}, true},
       {n("attn_norm.bias"), WeightRole::kVector, &w.attn_norm_b, {d}, ln},
-      {n("attn_q.weight"), WeightRole::kMatrix, &w.wq, {qw, d}, true, true},
+      {n("attn_q.weight"), WeightRole::kMatrix, &w.wq, {qw, d}, true, 3},
       {n("attn_k.weight"), WeightRole::kMatrix, &w.wk, {kw, d}, true},
       {n("attn_v.weight"), WeightRole::kMatrix, &w.wv, {kw, d}, true},
       {n("attn_output.weight"), WeightRole::kMatrix, &w.wo, {d, qw}, true},
@@ -47,7 +47,7 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
       {n("attn_k.bias"), WeightRole::kVector, &w.bk, {kw}, cfg.attn_bias},
       {n("attn_v.bias"), WeightRole::kVector, &w.bv, {kw}, cfg.attn_bias},
       {n("attn_output.bias"), WeightRole::kVector, &w.bo, {d}, cfg.attn_out_bias},
-      {n("ffn_up.weight"), WeightRole::kMatrix, &w.w_up, {L.d_ff, d}, true},
+      {n("ffn_up.weight"), WeightRole::kMatrix, &w.w_up, {L.d_ff, d}, true},  // (after the gate, below)
       {n("ffn_down.weight"), WeightRole::kMatrix, &w.w_down, {d, L.d_ff}, true},
       {n("ffn_up.bias"), WeightRole::kVector, &w.b_up, {L.d_ff}, cfg.ffn_bias},
       {n("ffn_down.bias"), WeightRole::kVector, &w.b_down, {d}, cfg.ffn_bias},
@@ -60,7 +60,10 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
     v.push_back({n("ffn_norm.weight"), WeightRole::kVector, &w.ffn_norm, {d}, true});
     v.push_back({n("ffn_norm.bias"), WeightRole::kVector, &w.ffn_norm_b, {d}, ln});
   }
-  if (cfg.gated_ffn) v.push_back({n("ffn_gate.weight"), WeightRole::kMatrix, &w.w_gate, {L.d_ff, d}, true});
+  if (cfg.gated_ffn) {  // the gate right before up, both in one allocation
+    const auto up = std::find_if(v.begin(), v.end(), [&](const Need& x) { return x.dst == &w.w_up; });
+    v.insert(up, {n("ffn_gate.weight"), WeightRole::kMatrix, &w.w_gate, {L.d_ff, d}, true, 2});
+  }
   if (cfg.post_norms) {
     v.push_back({n("post_attention_norm.weight"), WeightRole::kVector, &w.post_attn_norm, {d}, true});
     v.push_back({n("post_ffw_norm.weight"), WeightRole::kVector, &w.post_ffn_norm, {d}, true});
@@ -94,19 +97,19 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
     owned_.push_back(*need.dst);
     return Status::Ok();
   };
-  // A layer's q / k / v in one allocation (WeightLoader::add_matrices): the CUDA backend's prefill
-  // computes weights that lie back to back in one GEMM.
-  auto add_qkv = [&](std::span<const Need> qkv) -> Status {
+  // A layer's q / k / v, and its gate / up, in one allocation each (WeightLoader::add_matrices):
+  // the CUDA backend's prefill computes weights that lie back to back in one GEMM.
+  auto add_group = [&](std::span<const Need> group) -> Status {
     std::array<const TensorInfo*, 3> infos{};
     std::array<Tensor*, 3> dsts{};
-    for (size_t i = 0; i < qkv.size(); ++i) {
-      infos[i] = weights.find(qkv[i].name);
-      if (!infos[i]) return add(qkv[i]);  // (the error of a missing tensor)
-      SHOAL_RETURN_IF_ERROR(check_shape(*infos[i], qkv[i].shape));
-      dsts[i] = qkv[i].dst;
+    for (size_t i = 0; i < group.size(); ++i) {
+      infos[i] = weights.find(group[i].name);
+      if (!infos[i]) return add(group[i]);  // (the error of a missing tensor)
+      SHOAL_RETURN_IF_ERROR(check_shape(*infos[i], group[i].shape));
+      dsts[i] = group[i].dst;
     }
-    const Status s = loader.add_matrices(infos, dsts);
-    for (const Need& need : qkv)
+    const Status s = loader.add_matrices(std::span(infos).first(group.size()), std::span(dsts).first(group.size()));
+    for (const Need& need : group)
       if (need.dst->data) owned_.push_back(*need.dst);  // (also those allocated before an error)
     return s;
   };
@@ -115,9 +118,10 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
   for (int l = spec_.first; l < spec_.end; ++l) {
     const std::vector<Need> needs = layer_needs(cfg_, l, layers_[size_t(l - spec_.first)]);
     for (size_t i = 0; i < needs.size(); ++i) {
-      if (needs[i].group_qkv) {  // q, then k and v right after it (layer_needs)
-        SHOAL_RETURN_IF_ERROR(add_qkv(std::span<const Need>(needs).subspan(i, 3)));
-        i += 2;
+      if (needs[i].group > 1) {  // q, then k and v; gate, then up (layer_needs)
+        const size_t count = size_t(needs[i].group);
+        SHOAL_RETURN_IF_ERROR(add_group(std::span<const Need>(needs).subspan(i, count)));
+        i += count - 1;
       } else {
         SHOAL_RETURN_IF_ERROR(add(needs[i]));
       }

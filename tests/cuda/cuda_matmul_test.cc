@@ -426,6 +426,47 @@ TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherShareOneGemm) {
   }
 }
 
+TEST_F(CudaMatmulsTest, GateAndUpAllocatedTogetherShareOneGemmWhereSmall) {
+  // A layer's gate and up from one alloc_weights block (as the loader allocates them): the
+  // prefill GLU takes one GEMM over both (F16 / BF16) up to 16M output values, else two; repacked
+  // Q8_0 weights compute as when allocated alone. Against the reference either way.
+  struct Case { DType t; int64_t ff, in, n; bool stacked; };
+  for (const Case c : {Case{DType::kF16, 200, 256, 12, true}, Case{DType::kBF16, 96, 128, 40, true},
+                       Case{DType::kF16, 4096, 32, 2100, false}, Case{DType::kQ8_0, 64, 256, 12, false}}) {
+    SCOPED_TRACE(fmt::format("{} ff={} in={} n={}", dtype_name(c.t), c.ff, c.in, c.n));
+    const std::array<std::array<int64_t, 2>, 2> shapes{{{c.ff, c.in}, {c.ff, c.in}}};
+    auto block = gpu_->alloc_weights(c.t, shapes);
+    ASSERT_TRUE(block.ok()) << block.status().to_string();
+    Dual w[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto bytes = encode(c.t, randn(c.ff * c.in));
+      auto cw = cpu_->alloc_weight(c.t, {c.ff, c.in});
+      ASSERT_TRUE(cw.ok());
+      w[i].c = *cw;
+      w[i].g = (*block)[size_t(i)];
+      ASSERT_TRUE(cpu_->upload_weight(w[i].c, bytes.data(), w[i].c.nbytes()).ok());
+      ASSERT_TRUE(gpu_->upload_weight(w[i].g, bytes.data(), w[i].g.nbytes()).ok());
+    }
+    Dual x = make_f32({c.n, c.in}, randn(c.n * c.in, 2.0f));
+    Dual g = make_f32({c.in}, randn(c.in)), h = output(DType::kF32, {c.n, c.in});
+    Dual y = output(DType::kF32, {c.n, c.ff}), up = output(DType::kF32, {c.n, c.ff});
+    const int64_t before = cuda_probe::stacked_products(*gpu_);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut o{gp ? &w[0].g : &w[0].c, gp ? &y.g : &y.c, nullptr, gp ? &w[1].g : &w[1].c, Activation::kSilu};
+      o.tmp = gp ? &up.g : &up.c;
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-6f, gp ? &h.g : &h.c}, {&o, 1});
+    }
+    EXPECT_EQ(cuda_probe::stacked_products(*gpu_) - before, c.stacked ? 2 : 0);
+    EXPECT_LT(nerr(y), tolerance(c.t, c.n));
+    ASSERT_TRUE(gpu_->synchronize().ok());
+    for (Dual& d : w) {
+      cpu_->free(d.c);
+      gpu_->free(d.g);
+    }
+  }
+}
+
 TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherFreeTheirBlockWithTheLast) {
   // Each weight of alloc_weights' block is freed on its own; the block (64 MiB here) stays until
   // the last one goes, also when the first (at the block's start) goes first.

@@ -230,16 +230,18 @@ __global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t r
   }
 }
 
-// out = act(gate) * up, gate and up each the sum of their parts times the token's 1 / scale;
-// 4 elements per thread (rows % 4 == 0).
+// out = act(gate) * up, gate and up each the sum of their parts times the token's 1 / scale; their
+// rows ld apart (ld % 4 == 0); 4 elements per thread (rows % 4 == 0).
 __global__ void combine_glu_kernel(const float* __restrict__ gate, int gate_blocks, const float* __restrict__ up,
-                                   int up_blocks, int64_t n, int64_t rows, const float* __restrict__ inv_scale, Act act,
-                                   float* __restrict__ y) {
+                                   int up_blocks, int64_t n, int64_t rows, int64_t ld,
+                                   const float* __restrict__ inv_scale, Act act, float* __restrict__ y) {
   pdl_prologue();
   const int64_t count = n * rows, i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (i >= count) return;
-  const float inv = inv_scale[i / rows];
-  const float4 g = parts_sum4(gate, gate_blocks, count, i, inv), u = parts_sum4(up, up_blocks, count, i, inv);
+  const int64_t t = i / rows, src = t * ld + i % rows, src_count = n * ld;
+  const float inv = inv_scale[t];
+  const float4 g = parts_sum4(gate, gate_blocks, src_count, src, inv),
+               u = parts_sum4(up, up_blocks, src_count, src, inv);
   *reinterpret_cast<float4*>(y + i) =
       make_float4(apply_act(g.x, act) * u.x, apply_act(g.y, act) * u.y, apply_act(g.z, act) * u.z,
                   apply_act(g.w, act) * u.w);
@@ -294,11 +296,12 @@ cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, 
 }
 
 cudaError_t combine_glu(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
-                        const float* inv_scale, Act act, float* y, cudaStream_t stream) {
+                        const float* inv_scale, Act act, float* y, cudaStream_t stream, int64_t ld) {
   if (n * rows == 0) return cudaSuccess;
-  if (rows % 4 != 0) return cudaErrorInvalidValue;
+  if (ld == 0) ld = rows;
+  if (rows % 4 != 0 || ld % 4 != 0 || ld < rows) return cudaErrorInvalidValue;
   SHOAL_TRY_LAUNCH(launch(combine_glu_kernel, unsigned(div_up(n * rows / 4, kBlock)), kBlock, 0, stream, gate,
-                          gate_blocks, up, up_blocks, n, rows, inv_scale, act, y));
+                          gate_blocks, up, up_blocks, n, rows, ld, inv_scale, act, y));
   return cudaSuccess;
 }
 

@@ -170,10 +170,12 @@ cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* 
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
                           const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld = 0);
 /// y[t, r] = act(g) * u with g = (sum_b gate[b][t][r]) * inv_scale[t], u likewise from up
-/// (gate [gate_blocks, n, rows], up [up_blocks, n, rows]: gate and up of different kinds may come
-/// in different parts). Errors: cudaErrorInvalidValue unless rows % 4 == 0.
+/// (gate [gate_blocks, n, ld], up [up_blocks, n, ld], of which the first `rows` of each token are
+/// read (ld 0: rows; gate and up of one stacked product: up = gate + rows, ld = 2 rows); gate and
+/// up of different kinds may come in different parts). Errors: cudaErrorInvalidValue unless rows
+/// and ld are multiples of 4 and ld >= rows.
 cudaError_t combine_glu(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
-                        const float* inv_scale, Act act, float* y, cudaStream_t stream);
+                        const float* inv_scale, Act act, float* y, cudaStream_t stream, int64_t ld = 0);
 
 // ---- gemm_quant.cu: the quantized prefill GEMM on Hopper ---------------------------------------
 /// One product of gemm_quant: y[j * rows + r] = (accumulate ? y : 0) + bias[r] + inv_scale[j] *

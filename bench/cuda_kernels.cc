@@ -10,6 +10,7 @@
 //                [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fmt/format.h>
@@ -62,6 +63,13 @@ Tensor weight(Backend& b, DType t, int64_t rows, int64_t cols, uint64_t seed, fl
   Tensor w = must(b.alloc_weight(t, {rows, cols}));
   if (Status s = probe::fill_random(b, w, seed, scale); !s.ok()) die(s);
   return w;
+}
+// Weights of `shapes` in one alloc_weights block, random with scale 1 / sqrt(cols), seeds from seed on.
+std::vector<Tensor> weights(Backend& b, DType t, const std::vector<std::array<int64_t, 2>>& shapes, uint64_t& seed) {
+  std::vector<Tensor> ws = must(b.alloc_weights(t, shapes));
+  for (Tensor& w : ws)
+    if (Status s = probe::fill_random(b, w, seed++, 1.0f / std::sqrt(float(w.cols()))); !s.ok()) die(s);
+  return ws;
 }
 Tensor act(Backend& b, DType t, std::initializer_list<int64_t> shape, uint64_t seed, float scale = 1.0f) {
   Tensor x = must(b.alloc(t, shape));
@@ -361,8 +369,9 @@ struct Layer {
   Tensor attn_norm, ffn_norm, q_norm, k_norm, wq, wk, wv, wo, wg, wu, wd, kc, vc;
 };
 
-// A layer of m: weights from W(rows, cols), norm vectors from norm(n), an f16 KV cache of ctx
-// rows (random).
+// A layer of m: weights from W(shapes) (weights of those shapes in one alloc_weights block, as
+// the loader allocates a layer's q / k / v and its gate / up), norm vectors from norm(n), an f16
+// KV cache of ctx rows (random).
 template <class MakeW, class MakeNorm>
 Layer make_layer(Backend& b, const ModelShape& m, int64_t ctx, uint64_t& seed, MakeW W, MakeNorm norm) {
   const int64_t kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
@@ -370,8 +379,10 @@ Layer make_layer(Backend& b, const ModelShape& m, int64_t ctx, uint64_t& seed, M
   L.attn_norm = norm(m.d);
   L.ffn_norm = norm(m.d);
   if (m.qk_norm) L.q_norm = norm(m.head_dim), L.k_norm = norm(m.head_dim);
-  L.wq = W(qw, m.d), L.wk = W(kvw, m.d), L.wv = W(kvw, m.d), L.wo = W(m.d, qw);
-  L.wg = W(m.ff, m.d), L.wu = W(m.ff, m.d), L.wd = W(m.d, m.ff);
+  const std::vector<Tensor> qkv = W({{qw, m.d}, {kvw, m.d}, {kvw, m.d}}), o = W({{m.d, qw}});
+  const std::vector<Tensor> gu = W({{m.ff, m.d}, {m.ff, m.d}}), down = W({{m.d, m.ff}});
+  L.wq = qkv[0], L.wk = qkv[1], L.wv = qkv[2], L.wo = o[0];
+  L.wg = gu[0], L.wu = gu[1], L.wd = down[0];
   L.kc = act(b, DType::kF16, {ctx, kvw}, seed++), L.vc = act(b, DType::kF16, {ctx, kvw}, seed++);
   return L;
 }
@@ -449,7 +460,7 @@ struct LayerOps {
 void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const char* note = "") {
   const int64_t n = 512, ctx = 641, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
   uint64_t seed = 5000;
-  auto W = [&](int64_t r, int64_t cols) { return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols))); };
+  auto W = [&](std::vector<std::array<int64_t, 2>> shapes) { return weights(b, t, shapes, seed); };
   auto norm = [&](int64_t k) { return act(b, DType::kF32, {k}, seed++, 0.1f); };
   Layer L = make_layer(b, m, ctx, seed, W, norm);
   std::vector<int32_t> p(static_cast<size_t>(n));
@@ -513,14 +524,14 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   double wbytes = 0;
   uint64_t seed = 1000;
   std::vector<Layer> layers(size_t(m.n_layers));
-  auto W = [&](int64_t r, int64_t cols) {
-    wbytes += weight_bytes(t, r, cols);
-    return weight(b, t, r, cols, seed++, 1.0f / std::sqrt(float(cols)));
+  auto W = [&](std::vector<std::array<int64_t, 2>> shapes) {
+    for (const auto& [r, cols] : shapes) wbytes += weight_bytes(t, r, cols);
+    return weights(b, t, shapes, seed);
   };
   auto norm = [&](int64_t n) { return act(b, DType::kF32, {n}, seed++, 0.1f); };
   for (auto& L : layers) L = make_layer(b, m, ctx, seed, W, norm);
   Tensor embd = weight(b, t, m.vocab, m.d, seed++);
-  Tensor head = m.tied ? embd : W(m.vocab, m.d);
+  Tensor head = m.tied ? embd : W({{m.vocab, m.d}})[0];
   if (m.tied) wbytes += weight_bytes(t, m.vocab, m.d);
   Tensor out_norm = norm(m.d);
   Tensor freq = rope_freqs(b, m);

@@ -292,7 +292,7 @@ void bench_prefill_attention(Backend& b, Backend& half, int reps) {
   std::printf("\n## Prefill attention (causal, f16 cache, head_dim 128), one call\n");
   std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, half | TFLOP/s, half |\n|---|---|---|---|---|---|\n");
   for (auto [heads, kv] : {std::pair{32, 8}, std::pair{16, 8}})
-    for (int64_t n : {512, 2048, 4096}) {
+    for (int64_t n : {64, 128, 256, 512, 2048, 4096}) {
       const double us = prefill_attention_us(b, reps, heads, kv, n);
       const double half_us = prefill_attention_us(half, reps, heads, kv, n);
       const double tflop = 4.0 * double(n) * double(n + 1) / 2 * 128 * heads / 1e12;

@@ -12,7 +12,6 @@
 // it (F16 / BF16 on cuBLAS, Q8_0 / Q4_0 on gemm_quant; not the dequantized cuBLAS path, which
 // stays exact): n columns instead of 2n / 3n, llama.cpp's numerics for F16 weights.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
@@ -250,8 +249,7 @@ bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, st
                                       const AttentionSpec& attn, Tensor& out) {
   // Prefill q / k / v of one stacked GEMM (F16 / BF16 weights back to back): the RoPE + KV-write
   // kernel sums their partial products itself, so they need no combine pass of their own.
-  static const bool off = std::getenv("SHOAL_EXP_NOQKVPARTS") != nullptr;
-  if (off || x.rows() <= cuda::kGemvMaxTokens || qkv.size() != 3 || spec.head_dim % 4 != 0) return false;
+  if (x.rows() <= cuda::kGemvMaxTokens || qkv.size() != 3 || spec.head_dim % 4 != 0) return false;
   for (const MatmulOut& o : qkv)
     if (!o.w || !o.y || o.accumulate) return false;
   int64_t m = 0;

@@ -11,7 +11,30 @@
 namespace shoal::test {
 namespace {
 
-using CudaAttentionTest = CudaVsRef;
+class CudaAttentionTest : public CudaVsRef {
+ protected:
+  // Two pairs of caches [rows, width] of type t, NaN but for rows 0..filled-1 (random, written by
+  // kv_write on both backends): the op under test's (kc, vc, reference copies too) and the CUDA
+  // composition's (kc2, vc2).
+  struct Caches {
+    Dual kc, vc, kc2, vc2;
+  };
+  Caches caches(DType t, int64_t rows, int64_t width, int32_t filled) {
+    std::vector<uint8_t> nan(*dtype_bytes(t, rows * width), 0xff);
+    Caches c{make(t, {rows, width}, nan.data()), make(t, {rows, width}, nan.data()), make(t, {rows, width}, nan.data()),
+             make(t, {rows, width}, nan.data())};
+    if (filled > 0) {
+      std::vector<int32_t> before(static_cast<size_t>(filled));
+      std::iota(before.begin(), before.end(), 0);
+      Dual k0 = make_f32({filled, width}, randn(filled * width)), v0 = make_f32({filled, width}, randn(filled * width));
+      Dual p0 = make_i32(before);
+      cpu_->kv_write(c.kc.c, c.vc.c, k0.c, v0.c, p0.c);
+      gpu_->kv_write(c.kc.g, c.vc.g, k0.g, v0.g, p0.g);
+      gpu_->kv_write(c.kc2.g, c.vc2.g, k0.g, v0.g, p0.g);
+    }
+    return c;
+  }
+};
 
 std::vector<float> inv_freq(int rot_dims, double theta) {
   std::vector<float> f(static_cast<size_t>(rot_dims / 2));
@@ -243,19 +266,8 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
     SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} {} d_model {} bias {} pos {}", c.n_heads,
                              c.n_kv_heads, c.head_dim, c.rot_dims, c.interleaved, c.qk_norms, dtype_name(c.weight), d,
                              c.bias, c.pos));
-    std::vector<uint8_t> nan(*dtype_bytes(DType::kF16, c.n_ctx * kw), 0xff);
     // Two sets of caches: the op under test (kc, vc) and the CUDA composition (kc2, vc2).
-    Dual kc = make(DType::kF16, {c.n_ctx, kw}, nan.data()), vc = make(DType::kF16, {c.n_ctx, kw}, nan.data());
-    Dual kc2 = make(DType::kF16, {c.n_ctx, kw}, nan.data()), vc2 = make(DType::kF16, {c.n_ctx, kw}, nan.data());
-    if (c.pos > 0) {
-      std::vector<int32_t> before(static_cast<size_t>(c.pos));
-      std::iota(before.begin(), before.end(), 0);
-      Dual k0 = make_f32({c.pos, kw}, randn(c.pos * kw)), v0 = make_f32({c.pos, kw}, randn(c.pos * kw));
-      Dual p0 = make_i32(before);
-      cpu_->kv_write(kc.c, vc.c, k0.c, v0.c, p0.c);
-      gpu_->kv_write(kc.g, vc.g, k0.g, v0.g, p0.g);
-      gpu_->kv_write(kc2.g, vc2.g, k0.g, v0.g, p0.g);
-    }
+    auto [kc, vc, kc2, vc2] = caches(DType::kF16, c.n_ctx, kw, c.pos);
     Dual x = make_f32({1, d}, randn(d));
     Dual nw = make_f32({d}, randn(d, 0.5f));
     Dual wq = make_weight(c.weight, {qw, d}, 0.05f), wk = make_weight(c.weight, {kw, d}, 0.05f);
@@ -335,18 +347,7 @@ TEST_F(CudaAttentionTest, PrefillQkvPartsSummedByTheRopeKernel) {
     SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} {} cache {} bias {} gap {}", c.n_heads,
                              c.n_kv_heads, c.head_dim, c.rot_dims, c.interleaved, c.qk_norms, dtype_name(c.weight),
                              dtype_name(c.cache), c.bias, c.gap));
-    std::vector<uint8_t> nan(*dtype_bytes(c.cache, n_ctx * kw), 0xff);
-    Dual kc = make(c.cache, {n_ctx, kw}, nan.data()), vc = make(c.cache, {n_ctx, kw}, nan.data());
-    Dual kc2 = make(c.cache, {n_ctx, kw}, nan.data()), vc2 = make(c.cache, {n_ctx, kw}, nan.data());
-    if (c.pos0 > 0) {
-      std::vector<int32_t> before(static_cast<size_t>(c.pos0));
-      std::iota(before.begin(), before.end(), 0);
-      Dual k0 = make_f32({c.pos0, kw}, randn(c.pos0 * kw)), v0 = make_f32({c.pos0, kw}, randn(c.pos0 * kw));
-      Dual p0 = make_i32(before);
-      cpu_->kv_write(kc.c, vc.c, k0.c, v0.c, p0.c);
-      gpu_->kv_write(kc.g, vc.g, k0.g, v0.g, p0.g);
-      gpu_->kv_write(kc2.g, vc2.g, k0.g, v0.g, p0.g);
-    }
+    auto [kc, vc, kc2, vc2] = caches(c.cache, n_ctx, kw, c.pos0);
     Dual all = make_weight(c.weight, {qw + 2 * kw + 1, d}, 0.05f);
     const int64_t row_bytes = int64_t(*dtype_bytes(c.weight, d));
     const int64_t first[3] = {0, qw, qw + kw + (c.gap ? 1 : 0)}, rows[3] = {qw, kw, kw};

@@ -117,9 +117,9 @@ class Backend {
   virtual Result<Tensor> alloc_weight(DType dtype, std::initializer_list<int64_t> shape) = 0;
   /// Weights [rows, cols] of one dtype, as alloc_weight each, placed back to back in one block
   /// where the backend gains from it (CUDA: F16 / BF16 prefill products over weights that lie
-  /// next to each other share one GEMM, e.g. a layer's q / k / v). Each is freed with free() as
-  /// usual; a block's memory returns when its last weight is freed. Default: one alloc_weight
-  /// each. Errors: as alloc_weight (nothing stays allocated).
+  /// next to each other share one GEMM, e.g. a layer's q / k / v or gate / up). Each is freed
+  /// with free() as usual; a block's memory returns when its last weight is freed. Default: one
+  /// alloc_weight each. Errors: as alloc_weight (nothing stays allocated).
   virtual Result<std::vector<Tensor>> alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes);
   /// Fills a weight from file-layout bytes (exactly t's nbytes(), host memory).
   virtual Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) = 0;

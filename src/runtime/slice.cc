@@ -1,9 +1,9 @@
 #include "runtime/slice.h"
 
 #include <algorithm>
-#include <array>
 #include <numeric>
 #include <span>
+#include <vector>
 
 #include "core/log.h"
 #include "model/rope.h"
@@ -100,15 +100,18 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
   // A layer's q / k / v, and its gate / up, in one allocation each (WeightLoader::add_matrices):
   // the CUDA backend's prefill computes weights that lie back to back in one GEMM.
   auto add_group = [&](std::span<const Need> group) -> Status {
-    std::array<const TensorInfo*, 3> infos{};
-    std::array<Tensor*, 3> dsts{};
-    for (size_t i = 0; i < group.size(); ++i) {
-      infos[i] = weights.find(group[i].name);
-      if (!infos[i]) return add(group[i]);  // (the error of a missing tensor)
-      SHOAL_RETURN_IF_ERROR(check_shape(*infos[i], group[i].shape));
-      dsts[i] = group[i].dst;
+    std::vector<const TensorInfo*> infos;
+    std::vector<Tensor*> dsts;
+    for (const Need& need : group) {
+      infos.push_back(weights.find(need.name));
+      dsts.push_back(need.dst);
     }
-    const Status s = loader.add_matrices(std::span(infos).first(group.size()), std::span(dsts).first(group.size()));
+    if (std::find(infos.begin(), infos.end(), nullptr) != infos.end()) {  // one add() each: the
+      for (const Need& need : group) SHOAL_RETURN_IF_ERROR(add(need));    // error of a missing one
+      return Status::Ok();
+    }
+    for (size_t i = 0; i < group.size(); ++i) SHOAL_RETURN_IF_ERROR(check_shape(*infos[i], group[i].shape));
+    const Status s = loader.add_matrices(infos, dsts);
     for (const Need& need : group)
       if (need.dst->data) owned_.push_back(*need.dst);  // (also those allocated before an error)
     return s;
@@ -119,7 +122,7 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
     const std::vector<Need> needs = layer_needs(cfg_, l, layers_[size_t(l - spec_.first)]);
     for (size_t i = 0; i < needs.size(); ++i) {
       if (needs[i].group > 1) {  // q, then k and v; gate, then up (layer_needs)
-        const size_t count = size_t(needs[i].group);
+        const size_t count = std::min(size_t(needs[i].group), needs.size() - i);
         SHOAL_RETURN_IF_ERROR(add_group(std::span<const Need>(needs).subspan(i, count)));
         i += count - 1;
       } else {

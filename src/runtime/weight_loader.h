@@ -33,8 +33,8 @@ class WeightLoader {
   /// Errors: kUnsupported (dtype Shoal cannot compute or convert, named), kOutOfMemory.
   Status add(const TensorInfo& info, WeightRole role, Tensor& dst, bool add_one = false);
   /// Plans several matrices (role kMatrix, shape [rows, cols] each) like add(), allocated in one
-  /// block when their backend dtypes agree (Backend::alloc_weights: a layer's q / k / v, which
-  /// the CUDA backend's prefill then computes in one GEMM); otherwise (dtypes that differ, a 1-D
+  /// block when their backend dtypes agree (Backend::alloc_weights: a layer's q / k / v, or its
+  /// gate / up, which the CUDA backend's prefill then computes in one GEMM); otherwise (dtypes that differ, a 1-D
   /// shape) one add() each, after which an error leaves the earlier dsts allocated and planned:
   /// the caller frees the dsts whose data is set (Slice does). Errors: as add(); kInternal when
   /// the spans' sizes differ.

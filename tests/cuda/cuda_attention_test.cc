@@ -333,9 +333,11 @@ TEST_F(CudaAttentionTest, PrefillQkvPartsSummedByTheRopeKernel) {
     int64_t d_model;
     bool bias, gap;
     int32_t pos0;
+    int64_t n = 40;  // tokens
   };
   const std::vector<Case> cases = {
       {32, 8, 128, 128, true, false, DType::kF16, DType::kF16, 512, false, false, 0},     // Llama
+      {32, 8, 128, 128, true, false, DType::kF16, DType::kF16, 512, true, false, 30, 9},  // the fewest tokens
       {16, 8, 128, 128, false, true, DType::kBF16, DType::kF16, 384, true, false, 100},  // Qwen3 + bias, later chunk
       {12, 4, 64, 32, true, false, DType::kF16, DType::kQ8_0, 256, true, false, 7},      // partial, Q8_0 cache
       {8, 8, 80, 80, false, false, DType::kF16, DType::kF32, 320, false, false, 0},      // head_dim 80, f32 cache
@@ -343,10 +345,10 @@ TEST_F(CudaAttentionTest, PrefillQkvPartsSummedByTheRopeKernel) {
   };
   for (const Case& c : cases) {
     const int64_t qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim, d = c.d_model;
-    const int64_t n = 40, n_ctx = c.pos0 + n + 8;
-    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} {} cache {} bias {} gap {}", c.n_heads,
-                             c.n_kv_heads, c.head_dim, c.rot_dims, c.interleaved, c.qk_norms, dtype_name(c.weight),
-                             dtype_name(c.cache), c.bias, c.gap));
+    const int64_t n = c.n, n_ctx = c.pos0 + n + 8;
+    SCOPED_TRACE(fmt::format("heads {}/{} dim {} rot {} interleaved {} norms {} {} cache {} bias {} gap {} n {}",
+                             c.n_heads, c.n_kv_heads, c.head_dim, c.rot_dims, c.interleaved, c.qk_norms,
+                             dtype_name(c.weight), dtype_name(c.cache), c.bias, c.gap, c.n));
     auto [kc, vc, kc2, vc2] = caches(c.cache, n_ctx, kw, c.pos0);
     Dual all = make_weight(c.weight, {qw + 2 * kw + 1, d}, 0.05f);
     const int64_t row_bytes = int64_t(*dtype_bytes(c.weight, d));

@@ -290,7 +290,8 @@ __global__ void __launch_bounds__(kThreads)
 // reads its row's (m, l) of every split itself (L1 hits after the first) and has all its loads in
 // flight at once, no barrier. With the kernel above (one block per (token, head)) prompt attention
 // with splits was 2-4x slower (H200, Llama-3-8B heads, 128 tokens in a 128-row cache, 2 splits:
-// 41.6 us, now 13.6; docs/cuda.md v35). A row that attends nothing gets 0, as without splits.
+// 41.6 us, now 13.6; docs/cuda.md v35). A row that attends nothing gets 0, as without splits;
+// the sums run in split order (the kernel above sums over the warp: last bits may differ).
 constexpr int kFlatThreads = 256;
 __global__ void __launch_bounds__(kFlatThreads)
     attention_combine_flat_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml, int n_splits,
@@ -301,18 +302,20 @@ __global__ void __launch_bounds__(kFlatThreads)
   const int64_t th = i / D;  // token * n_heads + head
   const float* ml = part_ml + th * n_splits * 2;
   const float* po = part_o + th * n_splits * D + i % D;
+  // Splits with nothing to attend (l = 0) left part_o unwritten and are skipped; a NaN in m or l
+  // is not skipped and reaches the output, as in the kernel above.
   float M = -INFINITY;
   for (int s = 0; s < n_splits; ++s)
-    if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
+    if (ml[2 * s + 1] != 0.0f) M = fmaxf(M, ml[2 * s]);
   float sum = 0.0f;
   for (int s = 0; s < n_splits; ++s) {
     const float l = ml[2 * s + 1];
-    if (l > 0.0f) sum = fmaf(expf(ml[2 * s] - M), l, sum);
+    if (l != 0.0f) sum = fmaf(expf(ml[2 * s] - M), l, sum);
   }
   float o = 0.0f;
-  if (sum > 0.0f)
-    for (int s = 0; s < n_splits; ++s)  // splits with nothing to attend left part_o unwritten
-      if (ml[2 * s + 1] > 0.0f) o = fmaf(expf(ml[2 * s] - M) / sum, po[int64_t(s) * D], o);
+  if (sum != 0.0f)
+    for (int s = 0; s < n_splits; ++s)
+      if (ml[2 * s + 1] != 0.0f) o = fmaf(expf(ml[2 * s] - M) / sum, po[int64_t(s) * D], o);
   out[i] = o;
 }
 

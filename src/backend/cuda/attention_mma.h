@@ -19,7 +19,7 @@ bool use_prefill_mma(const AttnArgs& a);
 /// How the prefill kernel divides a call: blocks of 4 warps, each warp 16 consecutive tokens of
 /// one query head; the warps of a block share a KV head (gb heads x 4 / gb token slices), so
 /// each K/V tile is read once for them. Splits along the keys (combined by
-/// attention_combine_kernel) only when the call has too few blocks to fill the GPU.
+/// attention_combine_flat_kernel) only when the call has too few blocks to fill the GPU.
 struct PrefillPlan {
   int gb = 1;            // query heads per block
   int groups = 1;        // blocks per KV head along the query heads (G / gb)
@@ -34,7 +34,7 @@ PrefillPlan prefill_plan(const AttnArgs& a);
 /// n_kv_heads * head_dim], keys first(t)..pos[t] (first from the sliding window), as `plan`
 /// says. With one split the normalised output goes to out; otherwise each split's unnormalised
 /// output and (running max, sum) go to part_o [n_tokens, n_heads, n_splits, head_dim] and
-/// part_ml [.., 2] for attention_combine_kernel. Errors: the launch's.
+/// part_ml [.., 2] for attention_combine_flat_kernel (attention.cu). Errors: the launch's.
 cudaError_t attention_prefill(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
                               const AttnArgs& a, const PrefillPlan& plan, float* part_o, float* part_ml, float* out,
                               cudaStream_t stream);

@@ -4,7 +4,7 @@
 // slices of gb heads), so each K/V tile is read once for all of them. The block walks its keys
 // in 64-key tiles, double-buffered (the next tile loading while this one is computed); token
 // tiles with the most keys start first. Splits along the keys (combined by
-// attention_combine_kernel) only when a call has too few blocks to fill the GPU.
+// attention_combine_flat_kernel) only when a call has too few blocks to fill the GPU.
 //
 // Other caches and head sizes keep attention.cu's tiled kernel; this one replaced it for
 // prefill, where it re-read every key for each token on the CUDA cores (1.05 ms per Llama-3-8B
@@ -26,7 +26,7 @@ using attn_mma::kKeys;
 using attn_mma::kRows;
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kMaxBlockTokens = kWarps * kRows;  // when every warp has the same head
-constexpr int kMaxSplits = 32;                   // attention_combine_kernel: one split per lane
+constexpr int kMaxSplits = 32;                   // splits at most (bounds the partial results)
 constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: split the keys
 
 using Params = MmaParams<PrefillPlan>;

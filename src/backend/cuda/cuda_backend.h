@@ -229,6 +229,9 @@ class CudaBackend final : public Backend {
   bool gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
   /// The shape checks of both matmuls paths (a mismatch is a bug: SHOAL_CHECK).
   static void check_matmul_shapes(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
+  /// matmuls' other preconditions: weights and outputs present, a norm with its h, no y or h
+  /// aliasing x, no two outputs sharing y (SHOAL_CHECK).
+  static void check_matmul_args(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs);
 
   int device_ = 0;
   std::string name_;

@@ -250,15 +250,17 @@ bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, st
   // Prefill q / k / v of one stacked GEMM (F16 / BF16 weights back to back): the RoPE + KV-write
   // kernel sums their partial products itself, so they need no combine pass of their own.
   if (x.rows() <= cuda::kGemvMaxTokens || qkv.size() != 3 || spec.head_dim % 4 != 0) return false;
+  check_matmul_args(x, norm, qkv);  // (matmuls' checks first, as the composed ops would run them)
   for (const MatmulOut& o : qkv)
-    if (!o.w || !o.y || o.accumulate) return false;
+    if (o.accumulate) return false;
   int64_t m = 0;
   if (stacked_run(qkv, 0, m) != 3) return false;
+  check_matmul_shapes(x, norm, qkv);
+  const int32_t* positions = cuda::i32(pos);  // (checked before any kernel writes the caches)
   cuda::QkvArgs a;
   if (!qkv_args(*qkv[0].y, *qkv[1].y, *qkv[2].y, q_norm, k_norm, eps, pos, inv_freq, spec, attn.n_kv_heads, k_cache,
                 v_cache, a))
     return false;
-  check_matmul_shapes(x, norm, qkv);
   if (failed() || !use_device()) return true;
   const DType t = qkv[0].w->dtype;
   GemmInput in;
@@ -280,7 +282,7 @@ bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, st
   for (int i = 0; i < 3; ++i) parts.bias[i] = qkv[size_t(i)].bias ? cuda::f32(*qkv[size_t(i)].bias) : nullptr;
   parts.v = cuda::f32(*qkv[2].y);
   Tensor& q = *qkv[0].y;
-  if (!note(cuda::rope_kv_write(cuda::f32(q), cuda::f32(*qkv[1].y), nullptr, static_cast<const int32_t*>(pos.data),
+  if (!note(cuda::rope_kv_write(cuda::f32(q), cuda::f32(*qkv[1].y), nullptr, positions,
                                 cuda::f32(inv_freq), a, k_cache.data, v_cache.data, stream_, &parts),
             "rope_kv_write (q / k / v parts)"))
     return true;

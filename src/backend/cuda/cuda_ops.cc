@@ -353,9 +353,7 @@ void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::spa
   attention(*qkv[0].y, k_cache, v_cache, pos, attn, out);
 }
 
-void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
-                                 const cuda::GemvRope* rope) {
-  const int64_t n = x.rows();
+void CudaBackend::check_matmul_args(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
   SHOAL_CHECK(!norm.w || norm.h != nullptr, "matmuls: a norm needs its output tensor h");
   SHOAL_CHECK(!norm.w || norm.h->data != x.data, "matmuls: h must not alias x");
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -363,6 +361,12 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
     SHOAL_CHECK(outs[i].y->data != x.data, "matmuls: y must not alias x");
     for (size_t j = 0; j < i; ++j) SHOAL_CHECK(outs[j].y->data != outs[i].y->data, "matmuls: two outputs share y");
   }
+}
+
+void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
+                                 const cuda::GemvRope* rope) {
+  const int64_t n = x.rows();
+  check_matmul_args(x, norm, outs);
   const bool fusable = gemv_launches(x, norm, outs);
   SHOAL_CHECK(!rope || fusable, "matmuls: the RoPE epilogue needs the one-launch GEMV path");
   if (!fusable) {

@@ -26,6 +26,20 @@ __device__ __forceinline__ float apply_act(float x, Act act) {
   return x;
 }
 
+/// The sum of the prefill GEMM's partial products of element i (4 consecutive elements of one
+/// token; yp + i 16-byte aligned), times the token's 1 / scale; parts `count` floats apart. The
+/// one order of these sums: combine_parts, combine_glu and the RoPE kernel's q / k / v
+/// (rope_kv.cu) give the same values.
+__device__ __forceinline__ float4 parts_sum4(const float* __restrict__ yp, int blocks, int64_t count, int64_t i,
+                                             float inv) {
+  float4 s = *reinterpret_cast<const float4*>(yp + i);
+  for (int b = 1; b < blocks; ++b) {
+    const float4 v = *reinterpret_cast<const float4*>(yp + b * count + i);
+    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+  }
+  return make_float4(s.x * inv, s.y * inv, s.z * inv, s.w * inv);
+}
+
 /// Sum over the 32 lanes of a warp (butterfly: every lane gets the same, order fixed).
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

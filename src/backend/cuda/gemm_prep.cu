@@ -187,18 +187,6 @@ __global__ void __launch_bounds__(kDqChunks * 32)
   }
 }
 
-// Sum of the partial products of element i (4 consecutive elements of one token: rows % 4 == 0),
-// times the token's 1 / scale; parts `count` floats apart.
-__device__ __forceinline__ float4 parts_sum4(const float* __restrict__ yp, int blocks, int64_t count, int64_t i,
-                                             float inv) {
-  float4 s = *reinterpret_cast<const float4*>(yp + i);
-  for (int b = 1; b < blocks; ++b) {
-    const float4 v = *reinterpret_cast<const float4*>(yp + b * count + i);
-    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-  }
-  return make_float4(s.x * inv, s.y * inv, s.z * inv, s.w * inv);
-}
-
 // y = sum of parts (* inv_scale) (+ bias) (+ y when accumulating): one thread per element, or
 // per 4 elements when rows and ld are multiples of 4 (yp 16-byte aligned). yp rows are ld apart.
 template <bool kVec4>

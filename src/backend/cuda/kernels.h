@@ -267,7 +267,8 @@ struct QkvParts {
 /// so the products need no combine pass of their own.
 /// Errors: cudaErrorInvalidValue for head_dim > 256, odd rot_dims or rot_dims > head_dim, a Q8_0
 /// cache with head_dim % 32 != 0 (the backend composes the plain ops instead); with parts, also
-/// head_dim or ld not a multiple of 4, ld short of the rows, or yp not 16-byte aligned.
+/// a null yp or v, blocks < 1, head_dim or ld not a multiple of 4, ld short of the rows, or yp
+/// not 16-byte aligned.
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* pos, const float* inv_freq,
                           const QkvArgs& a, void* k_cache, void* v_cache, cudaStream_t stream,
                           const QkvParts* parts = nullptr);

@@ -91,7 +91,7 @@ __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int6
 // Copies n floats from src to dst over the lanes of a warp: a float4 per lane and step when
 // n % 4 == 0 (one round trip for a head of 128), else one float per lane. With n % 4 == 0 both
 // must be 16-byte aligned: rope_kv_kernel's are heads at multiples of head_dim floats in
-// tensors CudaBackend::rope_kv_write checks. Returns the sum of squares of what the lane copied.
+// tensors CudaBackend::qkv_args checks. Returns the sum of squares of what the lane copied.
 __device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, int lane) {
   float ss = 0.0f;
   if (n % 4 == 0) {
@@ -110,21 +110,16 @@ __device__ __forceinline__ float warp_copy(const float* src, float* dst, int n, 
 }
 
 // hv[i] = (sum_b yp[b][t][row + i]) * inv_scale[t] (+ bias[i]) for i < hd (combine_kernel's
-// operations in its order), a float4 per lane and step (hd, ld and row multiples of 4, yp 16-byte
-// aligned: CudaBackend::qkv_parts_attention checks), also written to out[0..hd) when out is not
-// null. Returns the sum of squares of what the lane wrote, in warp_copy's order.
+// operations in its order: parts_sum4), a float4 per lane and step (hd, ld and row multiples of
+// 4, yp 16-byte aligned: the host checks, rope_kv_write below and qkv_parts_attention), also
+// written to out[0..hd) when out is not null. Returns the sum of squares of what the lane wrote,
+// in warp_copy's order.
 __device__ __forceinline__ float warp_gather(const QkvParts& s, int64_t n, int64_t t, int64_t row, const float* bias,
                                              int hd, int lane, float* hv, float* out) {
   const float inv = s.inv_scale ? s.inv_scale[t] : 1.0f;
   float ss = 0.0f;
   for (int i = 4 * lane; i < hd; i += 128) {
-    const int64_t e = t * s.ld + row + i;
-    float4 x = *reinterpret_cast<const float4*>(s.yp + e);
-    for (int b = 1; b < s.blocks; ++b) {
-      const float4 v = *reinterpret_cast<const float4*>(s.yp + b * n * s.ld + e);
-      x.x += v.x, x.y += v.y, x.z += v.z, x.w += v.w;
-    }
-    x = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
+    float4 x = parts_sum4(s.yp, s.blocks, n * s.ld, t * s.ld + row + i, inv);
     if (bias) x.x += bias[i], x.y += bias[i + 1], x.z += bias[i + 2], x.w += bias[i + 3];
     *reinterpret_cast<float4*>(hv + i) = x;
     if (out) *reinterpret_cast<float4*>(out + i) = x;
@@ -180,13 +175,15 @@ __device__ __forceinline__ void store_kv_head(const float* hv, const float* vr, 
 constexpr int kQkvWarps = 8, kQkvThreads = 32 * kQkvWarps;
 constexpr int kQkvMaxHeadDim = 256;
 
+// kParts: q / k / v from QkvParts (qkv_parts_attention); a template parameter so that the plain
+// kernel keeps its registers and shared memory (40 and 10 KiB on sm_90, 64 and 18 KiB with parts).
+template <bool kParts>
 __global__ void __launch_bounds__(kQkvThreads)
     rope_kv_kernel(float* q, float* k, const float* __restrict__ v, const int32_t* __restrict__ pos,
                    const float* __restrict__ inv_freq, const QkvArgs a, void* kc, void* vc, const QkvParts parts) {
   pdl_prologue();
   __shared__ double2 cs[kQkvMaxHeadDim / 2];
-  __shared__ __align__(16) float staged[kQkvWarps][kQkvMaxHeadDim];
-  __shared__ __align__(16) float staged_v[kQkvWarps][kQkvMaxHeadDim];  // (with parts)
+  __shared__ __align__(16) float staged[kParts ? 2 : 1][kQkvWarps][kQkvMaxHeadDim];  // [1]: v heads, with parts
   const RopeArgs& r = a.rope;
   const int heads = r.n_heads + a.n_kv_heads, hd = r.head_dim, half = r.rot_dims / 2;
   const int groups = (heads + kQkvWarps - 1) / kQkvWarps;
@@ -197,15 +194,14 @@ __global__ void __launch_bounds__(kQkvThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = int(blockIdx.x % groups) * kQkvWarps + warp;
   if (h >= heads) return;
-  float* const hv = staged[warp];
+  float* const hv = staged[0][warp];
   const int64_t width = int64_t(a.n_kv_heads) * hd;
   const bool is_q = h < r.n_heads;
   const int kvh = h - r.n_heads;
   float* x = is_q ? q + (t * r.n_heads + h) * hd : k + t * width + int64_t(kvh) * hd;
   const float* nw = is_q ? a.q_norm : a.k_norm;
-  const float* vr = parts.yp ? nullptr : v + t * width + int64_t(kvh) * hd;
   float ss;
-  if (parts.yp) {
+  if constexpr (kParts) {
     const int64_t row = is_q ? int64_t(h) * hd : int64_t(r.n_heads) * hd + int64_t(kvh) * hd;
     const float* bias = is_q ? parts.bias[0] : parts.bias[1];
     ss = warp_gather(parts, r.n_tokens, t, row, bias ? bias + (is_q ? int64_t(h) : int64_t(kvh)) * hd : nullptr, hd,
@@ -213,8 +209,7 @@ __global__ void __launch_bounds__(kQkvThreads)
     if (!is_q) {  // v's head: written out, and staged for the caches
       float* vo = parts.v + t * width + int64_t(kvh) * hd;
       const float* vb = parts.bias[2] ? parts.bias[2] + int64_t(kvh) * hd : nullptr;
-      warp_gather(parts, r.n_tokens, t, row + width, vb, hd, lane, staged_v[warp], vo);
-      vr = staged_v[warp];
+      warp_gather(parts, r.n_tokens, t, row + width, vb, hd, lane, staged[kParts ? 1 : 0][warp], vo);
     }
   } else {
     ss = warp_copy(x, hv, hd, lane);
@@ -233,6 +228,7 @@ __global__ void __launch_bounds__(kQkvThreads)
   warp_copy(hv, x, hd, lane);
   if (is_q || p < 0 || p >= a.n_ctx) return;
   const int64_t at = int64_t(p) * width + int64_t(kvh) * hd;  // element offset in the caches
+  const float* vr = kParts ? staged[kParts ? 1 : 0][warp] : v + t * width + int64_t(kvh) * hd;
   store_kv_head(hv, vr, hd, lane, a.cache, kc, vc, at);
 }
 
@@ -250,8 +246,8 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* pos
     return cudaErrorInvalidValue;
   const int64_t blocks = r.n_tokens * div_up(r.n_heads + a.n_kv_heads, kQkvWarps);
   if (blocks == 0) return cudaSuccess;
-  SHOAL_TRY_LAUNCH(launch(rope_kv_kernel, unsigned(blocks), kQkvThreads, 0, stream, q, k, v, pos, inv_freq, a,
-                          k_cache, v_cache, parts ? *parts : QkvParts{}));
+  SHOAL_TRY_LAUNCH(launch(parts ? rope_kv_kernel<true> : rope_kv_kernel<false>, unsigned(blocks), kQkvThreads, 0,
+                          stream, q, k, v, pos, inv_freq, a, k_cache, v_cache, parts ? *parts : QkvParts{}));
   return cudaGetLastError();
 }
 

@@ -282,8 +282,8 @@ bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, st
   for (int i = 0; i < 3; ++i) parts.bias[i] = qkv[size_t(i)].bias ? cuda::f32(*qkv[size_t(i)].bias) : nullptr;
   parts.v = cuda::f32(*qkv[2].y);
   Tensor& q = *qkv[0].y;
-  if (!note(cuda::rope_kv_write(cuda::f32(q), cuda::f32(*qkv[1].y), nullptr, positions,
-                                cuda::f32(inv_freq), a, k_cache.data, v_cache.data, stream_, &parts),
+  if (!note(cuda::rope_kv_write(cuda::f32(q), cuda::f32(*qkv[1].y), nullptr, positions, cuda::f32(inv_freq), a,
+                                k_cache.data, v_cache.data, stream_, &parts),
             "rope_kv_write (q / k / v parts)"))
     return true;
   kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, x.rows()};

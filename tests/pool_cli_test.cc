@@ -92,6 +92,16 @@ TEST(PoolCli, HostRefusesALongPromptBeforeWaitingForWorkers) {
   EXPECT_NE(host->err().find("a context of 8 holds at most 7"), std::string::npos) << host->err();
 }
 
+TEST(PoolCli, JoinRefusesThreadCountsOutOfRange) {
+  // (100000 threads aborted the worker with std::system_error before the range check)
+  for (const char* t : {"100000", "-3"}) {
+    const auto r = test::run_command(test::shoal_bin() + " join 127.0.0.1:1 --secret s -t " + t + " 2>&1");
+    EXPECT_NE(r.status, 0) << t;
+    EXPECT_NE(r.status, 134) << "aborted: " << r.out;
+    EXPECT_NE(r.out.find("--threads"), std::string::npos) << r.out;
+  }
+}
+
 TEST(PoolCli, RunPrintsThePlan) {
   const auto r = test::run_command(test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") +
                                    " -p hi -n 2 -c 64 -t 1 --pool 3 2>&1 >/dev/null");

@@ -73,9 +73,13 @@ void place_weight(Tensor& t, const WeightLayout& l, void* p) {
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device, const BackendOptions& opts) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
-    return make_error(Code::kUnavailable, "no CUDA device: cudaGetDeviceCount says {} ({})", cudaGetErrorName(e),
-                      cudaGetErrorString(e));
+  if (e != cudaSuccess || count == 0) {
+    // No GPU and no driver reads as cudaErrorInsufficientDriver: name the likely cause first.
+    const bool no_driver = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice;
+    return make_error(Code::kUnavailable, "no CUDA device{}: cudaGetDeviceCount says {} ({})",
+                      no_driver ? " (no NVIDIA GPU or driver found, or a driver older than this CUDA runtime)" : "",
+                      cudaGetErrorName(e), cudaGetErrorString(e));
+  }
   if (device < 0 || device >= count)
     return make_error(Code::kUnavailable, "cuda:{} asked for, but this machine has {} CUDA device(s)", device, count);
   std::unique_ptr<CudaBackend> b(new CudaBackend());

@@ -197,6 +197,10 @@ class CudaBackend final : public Backend {
   /// (a scratch of gemm_out_bytes), before the tokens' 1 / scale; returns blocks (on gemm_quant 1:
   /// the parts already summed), 0 on error (sticky).
   int gemm_products(const cuda::WeightRef& w, const GemmInput& in, float* yp);
+  /// gemm_products over `rows` rows of weights starting at `first` (weights back to back taken as
+  /// one: q / k / v, gate / up) into yp, a scratch (kGemmOut) it allocates; returns blocks, 0 on
+  /// error (sticky).
+  int rows_products(const Tensor& first, int64_t rows, const GemmInput& in, float*& yp);
   /// rope_kv_write's kernel arguments (cuda::QkvArgs) for these tensors; false where that kernel
   /// does not take them (the op composes rope and kv_write instead). Shape errors are bugs
   /// (SHOAL_CHECK).

@@ -23,6 +23,11 @@ using cuda::WKind;
 
 namespace {
 
+// Whether b starts where a ends in device memory.
+bool back_to_back(const Tensor& a, const Tensor& b) {
+  return b.data == static_cast<const uint8_t*>(a.data) + a.nbytes();
+}
+
 // The end of the run of products from outs[i] whose weights (F16 / BF16, no up) lie back to back
 // in device memory, and the rows of that run (m): one GEMM takes them all.
 size_t stacked_run(std::span<const MatmulOut> outs, size_t i, int64_t& m) {
@@ -32,9 +37,7 @@ size_t stacked_run(std::span<const MatmulOut> outs, size_t i, int64_t& m) {
   if (outs[i].up || (w0->dtype != DType::kF16 && w0->dtype != DType::kBF16)) return end;
   for (; end < outs.size(); ++end) {
     const Tensor* w = outs[end].w;
-    const Tensor* prev = outs[end - 1].w;
-    const void* next_to_prev = static_cast<const uint8_t*>(prev->data) + prev->nbytes();
-    if (outs[end].up || w->dtype != w0->dtype || w->data != next_to_prev) break;
+    if (outs[end].up || w->dtype != w0->dtype || !back_to_back(*outs[end - 1].w, *w)) break;
     m += w->rows();
   }
   return end;
@@ -46,9 +49,8 @@ size_t stacked_run(std::span<const MatmulOut> outs, size_t i, int64_t& m) {
 // 24 at 1024 / 512 columns (docs/cuda.md v35). So up to 16M output values.
 bool stack_glu(const Tensor& gate, const Tensor& up, int64_t columns) {
   constexpr int64_t kMaxOutputs = int64_t(16) << 20;
-  const void* next_to_gate = static_cast<const uint8_t*>(gate.data) + gate.nbytes();
   return (gate.dtype == DType::kF16 || gate.dtype == DType::kBF16) && up.dtype == gate.dtype &&
-         up.data == next_to_gate && up.rows() == gate.rows() && 2 * gate.rows() * columns <= kMaxOutputs;
+         back_to_back(gate, up) && up.rows() == gate.rows() && 2 * gate.rows() * columns <= kMaxOutputs;
 }
 
 }  // namespace
@@ -145,6 +147,14 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   if (blocks > 0) note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, bias, false, y, stream_), "combine_parts");
 }
 
+int CudaBackend::rows_products(const Tensor& first, int64_t rows, const GemmInput& in, float*& yp) {
+  yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, rows)));
+  if (!yp) return 0;
+  cuda::WeightRef ref = weight_ref(first);
+  ref.rows = rows;
+  return gemm_products(ref, in, yp);
+}
+
 bool CudaBackend::quant_gemm_together(const GemmInput& in, std::span<const MatmulOut> outs) {
   // On gemm_quant, each product's epilogue in the kernel: several products of one quantized kind
   // (q / k / v) in one launch (the small ones, k and v of a GQA model, would each leave most of
@@ -204,11 +214,8 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
     // is faster than two; combine_glu then reads both from its rows.
     const bool glu_stacked = o.up && stack_glu(*o.w, *o.up, int64_t(in.parts) * n);
     const int64_t rows = glu_stacked ? 2 * m : m;
-    auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, rows)));
-    if (!yp) return true;
-    cuda::WeightRef ref = weight_ref(*o.w);
-    ref.rows = rows;
-    const int blocks = gemm_products(ref, in, yp);
+    float* yp = nullptr;
+    const int blocks = rows_products(*o.w, rows, in, yp);
     if (blocks == 0) return true;
     if (glu_stacked) {
       ++i;
@@ -267,11 +274,8 @@ bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, st
   if (!gemm_input(cuda::f32(x), x.rows(), x.cols(), t == DType::kBF16, one_part(t),
                   norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in))
     return true;
-  auto* yp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(in, m)));
-  if (!yp) return true;
-  cuda::WeightRef ref = weight_ref(*qkv[0].w);
-  ref.rows = m;
-  const int blocks = gemm_products(ref, in, yp);
+  float* yp = nullptr;
+  const int blocks = rows_products(*qkv[0].w, m, in, yp);
   if (blocks == 0) return true;
   stacked_products_ += 3;
   cuda::QkvParts parts;

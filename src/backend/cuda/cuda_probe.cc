@@ -259,49 +259,32 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
   return make_error(Code::kUnsupported, "fill_random of a {} tensor", dtype_name(t.dtype));
 }
 
-int64_t early_epilogue_launches(Backend& b) {
+// A counter of the CUDA backend b (one of its getters), or -1 if b is not a CUDA backend.
+template <class T>
+int64_t counter(Backend& b, T (CudaBackend::*get)() const) {
   const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->early_epilogue_launches()) : -1;
+  return cb ? int64_t((cb->*get)()) : -1;
 }
 
-int64_t rope_epilogue_launches(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->rope_epilogue_launches()) : -1;
-}
+int64_t early_epilogue_launches(Backend& b) { return counter(b, &CudaBackend::early_epilogue_launches); }
 
-int64_t recorded_graphs(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->recorded_graphs()) : -1;
-}
+int64_t rope_epilogue_launches(Backend& b) { return counter(b, &CudaBackend::rope_epilogue_launches); }
 
-int64_t fragment_handoffs(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->fragment_handoffs()) : -1;
-}
+int64_t recorded_graphs(Backend& b) { return counter(b, &CudaBackend::recorded_graphs); }
+
+int64_t fragment_handoffs(Backend& b) { return counter(b, &CudaBackend::fragment_handoffs); }
 
 void set_fragment_handoff(Backend& b, bool on) {
   if (CudaBackend* cb = as_cuda(b)) cb->set_fragment_handoff(on);
 }
 
-int64_t quant_gemm_launches(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->quant_gemm_launches()) : -1;
-}
+int64_t quant_gemm_launches(Backend& b) { return counter(b, &CudaBackend::quant_gemm_launches); }
 
-int64_t half_prefill_inputs(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->half_prefill_inputs()) : -1;
-}
+int64_t half_prefill_inputs(Backend& b) { return counter(b, &CudaBackend::half_prefill_inputs); }
 
-int64_t stacked_products(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->stacked_products()) : -1;
-}
+int64_t stacked_products(Backend& b) { return counter(b, &CudaBackend::stacked_products); }
 
-int64_t qkv_part_ropes(Backend& b) {
-  const CudaBackend* cb = as_cuda(b);
-  return cb ? int64_t(cb->qkv_part_ropes()) : -1;
-}
+int64_t qkv_part_ropes(Backend& b) { return counter(b, &CudaBackend::qkv_part_ropes); }
 
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);

@@ -442,24 +442,17 @@ TEST_F(CudaMatmulsTest, GateAndUpAllocatedTogetherShareOneGemmWhereSmall) {
                        Case{DType::kQ8_0, 64, 256, 12, true, false}}) {
     SCOPED_TRACE(fmt::format("{} ff={} in={} n={} together={} act={}", dtype_name(c.t), c.ff, c.in, c.n, c.together,
                              int(c.act)));
-    const std::array<std::array<int64_t, 2>, 2> shapes{{{c.ff, c.in}, {c.ff, c.in}}};
-    std::vector<Tensor> gw;
-    Tensor gap;  // (allocated apart: a small tensor between the two, held to the end)
-    if (c.together) {
-      auto block = gpu_->alloc_weights(c.t, shapes);
-      ASSERT_TRUE(block.ok()) << block.status().to_string();
-      gw = *block;
-    } else {
-      for (int i = 0; i < 2; ++i) {
-        auto one = gpu_->alloc_weight(c.t, {c.ff, c.in});
-        ASSERT_TRUE(one.ok());
-        gw.push_back(*one);
-        if (i == 0) {
-          auto g0 = gpu_->alloc(DType::kF32, {64});
-          ASSERT_TRUE(g0.ok());
-          gap = *g0;
-        }
-      }
+    // Apart: gate and up are the first and third weights of one block, a one-row weight between
+    // them (cudaMalloc alone may place two allocations back to back).
+    const std::array<std::array<int64_t, 2>, 3> shapes{{{c.ff, c.in}, {c.ff, c.in}, {1, c.in}}};
+    const std::array<std::array<int64_t, 2>, 3> apart{{{c.ff, c.in}, {1, c.in}, {c.ff, c.in}}};
+    auto block = gpu_->alloc_weights(c.t, c.together ? std::span(shapes).first(2) : std::span(apart));
+    ASSERT_TRUE(block.ok()) << block.status().to_string();
+    std::vector<Tensor> gw = *block;
+    Tensor gap;  // (apart: the weight between gate and up, held to the end)
+    if (!c.together) {
+      gap = gw[1];
+      gw.erase(gw.begin() + 1);
     }
     Dual w[2];
     for (int i = 0; i < 2; ++i) {

@@ -290,14 +290,22 @@ double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n) 
 
 void bench_prefill_attention(Backend& b, Backend& half, int reps) {
   std::printf("\n## Prefill attention (causal, f16 cache, head_dim 128), one call\n");
-  std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, half | TFLOP/s, half |\n|---|---|---|---|---|---|\n");
+  std::printf("(us, 1 / 2 sets: the key tiles taken by one set of warps or shared by two, forced)\n");
+  std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, 1 set | us, 2 sets | us, half | TFLOP/s, half |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   for (auto [heads, kv] : {std::pair{32, 8}, std::pair{16, 8}})
-    for (int64_t n : {64, 128, 256, 512, 2048, 4096}) {
+    for (int64_t n : {64, 128, 256, 512, 1024, 2048, 4096}) {
       const double us = prefill_attention_us(b, reps, heads, kv, n);
+      double forced[2];
+      for (int h = 1; h <= 2; ++h) {
+        probe::set_prefill_halves(h);
+        forced[h - 1] = prefill_attention_us(b, reps, heads, kv, n);
+      }
+      probe::set_prefill_halves(0);
       const double half_us = prefill_attention_us(half, reps, heads, kv, n);
       const double tflop = 4.0 * double(n) * double(n + 1) / 2 * 128 * heads / 1e12;
-      std::printf("| %d / %d | %lld | %.2f | %.0f | %.2f | %.0f |\n", heads, kv, (long long)n, us, tflop / (us * 1e-6),
-                  half_us, tflop / (half_us * 1e-6));
+      std::printf("| %d / %d | %lld | %.2f | %.0f | %.2f | %.2f | %.2f | %.0f |\n", heads, kv, (long long)n, us,
+                  tflop / (us * 1e-6), forced[0], forced[1], half_us, tflop / (half_us * 1e-6));
     }
   std::fflush(stdout);
 }

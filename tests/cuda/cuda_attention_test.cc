@@ -582,6 +582,21 @@ TEST_F(CudaAttentionCases, PrefillTensorCoreLongContextWindowSoftcap) {
   run({8, 4, 64, 1000, positions(0, 70), 16, 0.0f}, DType::kF16);
 }
 
+TEST_F(CudaAttentionCases, PrefillKeyTilesSharedByTwoWarpSets) {
+  // PrefillPlan::halves: two sets of warps take every other key tile of a block and merge their
+  // softmax states at the end; each shape with it forced on, then off, against the reference.
+  for (const int halves : {2, 1}) {
+    SCOPED_TRACE(fmt::format("halves {}", halves));
+    cuda_probe::set_prefill_halves(halves);
+    run({32, 8, 128, 641, positions(0, 300)}, DType::kF16);  // odd tile counts, a partial token tile
+    run({16, 8, 128, 600, positions(0, 100)}, DType::kF16);  // with splits and the combine
+    run({16, 2, 64, 300, positions(0, 150)}, DType::kF16);   // head_dim 64, blocks of 4 heads
+    run({8, 4, 128, 1000, positions(200, 100), 37, 30.0f}, DType::kF16);  // window: a half may see no keys
+    run({8, 8, 128, 90, positions(0, 90)}, DType::kF16);     // no GQA, one head per block
+  }
+  cuda_probe::set_prefill_halves(0);
+}
+
 // --prefill-precision half: the tensor-core prefill kernel takes q and p as one f16 part (as
 // llama.cpp's flash attention does): within 3e-3 of the reference, and measurably not the exact
 // path; decode calls and f32 caches stay exact.

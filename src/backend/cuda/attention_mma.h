@@ -19,7 +19,9 @@ bool use_prefill_mma(const AttnArgs& a);
 /// How the prefill kernel divides a call: blocks of 4 warps, each warp 16 consecutive tokens of
 /// one query head; the warps of a block share a KV head (gb heads x 4 / gb token slices), so
 /// each K/V tile is read once for them. Splits along the keys (combined by
-/// attention_combine_flat_kernel) only when the call has too few blocks to fill the GPU.
+/// attention_combine_flat_kernel) only when the call has too few blocks to fill the GPU; with
+/// no split and at most two blocks per SM, blocks of 8 warps whose two sets of 4 take every other
+/// key tile (halves = 2).
 struct PrefillPlan {
   int gb = 1;            // query heads per block
   int groups = 1;        // blocks per KV head along the query heads (G / gb)
@@ -27,6 +29,7 @@ struct PrefillPlan {
   int token_tiles = 0;   // blocks along the tokens
   int n_splits = 1;      // splits along the keys: each takes an even share (whole 64-key tiles) of
                          // the keys its block attends, found at run time
+  int halves = 1;        // 2: two sets of warps share a block's key tiles (every other one)
 };
 PrefillPlan prefill_plan(const AttnArgs& a);
 

@@ -2,13 +2,15 @@
 // and head_dim 64 / 128 (attention_mma.cuh: the tile step, exactness). A warp owns 16
 // consecutive tokens of one query head; the 4 warps of a block share a KV head (4 / gb token
 // slices of gb heads), so each K/V tile is read once for all of them. The block walks its keys
-// in 64-key tiles, double-buffered (the next tile loading while this one is computed); token
-// tiles with the most keys start first. Splits along the keys (combined by
-// attention_combine_flat_kernel) only when a call has too few blocks to fill the GPU.
+// in 64-key tiles, double-buffered (the next tile loading while this one is computed); the
+// blocks with the most keys start first, over all heads. Splits along the keys (combined by
+// attention_combine_flat_kernel) only when a call has too few blocks to fill the GPU; with up to
+// two blocks per SM, two sets of 4 warps share each block's key tiles and merge their softmax
+// states at the end (PrefillPlan::halves).
 //
 // Other caches and head sizes keep attention.cu's tiled kernel; this one replaced it for
 // prefill, where it re-read every key for each token on the CUDA cores (1.05 ms per Llama-3-8B
-// layer at 512 tokens on the H200, now 34 us).
+// layer at 512 tokens on the H200, now 31 us).
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <algorithm>
 #include <climits>
@@ -24,12 +26,18 @@ namespace {
 
 using attn_mma::kKeys;
 using attn_mma::kRows;
-constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kWarps = 4;                        // warps of a block's (head, token slice) pairs
 constexpr int kMaxBlockTokens = kWarps * kRows;  // when every warp has the same head
 constexpr int kMaxSplits = 32;                   // splits at most (bounds the partial results)
 constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: split the keys
+// SMs of the H200 (and H100 SXM). At most two blocks per SM and no split: each block's keys are
+// taken by two sets of warps (PrefillPlan::halves; 256 threads of 255 registers, one block per
+// SM), which halves the longest blocks' time; with more blocks the order alone balances the SMs
+// (docs/cuda.md v36).
+constexpr int64_t kSms = 132;
 
 using Params = MmaParams<PrefillPlan>;
+int g_halves_override = 0;  // set_prefill_halves
 
 using attn_mma::kLn2;
 using attn_mma::kLog2e;
@@ -37,20 +45,30 @@ using attn_mma::kLog2e;
 // kOnePart: AttnArgs::one_part (q and p as one f16 part). Scores are in log2 units (tile_step's
 // kLog2). The minimum of one block per SM is not a no-op: with it ptxas gives the one-part
 // kernel 223 registers instead of 176, as in the build measured in docs/cuda.md v33.
-template <int D, bool kOnePart>
-__global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(const Params P) {
-  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
+// kHalves (PrefillPlan::halves): warps 4 h + w (h < kHalves) take the block's key tiles
+// kHalves j + h; the halves' softmax states are merged in shared memory at the end.
+template <int D, bool kOnePart, int kHalves>
+__global__ void __launch_bounds__(kWarps * 32 * kHalves, 1) attention_prefill_kernel(const Params P) {
+  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, kThreads = kWarps * 32 * kHalves;
+  constexpr int kTile = kKeys * DP;               // halves of one K or V tile
   extern __shared__ uint4 smem[];
-  __half* k_s = reinterpret_cast<__half*>(smem);  // [2][kKeys][DP]
-  __half* v_s = k_s + 2 * kKeys * DP;             // [2][kKeys][DP]
+  __half* k_s = reinterpret_cast<__half*>(smem);  // [2 buffers][kHalves][kKeys][DP]
+  __half* v_s = k_s + 2 * kHalves * kTile;        // [2 buffers][kHalves][kKeys][DP]
   __shared__ int lo_s[kMaxBlockTokens], hi_s[kMaxBlockTokens];
 
   const PrefillPlan& pl = P.plan;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int lane = threadIdx.x & 31, half = int(threadIdx.x) >> 7, warp = (threadIdx.x >> 5) & (kWarps - 1);
+  const int g = lane >> 2, c = lane & 3;
   const int G = P.n_heads / P.n_kv_heads;
-  const int64_t t0 = int64_t(pl.token_tiles - 1 - int(blockIdx.x)) * pl.block_tokens;  // latest (longest) first
-  const int kvh = int(blockIdx.y) / pl.groups;
-  const int head = kvh * G + (int(blockIdx.y) % pl.groups) * pl.gb + warp % pl.gb;
+  // Blocks in order of their keys, most first over every head: block b (linear over x, y) takes
+  // token tile T - 1 - b / Y of head group b % Y. (Taking the heads one after another, as before,
+  // started the last heads' longest blocks last: 1024 tokens of Llama-3-8B's heads 102 against
+  // 73 us on the H200, docs/cuda.md v36.)
+  const int Y = int(gridDim.y), b = int(blockIdx.x) + int(gridDim.x) * int(blockIdx.y);
+  const int tile = pl.token_tiles - 1 - b / Y, yy = b % Y;
+  const int64_t t0 = int64_t(tile) * pl.block_tokens;
+  const int kvh = yy / pl.groups;
+  const int head = kvh * G + (yy % pl.groups) * pl.gb + warp % pl.gb;
   const int wtok = (warp / pl.gb) * kRows;  // the warp's first token in the block
   const int split = int(blockIdx.z);
   pdl_prologue();
@@ -96,32 +114,66 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(const Pa
     r_hi[r] = min(hi_s[wtok + g + 8 * r], b_hi);
   }
 
-  // 3. The tiles of keys [b_lo, b_hi], double-buffered.
+  // 3. The tiles of keys [b_lo, b_hi] in sets of kHalves (one per half), double-buffered.
   const int64_t width = int64_t(P.n_kv_heads) * D;
   const __half* kg = P.k + int64_t(kvh) * D;
   const __half* vg = P.v + int64_t(kvh) * D;
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
+  const int n_sets = (n_tiles + kHalves - 1) / kHalves;
+  auto load_set = [&](int j) {  // tiles kHalves j .. into buffer j & 1
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      const int i = j * kHalves + h, at = ((j & 1) * kHalves + h) * kTile;
+      if (i < n_tiles) attn_mma::load_tile<D, kThreads>(k_s + at, v_s + at, kg, vg, width, b_lo + i * kKeys, b_hi);
+    }
+  };
   attn_mma::RowState<D> st;
   st.init();
-  if (n_tiles > 0) attn_mma::load_tile<D, kThreads>(k_s, v_s, kg, vg, width, b_lo, b_hi);
+  if (n_sets > 0) load_set(0);
   cp_async_commit();
 #pragma unroll 1
-  for (int i = 0; i < n_tiles; ++i) {
-    if (i + 1 < n_tiles) {
-      const int nb = (i + 1) & 1;
-      attn_mma::load_tile<D, kThreads>(k_s + nb * kKeys * DP, v_s + nb * kKeys * DP, kg, vg, width,
-                                       b_lo + (i + 1) * kKeys, b_hi);
-    }
+  for (int j = 0; j < n_sets; ++j) {
+    if (j + 1 < n_sets) load_set(j + 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const int k0 = b_lo + i * kKeys;
-    if (k0 <= w_hi && k0 + kKeys - 1 >= w_lo)
-      attn_mma::tile_step<D, kKeys / 8, 1, true, true, kOnePart>(
-          k_s + (i & 1) * kKeys * DP, v_s + (i & 1) * kKeys * DP, k0, qh, ql, r_lo, r_hi, P.softcap * kLog2e, st);
+    const int i = j * kHalves + half, k0 = b_lo + i * kKeys, at = ((j & 1) * kHalves + half) * kTile;
+    if (i < n_tiles && k0 <= w_hi && k0 + kKeys - 1 >= w_lo)
+      attn_mma::tile_step<D, kKeys / 8, 1, true, true, kOnePart>(k_s + at, v_s + at, k0, qh, ql, r_lo, r_hi,
+                                                                 P.softcap * kLog2e, st);
     __syncthreads();  // the next load overwrites this buffer
   }
   cp_async_wait<0>();
+  if constexpr (kHalves == 2) {
+    // Half 1's state through shared memory (the tile buffers, free now) into half 0's: each lane
+    // holds the same rows and output columns in both halves, and the quad's shares of l are
+    // merged lane by lane (reduce_l sums them after).
+    constexpr int kVals = 4 * DT + 4;  // o, then m and l of rows g, g + 8
+    float* xs = reinterpret_cast<float*>(smem) + warp * kVals * 32 + lane;
+    if (half == 1) {
+#pragma unroll
+      for (int d = 0; d < DT; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xs[(4 * d + e) * 32] = st.o[d][e];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) xs[(4 * DT + r) * 32] = st.m[r], xs[(4 * DT + 2 + r) * 32] = st.l[r];
+    }
+    __syncthreads();
+    if (half == 1) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m1 = xs[(4 * DT + r) * 32], l1 = xs[(4 * DT + 2 + r) * 32];
+      const float m = fmaxf(st.m[r], m1);
+      const float c0 = st.m[r] == -INFINITY ? 0.0f : exp2f(st.m[r] - m);
+      const float c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - m);
+      st.m[r] = m;
+      st.l[r] = st.l[r] * c0 + l1 * c1;
+#pragma unroll
+      for (int d = 0; d < DT; ++d)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) st.o[d][e] = st.o[d][e] * c0 + xs[(4 * d + e) * 32] * c1;
+    }
+  }
 
   // 4. The normalised output, or the split's partial result.
   st.reduce_l();
@@ -150,20 +202,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_prefill_kernel(const Pa
   }
 }
 
-template <int D, bool kOnePart>
+template <int D, bool kOnePart, int kHalves>
 cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
-  const size_t smem = size_t(4 * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
-  auto* kernel = attention_prefill_kernel<D, kOnePart>;
+  const size_t smem = size_t(4 * kHalves * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
+  auto* kernel = attention_prefill_kernel<D, kOnePart, kHalves>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(P.plan.token_tiles), unsigned(P.n_kv_heads * P.plan.groups), unsigned(P.plan.n_splits));
-  return launch(kernel, grid, kThreads, smem, stream, P);
+  return launch(kernel, grid, kWarps * 32 * kHalves, smem, stream, P);
 }
 // (Two accumulator chains per n-tile, and q in shared memory with three blocks per SM, measured
 // slower on the H200: docs/cuda.md v33.)
+template <int D, bool kOnePart>
+cudaError_t launch_prefill_h(const Params& P, cudaStream_t stream) {
+  return P.plan.halves == 2 ? launch_prefill_v<D, kOnePart, 2>(P, stream) : launch_prefill_v<D, kOnePart, 1>(P, stream);
+}
 template <int D>
 cudaError_t launch_prefill(const Params& P, bool one_part, cudaStream_t stream) {
-  return one_part ? launch_prefill_v<D, true>(P, stream) : launch_prefill_v<D, false>(P, stream);
+  return one_part ? launch_prefill_h<D, true>(P, stream) : launch_prefill_h<D, false>(P, stream);
 }
 
 }  // namespace
@@ -172,6 +228,8 @@ bool use_prefill_mma(const AttnArgs& a) {
   return a.cache == CacheKind::kF16 && a.n_tokens > kGemvMaxTokens && (a.head_dim == 64 || a.head_dim == 128) &&
          a.n_ctx <= INT_MAX;
 }
+
+void set_prefill_halves(int halves) { g_halves_override = halves; }
 
 PrefillPlan prefill_plan(const AttnArgs& a) {
   PrefillPlan p;
@@ -183,6 +241,8 @@ PrefillPlan prefill_plan(const AttnArgs& a) {
   const int64_t blocks = int64_t(p.token_tiles) * a.n_kv_heads * p.groups;
   const int64_t splits = blocks >= kFillBlocks ? 1 : std::min<int64_t>(kMaxSplits, div_up(2 * kFillBlocks, blocks));
   p.n_splits = int(std::max<int64_t>(1, std::min(splits, div_up(a.n_ctx, kKeys))));
+  p.halves = p.n_splits == 1 && blocks <= 2 * kSms && a.n_ctx > kKeys ? 2 : 1;
+  if (g_halves_override == 1 || g_halves_override == 2) p.halves = g_halves_override;
   return p;
 }
 

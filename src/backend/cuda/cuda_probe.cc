@@ -299,4 +299,6 @@ void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_b
 
 void set_pdl(bool on) { cuda::set_pdl(on); }
 
+void set_prefill_halves(int halves) { cuda::set_prefill_halves(halves); }
+
 }  // namespace shoal::cuda_probe

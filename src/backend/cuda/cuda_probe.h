@@ -94,6 +94,10 @@ void set_quant_gemm(Backend& b, bool on);
 /// quantized weights 16 or 32 (one or two tensor-core tiles).
 void set_gemv_rows(int rows_per_block);
 
+/// Prefill attention's key tiles taken by two sets of warps per block (PrefillPlan::halves): 1 or 2
+/// forced, 0 where the plan says, for calls planned from now on.
+void set_prefill_halves(int halves);
+
 /// Programmatic dependent launch on or off for kernels recorded from now on (sm_90+ only).
 void set_pdl(bool on);
 

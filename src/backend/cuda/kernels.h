@@ -147,6 +147,9 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
 /// benchmarks.
 void set_gemv_rows_override(int rows_per_block);
 int gemv_rows_override();
+/// Prefill attention's PrefillPlan::halves (attention_prefill.cu) from now on: 1 or 2 forced, 0
+/// as planned. For tests and benchmarks.
+void set_prefill_halves(int halves);
 
 // ---- gemm_prep.cu: helpers of the cuBLAS path (n > kGemvMaxTokens) --------------------------
 // cuBLAS multiplies 16-bit operands with f32 accumulation. To stay within ~1e-6 of the f32

@@ -9,7 +9,7 @@
 // Exactness (the CPU reference is f32): K and V are f16 in the cache, so exact as MMA operands;
 // q (times the softmax scale) and p are split into f16 hi + lo (22 significant bits), each
 // product takes two MMAs with f32 accumulation, so results match the f32 computation to ~2^-22
-// relative (the tests compare at 1e-5); exp2f is within 2 ulp. With kOnePart (opt-in) q and p
+// relative (the tests compare at 1e-5); exp2_ftz is within 2 ulp. With kOnePart (opt-in) q and p
 // are one f16 part each. Limits: |q * scale| (prefill: times log2 e) above 65504 overflows f16
 // (inf / NaN); q elements below ~2^-14 * max|q| lose relative (not absolute) precision in lo.
 // A block loads every K/V row between its earliest and latest attended key, also rows that a
@@ -142,6 +142,15 @@ __device__ __forceinline__ void qk_pair(const __half* kt, int ks, const uint32_t
   }
 }
 
+/// 2^x by one MUFU.EX2 (PTX ex2.approx.ftz.f32: ~2 ulp like exp2f, which adds a scale for
+/// subnormal results): results below 2^-126 become 0, nothing beside a softmax row's largest
+/// term of 1; 2^-inf = 0, NaN stays NaN.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 /// Zeroed accumulators for qk_pair.
 template <int NT, int kChains>
 __device__ __forceinline__ void qk_zero(float (&acc)[kChains][NT][4]) {
@@ -173,23 +182,35 @@ __device__ __forceinline__ void qk_sum(const float (&acc)[kChains][NT][4], float
 template <int D, int NT, bool kSoftcap, bool kLog2, bool kOnePart>
 __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s)[NT][4], const int (&r_lo)[2],
                                            const int (&r_hi)[2], float softcap, RowState<D>& st, bool full,
-                                           bool hi_rows) {
+                                           bool hi_rows, bool mask) {
   constexpr int DP = pitch<D>(), DT = D / 8;
   const int lane = threadIdx.x & 31, c = lane & 3;
   auto live = [&](int n) { return tile_live<NT>(n, full); };
-  // Mask, softcap, online softmax. s[n][e]: row g (e < 2) or g + 8, key key0 + 8n + 2c + e % 2.
+  // Softcap, mask (a branch for the whole warp), online softmax. s[n][e]: row g (e < 2) or g + 8,
+  // key key0 + 8n + 2c + e % 2.
+  if (kSoftcap && softcap > 0.0f) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (e < 2 || hi_rows) s[n][e] = softcap * tanhf(s[n][e] / softcap);
+  }
+  if (mask) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + n * 8 + 2 * c + (e & 1), r = e >> 1;
+        if ((r == 0 || hi_rows) && !(live(n) && key >= r_lo[r] && key <= r_hi[r])) s[n][e] = -INFINITY;
+      }
+  }
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int key = key0 + n * 8 + 2 * c + (e & 1), r = e >> 1;
-      if (r == 1 && !hi_rows) continue;
-      float x = s[n][e];
-      if (kSoftcap && softcap > 0.0f) x = softcap * tanhf(x / softcap);
-      x = live(n) && key >= r_lo[r] && key <= r_hi[r] ? x : -INFINITY;
-      s[n][e] = x;
-      mx[r] = fmaxf(mx[r], x);
+      if (e >= 2 && !hi_rows) continue;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
     }
   float base[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -199,20 +220,24 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     const float m_new = fmaxf(st.m[r], mx[r]);
     const float corr = st.m[r] == -INFINITY ? (m_new == -INFINITY ? 1.0f : 0.0f)
-                       : kLog2               ? exp2f(st.m[r] - m_new)
+                       : kLog2               ? exp2_ftz(st.m[r] - m_new)
                                              : expf(st.m[r] - m_new);
     st.m[r] = m_new;
     base[r] = m_new == -INFINITY ? 0.0f : m_new;
     st.l[r] *= corr;
+    // O rescaled where a row's maximum rose (decided for the whole warp: after the first tiles
+    // of a long row most tiles raise none).
+    if (__any_sync(0xffffffffu, corr != 1.0f)) {
 #pragma unroll
-    for (int d = 0; d < DT; ++d) st.o[d][2 * r] *= corr, st.o[d][2 * r + 1] *= corr;
+      for (int d = 0; d < DT; ++d) st.o[d][2 * r] *= corr, st.o[d][2 * r + 1] *= corr;
+    }
   }
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (e >= 2 && !hi_rows) continue;
-      const float p = kLog2 ? exp2f(s[n][e] - base[e >> 1]) : expf(s[n][e] - base[e >> 1]);  // masked: 0
+      const float p = kLog2 ? exp2_ftz(s[n][e] - base[e >> 1]) : expf(s[n][e] - base[e >> 1]);  // masked: 0
       s[n][e] = p;
       st.l[e >> 1] += p;
     }
@@ -254,23 +279,25 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 /// kSoftcap = false: softcap is ignored (its tanh per score is a third of decode attention's
 /// step code, which waits on instruction fetch; docs/cuda.md, v18).
 /// kLog2: the scores are in log2 units (q times scale * log2 e, softcap * log2 e), so the
-/// softmax takes exp2f (one MUFU.EX2 and a scale) instead of expf's range reduction; m too is in
+/// softmax takes exp2_ftz (one MUFU.EX2) instead of expf's range reduction; m too is in
 /// log2 units (prefill: 10-14% faster on the H200, docs/cuda.md v33; decode: v34).
 /// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
 /// (BackendOptions::half_prefill, llama.cpp's numerics).
+/// mask = false: every key of the step lies in every row's range (r_lo / r_hi are not read): the
+/// prefill kernel's tiles below the diagonal skip the mask's compares.
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
           bool kOnePart = false>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
                                           const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
                                           float softcap, RowState<D>& st, bool full = true,
-                                          bool hi_rows = true) {
+                                          bool hi_rows = true, bool mask = true) {
   float acc[kChains][NT][4], s[NT][4];
   qk_zero(acc);
 #pragma unroll
   for (int ks = 0; ks < D / 16; ks += 2)
     qk_pair<D, NT, kChains, kOnePart>(kt, ks, qh[ks], ql[ks], qh[ks + 1], ql[ks + 1], acc, full);
   qk_sum(acc, s);
-  softmax_pv<D, NT, kSoftcap, kLog2, kOnePart>(vt, key0, s, r_lo, r_hi, softcap, st, full, hi_rows);
+  softmax_pv<D, NT, kSoftcap, kLog2, kOnePart>(vt, key0, s, r_lo, r_hi, softcap, st, full, hi_rows, mask);
 }
 
 }  // namespace shoal::cuda::attn_mma

@@ -103,10 +103,13 @@ __global__ void __launch_bounds__(kWarps * 32 * kHalves, 1) attention_prefill_ke
     b_lo += split * per;
     b_hi = min(b_hi, b_lo + per - 1);
   }
-  int w_lo = INT_MAX, w_hi = -1, r_lo[2], r_hi[2];
+  // [w_lo, w_hi]: the keys any row of the warp attends; [f_lo, f_hi]: those every row attends
+  // (a tile inside it needs no mask).
+  int w_lo = INT_MAX, w_hi = -1, f_lo = INT_MIN, f_hi = INT_MAX, r_lo[2], r_hi[2];
   for (int i = wtok; i < wtok + kRows; ++i) {
     const int lo = max(lo_s[i], b_lo), hi = min(hi_s[i], b_hi);
     if (lo <= hi) w_lo = min(w_lo, lo), w_hi = max(w_hi, hi);
+    f_lo = max(f_lo, lo), f_hi = min(f_hi, hi);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -140,7 +143,8 @@ __global__ void __launch_bounds__(kWarps * 32 * kHalves, 1) attention_prefill_ke
     const int i = j * kHalves + half, k0 = b_lo + i * kKeys, at = ((j & 1) * kHalves + half) * kTile;
     if (i < n_tiles && k0 <= w_hi && k0 + kKeys - 1 >= w_lo)
       attn_mma::tile_step<D, kKeys / 8, 1, true, true, kOnePart>(k_s + at, v_s + at, k0, qh, ql, r_lo, r_hi,
-                                                                 P.softcap * kLog2e, st);
+                                                                 P.softcap * kLog2e, st, true, true,
+                                                                 k0 < f_lo || k0 + kKeys - 1 > f_hi);
     __syncthreads();  // the next load overwrites this buffer
   }
   cp_async_wait<0>();
@@ -164,8 +168,8 @@ __global__ void __launch_bounds__(kWarps * 32 * kHalves, 1) attention_prefill_ke
     for (int r = 0; r < 2; ++r) {
       const float m1 = xs[(4 * DT + r) * 32], l1 = xs[(4 * DT + 2 + r) * 32];
       const float m = fmaxf(st.m[r], m1);
-      const float c0 = st.m[r] == -INFINITY ? 0.0f : exp2f(st.m[r] - m);
-      const float c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - m);
+      const float c0 = st.m[r] == -INFINITY ? 0.0f : attn_mma::exp2_ftz(st.m[r] - m);
+      const float c1 = m1 == -INFINITY ? 0.0f : attn_mma::exp2_ftz(m1 - m);
       st.m[r] = m;
       st.l[r] = st.l[r] * c0 + l1 * c1;
 #pragma unroll

@@ -585,16 +585,20 @@ TEST_F(CudaAttentionCases, PrefillTensorCoreLongContextWindowSoftcap) {
 TEST_F(CudaAttentionCases, PrefillKeyTilesSharedByTwoWarpSets) {
   // PrefillPlan::halves: two sets of warps take every other key tile of a block and merge their
   // softmax states at the end; each shape with it forced on, then off, against the reference.
+  // Each shape gives the second set tiles of its own.
+  struct Reset {
+    ~Reset() { cuda_probe::set_prefill_halves(0); }
+  } reset;
   for (const int halves : {2, 1}) {
     SCOPED_TRACE(fmt::format("halves {}", halves));
     cuda_probe::set_prefill_halves(halves);
     run({32, 8, 128, 641, positions(0, 300)}, DType::kF16);  // odd tile counts, a partial token tile
-    run({16, 8, 128, 600, positions(0, 100)}, DType::kF16);  // with splits and the combine
-    run({16, 2, 64, 300, positions(0, 150)}, DType::kF16);   // head_dim 64, blocks of 4 heads
-    run({8, 4, 128, 1000, positions(200, 100), 37, 30.0f}, DType::kF16);  // window: a half may see no keys
-    run({8, 8, 128, 90, positions(0, 90)}, DType::kF16);     // no GQA, one head per block
+    run({8, 2, 128, 9000, positions(8000, 16)}, DType::kF16);  // 32 splits of 4-5 tiles, the combine
+    run({8, 2, 64, 9000, positions(8000, 16)}, DType::kF16);   // the same, head_dim 64
+    run({16, 2, 64, 600, positions(0, 520)}, DType::kF16);     // head_dim 64, blocks of 4 heads
+    // A window with softcap: tiles without the mask where the window starts after key 0.
+    run({8, 4, 128, 1000, positions(0, 800), 150, 30.0f}, DType::kF16);
   }
-  cuda_probe::set_prefill_halves(0);
 }
 
 // --prefill-precision half: the tensor-core prefill kernel takes q and p as one f16 part (as

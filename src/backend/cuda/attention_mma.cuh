@@ -177,8 +177,8 @@ __device__ __forceinline__ void qk_sum(const float (&acc)[kChains][NT][4], float
 
 /// The rest of a step after the scores (qk_pair, qk_sum): keys key0 + ... outside
 /// [r_lo[r], r_hi[r]] of row r masked, softcap (when > 0), online softmax into st, then
-/// O += P V with V's rows at vt (shared, pitch<D>()). Template flags and full / hi_rows as
-/// tile_step.
+/// O += P V with V's rows at vt (shared, pitch<D>()). Template flags and full / hi_rows / mask
+/// as tile_step.
 template <int D, int NT, bool kSoftcap, bool kLog2, bool kOnePart>
 __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s)[NT][4], const int (&r_lo)[2],
                                            const int (&r_hi)[2], float softcap, RowState<D>& st, bool full,
@@ -195,7 +195,7 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
       for (int e = 0; e < 4; ++e)
         if (e < 2 || hi_rows) s[n][e] = softcap * tanhf(s[n][e] / softcap);
   }
-  if (mask) {
+  if (mask || !full) {
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -284,7 +284,8 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 /// kOnePart: q and p as one f16 part (no lo products): half the MMAs, to ~2^-11 relative
 /// (BackendOptions::half_prefill, llama.cpp's numerics).
 /// mask = false: every key of the step lies in every row's range (r_lo / r_hi are not read): the
-/// prefill kernel's tiles below the diagonal skip the mask's compares.
+/// prefill kernel's tiles below the diagonal skip the mask's compares (with full = false the
+/// skipped n-tiles are still masked).
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
           bool kOnePart = false>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],

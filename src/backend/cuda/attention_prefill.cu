@@ -34,14 +34,14 @@ constexpr int kMaxSplits = 32;                   // splits at most (bounds the p
 // 8.9 us, 256 with Qwen3-0.6B's 17.8 -> 12.4 on the H200, docs/cuda.md v36.)
 constexpr int64_t kFillBlocks = 64, kSplitBlocks = 192;
 
-// The current device's SMs (132 on the H200 where the attribute cannot be read).
+// The current device's SMs (132, the H200's, where they cannot be read).
 int64_t sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0)
-    return 132;
-  return sms;
+  DeviceLimits d;
+  return device_limits(d) == cudaSuccess && d.sms > 0 ? d.sms : 132;
 }
+// Threads of a block with kHalves warp sets.
+template <int kHalves>
+constexpr int kThreadsOf = kWarps * 32 * kHalves;
 
 using Params = MmaParams<PrefillPlan>;
 int g_halves_override = 0;  // set_prefill_halves
@@ -55,8 +55,8 @@ using attn_mma::kLog2e;
 // kHalves (PrefillPlan::halves): warps 4 h + w (h < kHalves) take the block's key tiles
 // kHalves j + h; the halves' softmax states are merged in shared memory at the end.
 template <int D, bool kOnePart, int kHalves>
-__global__ void __launch_bounds__(kWarps * 32 * kHalves, 1) attention_prefill_kernel(const Params P) {
-  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, kThreads = kWarps * 32 * kHalves;
+__global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kernel(const Params P) {
+  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, kThreads = kThreadsOf<kHalves>;
   constexpr int kTile = kKeys * DP;               // halves of one K or V tile
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [2 buffers][kHalves][kKeys][DP]
@@ -221,7 +221,7 @@ cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(P.plan.token_tiles), unsigned(P.n_kv_heads * P.plan.groups), unsigned(P.plan.n_splits));
-  return launch(kernel, grid, kWarps * 32 * kHalves, smem, stream, P);
+  return launch(kernel, grid, kThreadsOf<kHalves>, smem, stream, P);
 }
 // (Two accumulator chains per n-tile, and q in shared memory with three blocks per SM, measured
 // slower on the H200: docs/cuda.md v33.)

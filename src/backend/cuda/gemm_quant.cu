@@ -485,10 +485,9 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
       return cudaErrorInvalidValue;
   }
   if (total_blocks == 0) return cudaSuccess;
-  int dev = 0, sms = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess)
-    return e;
+  DeviceLimits limits;
+  if (cudaError_t e = device_limits(limits); e != cudaSuccess) return e;
+  const int sms = limits.sms;
   auto run = [&](auto kernel, int stage_bytes, int exchange_bytes) -> cudaError_t {
     // One block per SM (its shared memory), each looping over work items.
     const dim3 grid(unsigned(std::min<int64_t>(div_up(n, tokens) * total_blocks, sms)));

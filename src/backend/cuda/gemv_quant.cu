@@ -519,30 +519,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
-// The current device's SM count and opt-in shared memory per block, read once per device.
-struct DeviceLimits {
-  int device = 0, sms = 0, smem_optin = 0;
-};
-cudaError_t device_limits(DeviceLimits& out) {
-  static std::mutex mu;
-  static std::map<int, DeviceLimits> known;
-  int dev = 0;
-  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(dev);
-  if (it == known.end()) {
-    DeviceLimits d;
-    d.device = dev;
-    if (cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        e != cudaSuccess)
-      return e;
-    it = known.emplace(dev, d).first;
-  }
-  out = it->second;
-  return cudaSuccess;
-}
-
 // Dynamic shared memory the kernel may use on this device (the opt-in limit less its static
 // arrays, at most kSmemBytes); raises the kernel's limit to that once per device, so launches of
 // different shapes never lower it for each other.
@@ -703,6 +679,26 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
   }
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
   return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);
+}
+
+cudaError_t device_limits(DeviceLimits& out) {
+  static std::mutex mu;
+  static std::map<int, DeviceLimits> known;
+  int dev = 0;
+  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(dev);
+  if (it == known.end()) {
+    DeviceLimits d;
+    d.device = dev;
+    if (cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        e != cudaSuccess)
+      return e;
+    it = known.emplace(dev, d).first;
+  }
+  out = it->second;
+  return cudaSuccess;
 }
 
 }  // namespace shoal::cuda

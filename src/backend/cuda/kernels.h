@@ -143,6 +143,12 @@ cudaError_t gemv_multi(const GemvOut* outs, int count, const float* x, int n, co
 /// are not 16-byte aligned.
 cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
                        cudaStream_t stream);
+/// The current device's SM count and opt-in shared memory per block (bytes), read once per device
+/// (gemv_quant.cu). Errors: the CUDA API's.
+struct DeviceLimits {
+  int device = 0, sms = 0, smem_optin = 0;
+};
+cudaError_t device_limits(DeviceLimits& out);
 /// Rows per block of the GEMV (0: per dtype; plain weights 1, 2, 4; quantized 16 or 32). For
 /// benchmarks.
 void set_gemv_rows_override(int rows_per_block);

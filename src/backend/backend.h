@@ -233,6 +233,15 @@ class Backend {
                              const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                              const AttentionSpec& attn, Tensor& out);
 
+  /// A gated FFN block added to the residual stream: x += (act(in · w_gateᵀ) * (in · w_upᵀ)) ·
+  /// w_downᵀ (+ b_down), in as matmuls() takes it (norm). glu: the gate / up product (up and tmp
+  /// set, no bias, no accumulate); its y (f32 [n, d_ff]) receives act(gate) * up, or is left
+  /// unwritten by backends that hand it to the down product in another form (CUDA prefill).
+  /// tmp: f32 [n, d_model] scratch. x: f32 [n, d_model]. Errors are bugs (SHOAL_CHECK), as in
+  /// matmuls().
+  virtual void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
+                         const Tensor* b_down, Tensor& x, Tensor& tmp);
+
   // ---- whole-step recording -------------------------------------------------------------------
   /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a
   /// `key` is seen and replays the recording afterwards; the ops must then depend on changing

@@ -90,9 +90,13 @@ void ffn_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights
     first = MatmulOut{&w.w_gate, &gate, nullptr, &w.w_up, c.cfg->act};
     first.tmp = &up;
   }
+  Tensor o = rows(c.act->o, n);
+  if (c.cfg->gated_ffn && !has(w.post_ffn_norm)) {  // (the backend may hand gate on in its own form)
+    be.gated_ffn(in, fn, first, w.w_down, has(w.b_down) ? &w.b_down : nullptr, x, o);
+    return;
+  }
   be.matmuls(in, fn, {&first, 1});
   if (!c.cfg->gated_ffn) be.activation(gate, c.cfg->act, gate);
-  Tensor o = rows(c.act->o, n);
   block_output(c, w.w_down, gate, w.b_down, w.post_ffn_norm, x, o);
 }
 

@@ -94,6 +94,11 @@ class CudaBackend final : public Backend {
   void qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv, const Tensor* q_norm,
                      const Tensor* k_norm, float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                      Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) override;
+  /// Prefill (more than kGemvMaxTokens tokens) of F16 gate, up and down: the GLU writes the down
+  /// product's input parts itself (cuda::glu_parts), so act(gate) * up is never written in f32
+  /// (glu.y is left unwritten) nor read again by a split. Otherwise the composed default.
+  void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
+                 const Tensor* b_down, Tensor& x, Tensor& tmp) override;
 
   /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
   Status run_graph(uint64_t key, const std::function<void()>& record) override;
@@ -115,6 +120,8 @@ class CudaBackend final : public Backend {
   /// Prefill qkv_attention calls so far whose RoPE + KV-write kernel summed q / k / v from their
   /// stacked GEMM's partial products (qkv_parts_attention; for tests).
   uint64_t qkv_part_ropes() const { return qkv_part_ropes_; }
+  /// Prefill gated_ffn calls so far whose GLU wrote the down product's input parts (for tests).
+  uint64_t glu_part_ffns() const { return glu_part_ffns_; }
   /// Graphs recorded by run_graph and held now (for tests).
   size_t recorded_graphs() const { return graphs_.size(); }
   /// Whether a quantized GLU GEMV also writes its output as the next GEMV's activation
@@ -215,6 +222,10 @@ class CudaBackend final : public Backend {
                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                            const AttentionSpec& attn, Tensor& out);
+  /// gated_ffn through cuda::glu_parts where it applies (F16 weights, prefill); false where it
+  /// does not (nothing run), true otherwise, also on error (sticky).
+  bool glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
+                     const Tensor* b_down, Tensor& x);
   /// One gemm_quant launch (kernels.h) of `count` weights on in.x16 with inv_scale (null: the
   /// parts' sums before 1 / scale), counted in quant_gemm_launches(). False on error (sticky).
   bool run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count, const GemmInput& in,
@@ -275,7 +286,7 @@ class CudaBackend final : public Backend {
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
-           stacked_products_ = 0, qkv_part_ropes_ = 0;
+           stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

@@ -250,6 +250,73 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
   return true;
 }
 
+void CudaBackend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
+                            const Tensor* b_down, Tensor& x, Tensor& tmp) {
+  if (!glu_parts_ffn(in, norm, glu, w_down, b_down, x)) Backend::gated_ffn(in, norm, glu, w_down, b_down, x, tmp);
+}
+
+bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
+                                const Tensor* b_down, Tensor& x) {
+  // F16 gate / up / down on cuBLAS: gate and up as gemm_matmuls runs them, then glu_parts writes
+  // act(gate) * up as down's input parts (no f32 h, no second split: Llama-3-8B at 512 tokens
+  // reads and writes 58 MB less per layer), down's products summed into x.
+  const int64_t n = in.rows();
+  if (n <= cuda::kGemvMaxTokens || !glu.w || !glu.up || !glu.y || glu.bias || glu.accumulate) return false;
+  for (const Tensor* w : {glu.w, glu.up, &w_down})
+    if (w->dtype != DType::kF16) return false;
+  const int64_t m = glu.w->rows();
+  if (m % 4 != 0 || w_down.cols() != m || glu.up->rows() != m) return false;
+  MatmulOut down{&w_down, &x, b_down};
+  down.accumulate = true;
+  check_matmul_args(in, norm, {&glu, 1});
+  check_matmul_shapes(in, norm, {&glu, 1});
+  check_matmul_args(*glu.y, InputNorm{}, {&down, 1});
+  check_matmul_shapes(*glu.y, InputNorm{}, {&down, 1});
+  if (failed() || !use_device()) return true;
+  GemmInput gin;
+  if (!gemm_input(cuda::f32(in), n, in.cols(), false, one_part(DType::kF16), norm.w ? cuda::f32(*norm.w) : nullptr,
+                  norm.eps, gin))
+    return true;
+  const bool stacked = stack_glu(*glu.w, *glu.up, int64_t(gin.parts) * n);
+  float* yp = nullptr;
+  const int blocks = rows_products(*glu.w, stacked ? 2 * m : m, gin, yp);
+  if (blocks == 0) return true;
+  const float* up = yp + m;
+  int up_blocks = blocks;
+  int64_t ld = 2 * m;
+  if (stacked) {
+    stacked_products_ += 2;
+  } else {
+    auto* u = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(gin, m)));
+    up_blocks = u ? gemm_products(weight_ref(*glu.up), gin, u) : 0;
+    if (up_blocks == 0) return true;
+    up = u;
+    ld = 0;
+  }
+  // Down's input parts in kGemmInput (gate / up's are read by then: stream order, the PDL wait).
+  GemmInput din;
+  din.n = n;
+  din.k = m;
+  din.parts = gin.parts;
+  const uint64_t xs_bytes = cuda::align_up(uint64_t(din.parts) * uint64_t(n) * uint64_t(m) * 2, 256);
+  auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
+  if (!xs) return true;
+  din.x16 = reinterpret_cast<uint16_t*>(xs);
+  din.inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
+  if (!note(cuda::glu_parts(yp, blocks, up, up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), din.parts,
+                            const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_, ld),
+            "glu_parts"))
+    return true;
+  ++glu_part_ffns_;
+  auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, w_down.rows())));
+  const int down_blocks = dp ? gemm_products(weight_ref(w_down), din, dp) : 0;
+  if (down_blocks == 0) return true;
+  note(cuda::combine_parts(dp, down_blocks, n, w_down.rows(), din.inv_scale, b_down ? cuda::f32(*b_down) : nullptr,
+                           true, cuda::f32(x), stream_, 0, 1.0f / 2048.0f),
+       "combine_parts (down)");
+  return true;
+}
+
 bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
                                       const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                                       const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,

@@ -286,6 +286,8 @@ int64_t stacked_products(Backend& b) { return counter(b, &CudaBackend::stacked_p
 
 int64_t qkv_part_ropes(Backend& b) { return counter(b, &CudaBackend::qkv_part_ropes); }
 
+int64_t glu_part_ffns(Backend& b) { return counter(b, &CudaBackend::glu_part_ffns); }
+
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb && cb->quant_gemm_available();

@@ -27,15 +27,16 @@ __device__ __forceinline__ float apply_act(float x, Act act) {
 }
 
 /// The sum of the prefill GEMM's partial products of element i (4 consecutive elements of one
-/// token; yp + i 16-byte aligned), times the token's 1 / scale; parts `count` floats apart. The
-/// one order of these sums: combine_parts, combine_glu and the RoPE kernel's q / k / v
-/// (rope_kv.cu) give the same values.
+/// token; yp + i 16-byte aligned), times the token's 1 / scale; parts `count` floats apart, the
+/// parts after the first times lo (1, or 2^-11 for glu_parts' shifted low part: a power of two,
+/// so the sum is the same as of the unshifted part). The one order of these sums: combine_parts,
+/// combine_glu and the RoPE kernel's q / k / v (rope_kv.cu) give the same values.
 __device__ __forceinline__ float4 parts_sum4(const float* __restrict__ yp, int blocks, int64_t count, int64_t i,
-                                             float inv) {
+                                             float inv, float lo = 1.0f) {
   float4 s = *reinterpret_cast<const float4*>(yp + i);
   for (int b = 1; b < blocks; ++b) {
     const float4 v = *reinterpret_cast<const float4*>(yp + b * count + i);
-    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    s.x = fmaf(v.x, lo, s.x), s.y = fmaf(v.y, lo, s.y), s.z = fmaf(v.z, lo, s.z), s.w = fmaf(v.w, lo, s.w);
   }
   return make_float4(s.x * inv, s.y * inv, s.z * inv, s.w * inv);
 }

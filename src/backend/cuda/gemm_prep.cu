@@ -25,6 +25,7 @@ __device__ __forceinline__ uint16_t round16(float v, bool bf16, float& r) {
 }
 
 constexpr int kRowThreads = 256;
+constexpr float kLoShift = 2048.0f;  // glu_parts' low part: 2^11 times the high part's remainder
 
 // The power of two that puts a row's max |x| (mx, after the norm) in [2^14, 2^15) for f16 parts:
 // far from overflow (65504), and the low parts stay above the f16 subnormals; 1 for bf16 parts,
@@ -192,14 +193,14 @@ __global__ void __launch_bounds__(kDqChunks * 32)
 template <bool kVec4>
 __global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t rows, int64_t ld,
                                const float* __restrict__ inv_scale, const float* __restrict__ bias, bool accumulate,
-                               float* y) {
+                               float* y, float lo) {
   pdl_prologue();
   const int64_t count = n * rows, src_count = n * ld;
   if constexpr (kVec4) {
     const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
     if (i >= count) return;
     const int64_t t = i / rows, r = i % rows;
-    float4 s = parts_sum4(yp, blocks, src_count, t * ld + r, inv_scale ? inv_scale[t] : 1.0f);
+    float4 s = parts_sum4(yp, blocks, src_count, t * ld + r, inv_scale ? inv_scale[t] : 1.0f, lo);
     if (bias) s.x += bias[r], s.y += bias[r + 1], s.z += bias[r + 2], s.w += bias[r + 3];
     if (accumulate) {
       const float4 o = *reinterpret_cast<const float4*>(y + i);
@@ -211,28 +212,108 @@ __global__ void combine_kernel(const float* yp, int blocks, int64_t n, int64_t r
     if (i >= count) return;
     const int64_t t = i / rows, r = i % rows;
     float s = 0.0f;
-    for (int b = 0; b < blocks; ++b) s += yp[b * src_count + t * ld + r];
+    for (int b = 0; b < blocks; ++b) s = fmaf(yp[b * src_count + t * ld + r], b > 0 ? lo : 1.0f, s);
     if (inv_scale) s *= inv_scale[t];
     if (bias) s += bias[r];
     y[i] = accumulate ? y[i] + s : s;
   }
 }
 
-// out = act(gate) * up, gate and up each the sum of their parts times the token's 1 / scale; their
-// rows ld apart (ld % 4 == 0); 4 elements per thread (rows % 4 == 0).
+// act(gate) * up of 4 elements (src: token t's row offset), gate and up each the sum of their
+// parts times the token's 1 / scale: the one formula of combine_glu and glu_parts.
+__device__ __forceinline__ float4 glu4(const float* __restrict__ gate, int gate_blocks, const float* __restrict__ up,
+                                       int up_blocks, int64_t src_count, int64_t src, float inv, Act act) {
+  const float4 g = parts_sum4(gate, gate_blocks, src_count, src, inv),
+               u = parts_sum4(up, up_blocks, src_count, src, inv);
+  return make_float4(apply_act(g.x, act) * u.x, apply_act(g.y, act) * u.y, apply_act(g.z, act) * u.z,
+                     apply_act(g.w, act) * u.w);
+}
+
+// out = act(gate) * up; gate and up rows ld apart (ld % 4 == 0); 4 elements per thread (rows % 4
+// == 0).
 __global__ void combine_glu_kernel(const float* __restrict__ gate, int gate_blocks, const float* __restrict__ up,
                                    int up_blocks, int64_t n, int64_t rows, int64_t ld,
                                    const float* __restrict__ inv_scale, Act act, float* __restrict__ y) {
   pdl_prologue();
   const int64_t count = n * rows, i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (i >= count) return;
-  const int64_t t = i / rows, src = t * ld + i % rows, src_count = n * ld;
+  const int64_t t = i / rows;
+  *reinterpret_cast<float4*>(y + i) = glu4(gate, gate_blocks, up, up_blocks, n * ld, t * ld + i % rows, inv_scale[t], act);
+}
+
+// Writes 4 values v * scale as `parts` f16 parts at out + i (8-byte aligned), parts `stride`
+// apart: part 0 = f16(e), part p + 1 = f16((e - part 0 - ...) * kLoShift^(p + 1)) (glu_parts).
+__device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, uint16_t* __restrict__ out,
+                                             int64_t stride, int64_t i) {
+  float e[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
+  for (int p = 0; p < parts; ++p) {
+    uint16_t b[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float r;
+      b[q] = round16(e[q], false, r);
+      e[q] = (e[q] - r) * kLoShift;  // (exact: e - r fits in f32, and the shift is a power of two)
+    }
+    *reinterpret_cast<uint2*>(out + p * stride + i) = make_uint2(b[0] | uint32_t(b[1]) << 16, b[2] | uint32_t(b[3]) << 16);
+  }
+}
+
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+constexpr int kGluThreads = 256;
+// Rows whose max |h| lies in [2^-14, 2^15) keep scale 1: every value of 2^-14 or more keeps 22
+// bits in its two parts, and one below errs by at most 2^-36 absolute (2^-22 of the row's max),
+// as close as split_activations' row scale keeps them.
+constexpr uint32_t kGluMinBits = 0x38800000u;  // 2^-14
+constexpr uint32_t kGluMaxBits = 0x47000000u;  // 2^15
+constexpr uint32_t kInfBits = 0x7f800000u;
+
+// glu_parts: one block per token row. It writes the row's values as parts under scale 1 as it
+// goes (two float4 steps per thread in flight, nothing held), and keeps the row's max |h|; where
+// that max left [2^-14, 2^15) (finite, not 0), it writes the row again under the scale that puts
+// the max in [2^14, 2^15). Four blocks per SM (at most 64 registers): a 512-token prompt's rows
+// are resident at once on an H200 (132 SMs), so there is no tail of waves, and no state is
+// shared between blocks.
+__global__ void __launch_bounds__(kGluThreads, 4)
+    glu_parts_kernel(const float* __restrict__ gate, int gate_blocks, const float* __restrict__ up, int up_blocks,
+                     int64_t n, int64_t rows, int64_t ld, const float* __restrict__ inv_scale, Act act, int parts,
+                     uint16_t* __restrict__ out, float* __restrict__ out_inv_scale) {
+  pdl_prologue();
+  __shared__ uint32_t smem[kGluThreads / 32];
+  constexpr int kSteps = 2;
+  const int64_t t = blockIdx.x, src_count = n * ld, stride = n * rows;
   const float inv = inv_scale[t];
-  const float4 g = parts_sum4(gate, gate_blocks, src_count, src, inv),
-               u = parts_sum4(up, up_blocks, src_count, src, inv);
-  *reinterpret_cast<float4*>(y + i) =
-      make_float4(apply_act(g.x, act) * u.x, apply_act(g.y, act) * u.y, apply_act(g.z, act) * u.z,
-                  apply_act(g.w, act) * u.w);
+  uint32_t mx = 0;  // max |h| as bits (a NaN above inf)
+  for (int64_t j0 = int64_t(threadIdx.x) * 4; j0 < rows; j0 += 4 * kSteps * kGluThreads) {
+    float4 h[kSteps];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t j = j0 + 4 * s * kGluThreads;
+      if (j < rows) h[s] = glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act);
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t j = j0 + 4 * s * kGluThreads;
+      if (j >= rows) break;
+      mx = max(mx, max(max(abs_bits(h[s].x), abs_bits(h[s].y)), max(abs_bits(h[s].z), abs_bits(h[s].w))));
+      store_parts4(h[s], 1.0f, parts, out, stride, t * rows + j);
+    }
+  }
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = mx;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kGluThreads / 32; ++w) mx = max(mx, smem[w]);
+  float scale = 1.0f;
+  if (mx < kInfBits && (mx >= kGluMaxBits || (mx > 0 && mx < kGluMinBits))) {  // (non-finite: as it is)
+    int e;
+    frexpf(__uint_as_float(mx), &e);
+    scale = ldexpf(1.0f, max(-100, min(100, 15 - e)));
+    for (int64_t j = int64_t(threadIdx.x) * 4; j < rows; j += 4 * kGluThreads)  // (each thread its own values)
+      store_parts4(glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act), scale, parts, out, stride,
+                   t * rows + j);
+  }
+  if (threadIdx.x == 0) out_inv_scale[t] = 1.0f / scale;
 }
 
 }  // namespace
@@ -269,17 +350,30 @@ cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* 
 }
 
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
-                          const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld) {
+                          const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld, float lo) {
   if (n * rows == 0) return cudaSuccess;
   if (ld == 0) ld = rows;
   if (ld < rows) return cudaErrorInvalidValue;
   if (rows % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(yp) % 16 == 0) {
     SHOAL_TRY_LAUNCH(launch(combine_kernel<true>, unsigned(div_up(n * rows / 4, kBlock)), kBlock, 0, stream, yp,
-                            blocks, n, rows, ld, inv_scale, bias, accumulate, y));
+                            blocks, n, rows, ld, inv_scale, bias, accumulate, y, lo));
   } else {
     SHOAL_TRY_LAUNCH(launch(combine_kernel<false>, unsigned(div_up(n * rows, kBlock)), kBlock, 0, stream, yp, blocks,
-                            n, rows, ld, inv_scale, bias, accumulate, y));
+                            n, rows, ld, inv_scale, bias, accumulate, y, lo));
   }
+  return cudaSuccess;
+}
+
+cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
+                      const float* inv_scale, Act act, int parts, uint16_t* out, float* out_inv_scale,
+                      cudaStream_t stream, int64_t ld) {
+  if (n * rows == 0) return cudaSuccess;
+  if (ld == 0) ld = rows;
+  if (rows % 4 != 0 || ld % 4 != 0 || ld < rows || parts < 1 || parts > 2 ||
+      reinterpret_cast<uintptr_t>(out) % 8 != 0)
+    return cudaErrorInvalidValue;
+  SHOAL_TRY_LAUNCH(launch(glu_parts_kernel, unsigned(n), kGluThreads, 0, stream, gate, gate_blocks, up, up_blocks, n,
+                          rows, ld, inv_scale, act, parts, out, out_inv_scale));
   return cudaSuccess;
 }
 

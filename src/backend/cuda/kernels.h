@@ -171,13 +171,15 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
 /// (exact for Q8_0 and Q4_0 values). Errors: cudaErrorInvalidValue unless w is Q8_0 or Q4_0 and
 /// r0 a multiple of 16 (a tile).
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
-/// y[t, r] = (sum_b yp[b][t][r]) * inv_scale[t] (+ bias[r]) (+ y[t, r] when accumulating),
-/// yp: [blocks, n, ld] of which the first `rows` of each token are read (ld 0: rows); inv_scale
-/// and bias may be null; y may alias yp when blocks == 1 and ld == rows. 4 elements per thread
-/// when rows and ld are multiples of 4 and yp is 16-byte aligned (y too, then). Errors:
-/// cudaErrorInvalidValue if 0 < ld < rows.
+/// y[t, r] = (yp[0][t][r] + lo * sum_{b > 0} yp[b][t][r]) * inv_scale[t] (+ bias[r]) (+ y[t, r]
+/// when accumulating), yp: [blocks, n, ld] of which the first `rows` of each token are read (ld
+/// 0: rows); lo: 1, or 1 / 2^11 for products of glu_parts' parts; inv_scale and bias may be null;
+/// y may alias yp when blocks == 1 and ld == rows. 4 elements per thread when rows and ld are
+/// multiples of 4 and yp is 16-byte aligned (y too, then). Errors: cudaErrorInvalidValue if 0 <
+/// ld < rows.
 cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, const float* inv_scale,
-                          const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld = 0);
+                          const float* bias, bool accumulate, float* y, cudaStream_t stream, int64_t ld = 0,
+                          float lo = 1.0f);
 /// y[t, r] = act(g) * u with g = (sum_b gate[b][t][r]) * inv_scale[t], u likewise from up
 /// (gate [gate_blocks, n, ld], up [up_blocks, n, ld], of which the first `rows` of each token are
 /// read (ld 0: rows; gate and up of one stacked product: up = gate + rows, ld = 2 rows); gate and
@@ -185,6 +187,20 @@ cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, 
 /// and ld are multiples of 4 and ld >= rows.
 cudaError_t combine_glu(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
                         const float* inv_scale, Act act, float* y, cudaStream_t stream, int64_t ld = 0);
+
+/// The GLU of a prefill FFN as the down product's input (Backend::gated_ffn): h = act(g) * u of
+/// token t, with g, u as combine_glu sums them, times scale[t], written as `parts` (1 or 2) f16
+/// parts out [parts][n][rows]: part 0 = f16(h s), part 1 = f16((h s - part 0) * 2^11), the low
+/// part shifted to the high part's magnitude so that it stays clear of the f16 subnormals
+/// without a per-row scale (its products are summed with lo = 2^-11 by combine_parts). scale[t]
+/// is 1 where the row's max |h| lies in [2^-14, 2^15) (or is 0 or not finite); otherwise the
+/// power of two that puts it in [2^14, 2^15), as split_activations, and the row is written
+/// twice; out_inv_scale[t] = 1 / scale[t]. One pass over gate and up, where combine_glu then
+/// split_activations write h in f32 and read it again. Errors: cudaErrorInvalidValue unless rows
+/// and ld are multiples of 4, ld >= rows (0: rows), parts is 1 or 2 and out is 8-byte aligned.
+cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
+                      const float* inv_scale, Act act, int parts, uint16_t* out, float* out_inv_scale,
+                      cudaStream_t stream, int64_t ld = 0);
 
 // ---- gemm_quant.cu: the quantized prefill GEMM on Hopper ---------------------------------------
 /// One product of gemm_quant: y[j * rows + r] = (accumulate ? y : 0) + bias[r] + inv_scale[j] *

@@ -120,13 +120,9 @@ void Backend::qkv_attention(const Tensor& x, const InputNorm& norm, std::span<co
                     out);
 }
 
-void Backend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
-                        const Tensor* b_down, Tensor& x, Tensor& tmp) {
+void Backend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) {
   SHOAL_CHECK(glu.up && glu.y, "gated_ffn needs the gate / up product");
   matmuls(in, norm, {&glu, 1});
-  MatmulOut down{&w_down, &x, b_down};
-  down.accumulate = true;
-  down.tmp = &tmp;
   matmuls(*glu.y, InputNorm{}, {&down, 1});
 }
 

@@ -57,7 +57,10 @@ struct AttentionSpec {
 /// One product of Backend::matmuls(): y = in · wᵀ (+ bias); with `up`, y = act(in · wᵀ) *
 /// (in · upᵀ) (SwiGLU / GeGLU, no bias); with `accumulate`, the result is added to y (the
 /// residual add of a block). w, up: weights [out, in]; y: f32 [n, out]; bias: f32 [out];
-/// tmp: f32 scratch [n, out] that composing backends need for `up` and `accumulate`.
+/// tmp: f32 scratch [n, out] that composing backends need for `up` and `accumulate`. next (a
+/// hint, with `accumulate`): the norm through which the op after this one reads y (the next
+/// block's input); a backend may prepare that input while it writes y (CUDA prefill).
+struct InputNorm;
 struct MatmulOut {
   const Tensor* w = nullptr;
   Tensor* y = nullptr;
@@ -66,6 +69,7 @@ struct MatmulOut {
   Activation act = Activation::kSilu;
   bool accumulate = false;
   Tensor* tmp = nullptr;
+  const InputNorm* next = nullptr;
 };
 
 /// The RMSNorm Backend::matmuls() applies to its input first (w null: none). h: f32 like x; it
@@ -233,14 +237,12 @@ class Backend {
                              const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                              const AttentionSpec& attn, Tensor& out);
 
-  /// A gated FFN block added to the residual stream: x += (act(in · w_gateᵀ) * (in · w_upᵀ)) ·
-  /// w_downᵀ (+ b_down), in as matmuls() takes it (norm). glu: the gate / up product (up and tmp
-  /// set, no bias, no accumulate); its y (f32 [n, d_ff]) receives act(gate) * up, or is left
-  /// unwritten by backends that hand it to the down product in another form (CUDA prefill).
-  /// tmp: f32 [n, d_model] scratch. x: f32 [n, d_model]. Errors are bugs (SHOAL_CHECK), as in
-  /// matmuls().
-  virtual void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
-                         const Tensor* b_down, Tensor& x, Tensor& tmp);
+  /// A gated FFN block: matmuls(in, norm, {glu}) then matmuls(*glu.y, {}, {down}). glu: the gate
+  /// / up product (up and tmp set, no bias, no accumulate); its y (f32 [n, d_ff]) receives
+  /// act(gate) * up, or is left unwritten by backends that hand it to the down product in
+  /// another form (CUDA prefill). down: the down product into the residual stream (accumulate,
+  /// tmp: f32 [n, d_model]). Errors are bugs (SHOAL_CHECK), as in matmuls().
+  virtual void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down);
 
   // ---- whole-step recording -------------------------------------------------------------------
   /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a

@@ -32,15 +32,23 @@ const Tensor& block_input(const ForwardContext& c, const Tensor& x, const Tensor
   return h;
 }
 
+/// The output projection of a block as a residual-adding product into x (tmp o); next: the
+/// norm of the block after it (MatmulOut::next), or null.
+MatmulOut residual_product(const Tensor& w_out, const Tensor& bias, Tensor& x, Tensor& o, const InputNorm* next) {
+  MatmulOut out{&w_out, &x, has(bias) ? &bias : nullptr};
+  out.accumulate = true;
+  out.tmp = &o;
+  out.next = next;
+  return out;
+}
+
 /// x += in · w_outᵀ (+ bias), the block's output projection and residual add in one product;
 /// with a post-norm (Gemma), x += post_norm(in · w_outᵀ) through `o`.
 void block_output(const ForwardContext& c, const Tensor& w_out, const Tensor& in, const Tensor& bias,
-                  const Tensor& post_norm, Tensor& x, Tensor& o) {
+                  const Tensor& post_norm, Tensor& x, Tensor& o, const InputNorm* next) {
   Backend& be = *c.backend;
   if (!has(post_norm)) {
-    MatmulOut out{&w_out, &x, has(bias) ? &bias : nullptr};
-    out.accumulate = true;
-    out.tmp = &o;
+    const MatmulOut out = residual_product(w_out, bias, x, o, next);
     be.matmuls(in, InputNorm{}, {&out, 1});
     return;
   }
@@ -49,9 +57,10 @@ void block_output(const ForwardContext& c, const Tensor& w_out, const Tensor& in
   be.add(x, o, x);
 }
 
-/// Attention block: x += attn(norm(in)) (norm as `an`; see block_input).
+/// Attention block: x += attn(norm(in)) (norm as `an`; see block_input); next as in
+/// block_output.
 void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights& w, LayerCache& kv,
-                     int n, const Tensor& in, const InputNorm& an, Tensor& x) {
+                     int n, const Tensor& in, const InputNorm& an, Tensor& x, const InputNorm* next) {
   Backend& be = *c.backend;
   Activations& a = *c.act;
   const int qw = L.n_heads * L.head_dim, kw = L.n_kv_heads * L.head_dim;
@@ -75,12 +84,12 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   be.qkv_attention(in, an, qkv, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
                    c.cfg->norm_eps, pos, freqs, rs, kv.k, kv.v, as, att);
   Tensor o = rows(a.o, n);
-  block_output(c, w.wo, att, w.bo, w.post_attn_norm, x, o);
+  block_output(c, w.wo, att, w.bo, w.post_attn_norm, x, o, next);
 }
 
-/// Dense FFN block: x += ffn(norm(in)).
+/// Dense FFN block: x += ffn(norm(in)); next as in block_output.
 void ffn_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights& w, int n, const Tensor& in,
-               const InputNorm& fn, Tensor& x) {
+               const InputNorm& fn, Tensor& x, const InputNorm* next) {
   Backend& be = *c.backend;
   Activations& a = *c.act;
   Tensor gate = a.gate.rows_view(0, n).reshaped({n, L.d_ff});
@@ -92,12 +101,12 @@ void ffn_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights
   }
   Tensor o = rows(c.act->o, n);
   if (c.cfg->gated_ffn && !has(w.post_ffn_norm)) {  // (the backend may hand gate on in its own form)
-    be.gated_ffn(in, fn, first, w.w_down, has(w.b_down) ? &w.b_down : nullptr, x, o);
+    be.gated_ffn(in, fn, first, residual_product(w.w_down, w.b_down, x, o, next));
     return;
   }
   be.matmuls(in, fn, {&first, 1});
   if (!c.cfg->gated_ffn) be.activation(gate, c.cfg->act, gate);
-  block_output(c, w.w_down, gate, w.b_down, w.post_ffn_norm, x, o);
+  block_output(c, w.w_down, gate, w.b_down, w.post_ffn_norm, x, o, next);
 }
 
 }  // namespace
@@ -114,14 +123,20 @@ void forward_layers(const ForwardContext& c, const std::vector<LayerWeights>& we
     if (c.cfg->parallel_block) {
       // x = x + attn(h) + ffn(h), both from the same normed input (Phi-1.5/2).
       norm(c, x, w.attn_norm, w.attn_norm_b, h);
-      attention_block(c, L, w, kv, n, h, InputNorm{}, x);
-      ffn_block(c, L, w, n, h, InputNorm{}, x);
+      attention_block(c, L, w, kv, n, h, InputNorm{}, x, nullptr);
+      ffn_block(c, L, w, n, h, InputNorm{}, x, nullptr);
       continue;
     }
+    // The norms the blocks after each residual add read x through (RMSNorm fused into their
+    // products: block_input), as hints to the residual-adding products.
+    const bool rms = c.cfg->norm == NormKind::kRms;
+    const InputNorm ffn_next{&w.ffn_norm, c.cfg->norm_eps, &h};
+    const InputNorm attn_next = l + 1 < end ? InputNorm{&weights[size_t(l + 1 - first)].attn_norm, c.cfg->norm_eps, &h}
+                                            : InputNorm{};
     const Tensor& ain = block_input(c, x, w.attn_norm, w.attn_norm_b, h, fused);
-    attention_block(c, L, w, kv, n, ain, fused, x);
+    attention_block(c, L, w, kv, n, ain, fused, x, rms ? &ffn_next : nullptr);
     const Tensor& fin = block_input(c, x, w.ffn_norm, w.ffn_norm_b, h, fused);
-    ffn_block(c, L, w, n, fin, fused, x);
+    ffn_block(c, L, w, n, fin, fused, x, rms && l + 1 < end ? &attn_next : nullptr);
   }
 }
 

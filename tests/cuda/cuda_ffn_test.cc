@@ -57,8 +57,10 @@ class CudaFfnTest : public CudaVsRef {
       MatmulOut glu{&pick(w[0]), &pick(gate), nullptr, &pick(w[1]), c.act};
       glu.tmp = &pick(up);
       const InputNorm norm = c.norm ? InputNorm{&pick(nw), 1e-6f, &pick(h)} : InputNorm{};
-      be->gated_ffn(pick(in), norm, glu, pick(down), c.bias ? &pick(b) : nullptr,
-                    pick(x), pick(tmp));
+      MatmulOut dp{&pick(down), &pick(x), c.bias ? &pick(b) : nullptr};
+      dp.accumulate = true;
+      dp.tmp = &pick(tmp);
+      be->gated_ffn(pick(in), norm, glu, dp);
     }
     parts_ffns = cuda_probe::glu_part_ffns(*gpu_) - before;
     got = floats(*gpu_, x.g);
@@ -140,5 +142,61 @@ TEST_F(CudaFfnTest, DecodeTakesTheComposedOps) {
   EXPECT_LT(worst_row(got, want, 8, 256), 2e-5);
 }
 
+
+// MatmulOut::next: a prefill residual add (F16 / BF16) writes the next block's input parts in the
+// same pass (cuda::combine_split), which that block's products take when they read the same x
+// through the same norm right after; any other next op splits x itself.
+class CudaHandoffTest : public CudaVsRef {
+ protected:
+  // x += a · woᵀ (with `next` as the hint), then q = rms_norm(x, taken) · wqᵀ: x and q against the
+  // reference; returns the handoffs taken.
+  int64_t run(DType t, int64_t d, int64_t n, bool same_norm, bool through_ffn) {
+    Dual wo = make_weight(t, {d, through_ffn ? 2 * d : d}, 0.1f), wq = make_weight(t, {96, d}, 0.1f);
+    Dual a = make_f32({n, d}, randn(n * d));
+    Dual x = make_f32({n, d}, randn(n * d, 2.0f)), tmp = output(DType::kF32, {n, d});
+    Dual g1 = make_f32({d}, randn(d)), g2 = make_f32({d}, randn(d)), h = output(DType::kF32, {n, d});
+    Dual q = output(DType::kF32, {n, 96});
+    // For through_ffn: a gated FFN (gate / up from x itself, no norm) hands its down product the hint.
+    Dual wg = make_weight(t, {2 * d, d}, 0.1f), wu = make_weight(t, {2 * d, d}, 0.1f);
+    Dual gate = output(DType::kF32, {n, 2 * d}), up = output(DType::kF32, {n, 2 * d});
+    const int64_t before = cuda_probe::split_handoffs(*gpu_);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      auto pick = [gp](Dual& v) -> Tensor& { return gp ? v.g : v.c; };
+      const InputNorm next{&pick(g1), 1e-6f, &pick(h)};
+      MatmulOut o{&pick(wo), &pick(x)};
+      o.accumulate = true;
+      o.tmp = &pick(tmp);
+      o.next = &next;
+      if (through_ffn) {
+        MatmulOut glu{&pick(wg), &pick(gate), nullptr, &pick(wu), Activation::kSilu};
+        glu.tmp = &pick(up);
+        be->gated_ffn(pick(a), InputNorm{}, glu, o);
+      } else {
+        be->matmuls(pick(a), InputNorm{}, {&o, 1});
+      }
+      const MatmulOut qo{&pick(wq), &pick(q)};
+      be->matmuls(pick(x), InputNorm{same_norm ? &pick(g1) : &pick(g2), 1e-6f, &pick(h)}, {&qo, 1});
+    }
+    EXPECT_LT(nerr(x), 2e-5);
+    EXPECT_LT(nerr(q), 2e-5);
+    return cuda_probe::split_handoffs(*gpu_) - before;
+  }
+};
+
+TEST_F(CudaHandoffTest, ResidualAddHandsTheNextBlockItsInputParts) {
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int64_t d : {256, 1028, 2052}) {  // (a float4 per thread and row: 1, 2, 3 -> 4)
+      SCOPED_TRACE(fmt::format("{} d={}", dtype_name(t), d));
+      EXPECT_EQ(run(t, d, 40, true, false), 1);   // taken
+      EXPECT_EQ(run(t, d, 40, false, false), 0);  // another norm: x split again
+    }
+}
+
+TEST_F(CudaHandoffTest, GatedFfnHandsTheNextBlockItsInputParts) {
+  EXPECT_EQ(run(DType::kF16, 512, 33, true, true), 1);
+  EXPECT_EQ(run(DType::kF16, 512, 33, false, true), 0);
+  EXPECT_EQ(run(DType::kF16, 512, 8, true, true), 0);  // decode: the GEMVs
+}
 }  // namespace
 }  // namespace shoal::test

@@ -97,8 +97,7 @@ class CudaBackend final : public Backend {
   /// Prefill (more than kGemvMaxTokens tokens) of F16 gate, up and down: the GLU writes the down
   /// product's input parts itself (cuda::glu_parts), so act(gate) * up is never written in f32
   /// (glu.y is left unwritten) nor read again by a split. Otherwise the composed default.
-  void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
-                 const Tensor* b_down, Tensor& x, Tensor& tmp) override;
+  void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) override;
 
   /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
   Status run_graph(uint64_t key, const std::function<void()>& record) override;
@@ -120,6 +119,9 @@ class CudaBackend final : public Backend {
   /// Prefill qkv_attention calls so far whose RoPE + KV-write kernel summed q / k / v from their
   /// stacked GEMM's partial products (qkv_parts_attention; for tests).
   uint64_t qkv_part_ropes() const { return qkv_part_ropes_; }
+  /// Prefill inputs so far taken as parts from the residual add just before (MatmulOut::next;
+  /// for tests).
+  uint64_t split_handoffs() const { return split_handoffs_; }
   /// Prefill gated_ffn calls so far whose GLU wrote the down product's input parts (for tests).
   uint64_t glu_part_ffns() const { return glu_part_ffns_; }
   /// Graphs recorded by run_graph and held now (for tests).
@@ -224,8 +226,12 @@ class CudaBackend final : public Backend {
                            const AttentionSpec& attn, Tensor& out);
   /// gated_ffn through cuda::glu_parts where it applies (F16 weights, prefill); false where it
   /// does not (nothing run), true otherwise, also on error (sticky).
-  bool glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
-                     const Tensor* b_down, Tensor& x);
+  bool glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down);
+  /// The sum of product o's parts yp (rows ld apart, lo as combine_parts) into o.y; for a
+  /// residual add with MatmulOut::next, cuda::combine_split, its parts handed to the next op's
+  /// gemm_input (split_handoff_). False on error (sticky).
+  bool finish_product(const MatmulOut& o, const float* yp, int blocks, int64_t ld, const float* inv_scale,
+                      float lo = 1.0f);
   /// One gemm_quant launch (kernels.h) of `count` weights on in.x16 with inv_scale (null: the
   /// parts' sums before 1 / scale), counted in quant_gemm_launches(). False on error (sticky).
   bool run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count, const GemmInput& in,
@@ -286,7 +292,7 @@ class CudaBackend final : public Backend {
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
-           stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0;
+           stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
@@ -327,6 +333,15 @@ class CudaBackend final : public Backend {
     const void *k = nullptr, *v = nullptr, *pos = nullptr;
     int64_t n = 0;
   } kv_written_;
+  // The next op's input parts written by the residual add of op `op` (finish_product): taken by
+  // gemm_input in op op + 1 for the same x, norm and split.
+  struct {
+    uint64_t op = 0;
+    GemmInput in;
+    const void* x = nullptr;
+    const void* norm_w = nullptr;
+    float eps = 0.0f;
+  } split_handoff_;
   Status error_;
 };
 

@@ -62,6 +62,13 @@ bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bo
   in.bf16 = bf16;
   in.parts = half ? 1 : bf16 ? 3 : 2;
   if (half) ++half_inputs_;
+  const auto& h = split_handoff_;  // (written by the op just before: ops_ counts this one)
+  if (h.op != 0 && h.op + 1 == ops_ && h.x == x && h.norm_w == norm_w && h.eps == eps && h.in.n == n && h.in.k == k &&
+      h.in.bf16 == bf16 && h.in.parts == in.parts) {
+    in = h.in;
+    ++split_handoffs_;
+    return true;
+  }
   const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(n) * uint64_t(k) * 2, 256);
   auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
   if (!xs) return false;
@@ -145,6 +152,40 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   if (!yp) return;
   const int blocks = gemm_products(w, in, yp);
   if (blocks > 0) note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, bias, false, y, stream_), "combine_parts");
+}
+
+bool CudaBackend::finish_product(const MatmulOut& o, const float* yp, int blocks, int64_t ld, const float* inv_scale,
+                                 float lo) {
+  const int64_t n = o.y->rows(), rows = o.w->rows();
+  float* y = cuda::f32(*o.y);
+  const float* bias = o.bias ? cuda::f32(*o.bias) : nullptr;
+  const InputNorm* next = o.next;
+  const DType t = o.w->dtype;
+  if (o.accumulate && next && next->w && next->w->dtype == DType::kF32 && next->w->n_elements() == rows &&
+      (t == DType::kF16 || t == DType::kBF16)) {
+    // The next block's input (its products' weights taken to be of o's kind) in the same pass.
+    GemmInput in;
+    in.n = n;
+    in.k = rows;
+    in.bf16 = t == DType::kBF16;
+    in.parts = one_part(t) ? 1 : in.bf16 ? 3 : 2;
+    const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(n) * uint64_t(rows) * 2, 256);
+    auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
+    if (!xs) return false;
+    auto* x16 = reinterpret_cast<uint16_t*>(xs);
+    auto* out_inv = reinterpret_cast<float*>(xs + xs_bytes);
+    const cudaError_t e = cuda::combine_split(yp, blocks, ld, lo, inv_scale, bias, y, n, rows, in.bf16, in.parts,
+                                              cuda::f32(*next->w), next->eps, x16, out_inv, stream_);
+    if (e != cudaErrorNotSupported) {
+      if (!note(e, "combine_split")) return false;
+      in.x16 = x16;
+      in.inv_scale = out_inv;
+      split_handoff_ = {ops_, in, y, next->w->data, next->eps};
+      return true;
+    }
+  }
+  return note(cuda::combine_parts(yp, blocks, n, rows, inv_scale, bias, o.accumulate, y, stream_, ld, lo),
+              "combine_parts");
 }
 
 int CudaBackend::rows_products(const Tensor& first, int64_t rows, const GemmInput& in, float*& yp) {
@@ -238,36 +279,27 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
       continue;
     }
     if (end > i + 1) stacked_products_ += end - i;
-    for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i) {  // each product's rows of yp
-      const MatmulOut& s = outs[i];
-      const float* bias = s.bias ? cuda::f32(*s.bias) : nullptr;
-      if (!note(cuda::combine_parts(yp + r0, blocks, n, s.w->rows(), in.inv_scale, bias, s.accumulate,
-                                    cuda::f32(*s.y), stream_, m),
-                "combine_parts"))
-        return true;
-    }
+    for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i)  // each product's rows of yp
+      if (!finish_product(outs[i], yp + r0, blocks, m, in.inv_scale)) return true;
   }
   return true;
 }
 
-void CudaBackend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
-                            const Tensor* b_down, Tensor& x, Tensor& tmp) {
-  if (!glu_parts_ffn(in, norm, glu, w_down, b_down, x)) Backend::gated_ffn(in, norm, glu, w_down, b_down, x, tmp);
+void CudaBackend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) {
+  if (!glu_parts_ffn(in, norm, glu, down)) Backend::gated_ffn(in, norm, glu, down);
 }
 
-bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const Tensor& w_down,
-                                const Tensor* b_down, Tensor& x) {
+bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) {
   // F16 gate / up / down on cuBLAS: gate and up as gemm_matmuls runs them, then glu_parts writes
   // act(gate) * up as down's input parts (no f32 h, no second split: Llama-3-8B at 512 tokens
   // reads and writes 58 MB less per layer), down's products summed into x.
   const int64_t n = in.rows();
-  if (n <= cuda::kGemvMaxTokens || !glu.w || !glu.up || !glu.y || glu.bias || glu.accumulate) return false;
-  for (const Tensor* w : {glu.w, glu.up, &w_down})
+  if (n <= cuda::kGemvMaxTokens || !glu.w || !glu.up || !glu.y || glu.bias || glu.accumulate || !down.w || !down.y)
+    return false;
+  for (const Tensor* w : {glu.w, glu.up, down.w})
     if (w->dtype != DType::kF16) return false;
   const int64_t m = glu.w->rows();
-  if (m % 4 != 0 || w_down.cols() != m || glu.up->rows() != m) return false;
-  MatmulOut down{&w_down, &x, b_down};
-  down.accumulate = true;
+  if (m % 4 != 0 || down.w->cols() != m || glu.up->rows() != m) return false;
   check_matmul_args(in, norm, {&glu, 1});
   check_matmul_shapes(in, norm, {&glu, 1});
   check_matmul_args(*glu.y, InputNorm{}, {&down, 1});
@@ -308,12 +340,9 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
             "glu_parts"))
     return true;
   ++glu_part_ffns_;
-  auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, w_down.rows())));
-  const int down_blocks = dp ? gemm_products(weight_ref(w_down), din, dp) : 0;
-  if (down_blocks == 0) return true;
-  note(cuda::combine_parts(dp, down_blocks, n, w_down.rows(), din.inv_scale, b_down ? cuda::f32(*b_down) : nullptr,
-                           true, cuda::f32(x), stream_, 0, 1.0f / 2048.0f),
-       "combine_parts (down)");
+  auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, down.w->rows())));
+  const int down_blocks = dp ? gemm_products(weight_ref(*down.w), din, dp) : 0;
+  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din.inv_scale, 1.0f / 2048.0f);
   return true;
 }
 

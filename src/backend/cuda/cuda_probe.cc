@@ -288,6 +288,8 @@ int64_t qkv_part_ropes(Backend& b) { return counter(b, &CudaBackend::qkv_part_ro
 
 int64_t glu_part_ffns(Backend& b) { return counter(b, &CudaBackend::glu_part_ffns); }
 
+int64_t split_handoffs(Backend& b) { return counter(b, &CudaBackend::split_handoffs); }
+
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb && cb->quant_gemm_available();

@@ -88,6 +88,9 @@ int64_t qkv_part_ropes(Backend& b);
 /// Prefill gated_ffn calls of the CUDA backend b so far whose GLU wrote the down product's input
 /// parts (cuda::glu_parts); -1 if b is not a CUDA backend. For tests.
 int64_t glu_part_ffns(Backend& b);
+/// Prefill inputs of the CUDA backend b so far taken as parts from the residual add just before
+/// them (MatmulOut::next); -1 if b is not a CUDA backend. For tests.
+int64_t split_handoffs(Backend& b);
 /// Whether b's device runs gemm_quant (false if b is not a CUDA backend).
 bool quant_gemm_available(Backend& b);
 /// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.

@@ -76,27 +76,16 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// The same for rows of k % 4 == 0 values, at most 4 * kVec * kRowThreads: the row is read once
-// into registers, a float4 per thread and step with all its loads in flight at once, and each
-// part is written 8 bytes per thread (x 16-byte and out 8-byte aligned). The same values as
-// split_kernel but for the order of the sum of squares.
+// The split of one row of k % 4 == 0 values held in registers (v: kVec float4 per thread,
+// zeros past the row), as split_kernel computes it but for the order of the sum of squares:
+// RMSNorm'ed with norm_w when given, scaled by row_scale, each part written 8 bytes per thread
+// (out 8-byte aligned, norm_w 16-byte aligned). smem: 32 floats.
 template <int kVec>
-__global__ void __launch_bounds__(kRowThreads)
-    split_vec_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts,
-                     const float* __restrict__ norm_w, float eps, uint16_t* __restrict__ out,
-                     float* __restrict__ inv_scale) {
-  pdl_prologue();
-  __shared__ float smem[32];
-  const int64_t t = blockIdx.x;
+__device__ __forceinline__ void split_row(float4 (&v)[kVec], int64_t n, int64_t t, int64_t k, bool bf16, int parts,
+                                          const float* __restrict__ norm_w, float eps, uint16_t* __restrict__ out,
+                                          float* __restrict__ inv_scale, float* smem) {
   const int nv = int(k / 4);
-  const auto* xr = reinterpret_cast<const float4*>(x + t * k);
   const auto* w4 = reinterpret_cast<const float4*>(norm_w);
-  float4 v[kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    const int i = int(threadIdx.x) + j * kRowThreads;
-    v[j] = i < nv ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
   float mx = 0.0f, ss = 0.0f;  // max |x * w|, sum of x^2 (the zeros past the row change neither)
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
@@ -132,6 +121,59 @@ __global__ void __launch_bounds__(kRowThreads)
           make_uint2(b[0] | uint32_t(b[1]) << 16, b[2] | uint32_t(b[3]) << 16);
     }
   }
+}
+
+// split_kernel for rows of k % 4 == 0 values, at most 4 * kVec * kRowThreads: the row is read
+// once into registers, a float4 per thread and step with all its loads in flight at once (x
+// 16-byte aligned), then split_row.
+template <int kVec>
+__global__ void __launch_bounds__(kRowThreads)
+    split_vec_kernel(const float* __restrict__ x, int64_t n, int64_t k, bool bf16, int parts,
+                     const float* __restrict__ norm_w, float eps, uint16_t* __restrict__ out,
+                     float* __restrict__ inv_scale) {
+  pdl_prologue();
+  __shared__ float smem[32];
+  const int64_t t = blockIdx.x;
+  const int nv = int(k / 4);
+  const auto* xr = reinterpret_cast<const float4*>(x + t * k);
+  float4 v[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int i = int(threadIdx.x) + j * kRowThreads;
+    v[j] = i < nv ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  split_row<kVec>(v, n, t, k, bf16, parts, norm_w, eps, out, inv_scale, smem);
+}
+
+// combine_kernel (accumulating, 4 elements per thread) of one row, kept in registers, then
+// split_row of the new row: y written once, never read back (combine_split).
+template <int kVec>
+__global__ void __launch_bounds__(kRowThreads)
+    combine_split_kernel(const float* __restrict__ yp, int blocks, int64_t ld, float lo,
+                         const float* __restrict__ p_inv_scale, const float* __restrict__ bias, float* __restrict__ y,
+                         int64_t n, int64_t k, bool bf16, int parts, const float* __restrict__ norm_w, float eps,
+                         uint16_t* __restrict__ out, float* __restrict__ inv_scale) {
+  pdl_prologue();
+  __shared__ float smem[32];
+  const int64_t t = blockIdx.x;
+  const int nv = int(k / 4);
+  const float pin = p_inv_scale ? p_inv_scale[t] : 1.0f;
+  auto* y4 = reinterpret_cast<float4*>(y + t * k);
+  float4 v[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int i = int(threadIdx.x) + j * kRowThreads;
+    if (i >= nv) {
+      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      continue;
+    }
+    float4 s = parts_sum4(yp, blocks, n * ld, t * ld + 4 * int64_t(i), pin, lo);  // (combine_kernel's order)
+    if (bias) s.x += bias[4 * i], s.y += bias[4 * i + 1], s.z += bias[4 * i + 2], s.w += bias[4 * i + 3];
+    const float4 o = y4[i];
+    v[j] = make_float4(o.x + s.x, o.y + s.y, o.z + s.z, o.w + s.w);
+    y4[i] = v[j];
+  }
+  split_row<kVec>(v, n, t, k, bf16, parts, norm_w, eps, out, inv_scale, smem);
 }
 
 // Dequantization of the tile layout (cuda_util.h) into f16 hi and lo parts, hi + lo = d * q.
@@ -335,6 +377,27 @@ cudaError_t split_activations(const float* x, int64_t n, int64_t k, bool bf16, i
   if (vec && per_thread <= 8) return go(split_vec_kernel<8>);
   if (vec && per_thread <= 16) return go(split_vec_kernel<16>);
   return go(split_kernel);
+}
+
+cudaError_t combine_split(const float* yp, int blocks, int64_t ld, float lo, const float* p_inv_scale,
+                          const float* bias, float* y, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
+                          float eps, uint16_t* out, float* inv_scale, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  const int64_t per_thread = div_up(k, int64_t(4) * kRowThreads);
+  if (k % 4 != 0 || ld % 4 != 0 || ld < k || per_thread > 16 || !aligned(yp, 16) || !aligned(y, 16) ||
+      !aligned(out, 8) || (norm_w && !aligned(norm_w, 16)))
+    return cudaErrorNotSupported;
+  auto go = [&](auto kernel) {
+    SHOAL_TRY_LAUNCH(launch(kernel, unsigned(n), kRowThreads, 0, stream, yp, blocks, ld, lo, p_inv_scale, bias, y, n,
+                            k, bf16, parts, norm_w, eps, out, inv_scale));
+    return cudaSuccess;
+  };
+  if (per_thread <= 1) return go(combine_split_kernel<1>);
+  if (per_thread <= 2) return go(combine_split_kernel<2>);
+  if (per_thread <= 4) return go(combine_split_kernel<4>);
+  if (per_thread <= 8) return go(combine_split_kernel<8>);
+  return go(combine_split_kernel<16>);
 }
 
 cudaError_t dequant_split(const WeightRef& w, int64_t r0, int64_t nr, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {

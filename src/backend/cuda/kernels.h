@@ -188,6 +188,15 @@ cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, 
 cudaError_t combine_glu(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
                         const float* inv_scale, Act act, float* y, cudaStream_t stream, int64_t ld = 0);
 
+/// combine_parts(yp, blocks, n, k, p_inv_scale, bias, accumulate = true, y, ld, lo) and then
+/// split_activations(y, n, k, bf16, parts, norm_w, eps, out, inv_scale) in one pass, one block
+/// per row: the residual add of a block and the next block's input parts (MatmulOut::next),
+/// the same values as the two, y written once and not read again. Errors: cudaErrorNotSupported
+/// where split_activations' vector path does not apply (k % 4, k > 16384, alignment: yp and y
+/// 16 bytes, out 8, norm_w 16) or ld % 4 != 0 or ld < k: the caller then runs the two.
+cudaError_t combine_split(const float* yp, int blocks, int64_t ld, float lo, const float* p_inv_scale,
+                          const float* bias, float* y, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
+                          float eps, uint16_t* out, float* inv_scale, cudaStream_t stream);
 /// The GLU of a prefill FFN as the down product's input (Backend::gated_ffn): h = act(g) * u of
 /// token t, with g, u as combine_glu sums them, times scale[t], written as `parts` (1 or 2) f16
 /// parts out [parts][n][rows]: part 0 = f16(h s), part 1 = f16((h s - part 0) * 2^11), the low

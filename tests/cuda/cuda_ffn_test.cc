@@ -1,6 +1,7 @@
-// Backend::gated_ffn on CUDA against the reference's composition: prefill FFNs of F16 weights hand
-// act(gate) * up to the down product as f16 parts written by the GLU (cuda::glu_parts); rows whose
-// values leave the parts' unscaled range are rescaled by the kernel.
+// Backend::gated_ffn on CUDA against the reference's composition: prefill FFNs of F16 / BF16
+// weights hand act(gate) * up to the down product as 16-bit parts written by the GLU
+// (cuda::glu_parts); f16 rows whose values leave the parts' unscaled range are rescaled by the
+// kernel. And MatmulOut::next: residual adds hand the next block its input parts.
 #include <cmath>
 #include <vector>
 
@@ -20,28 +21,29 @@ class CudaFfnTest : public CudaVsRef {
     bool norm = true;                // the input RMSNorm'ed (InputNorm)
     Activation act = Activation::kSilu;
     std::vector<float> row_scale = {};  // per token: x's row times this (empty: 1)
+    DType t = DType::kF16;
   };
 
   // Runs gated_ffn on both backends; returns x's rows on the GPU and the reference.
   void run(const Case& c, std::vector<float>& got, std::vector<float>& want, int64_t& parts_ffns) {
     const std::array<std::array<int64_t, 2>, 2> shapes{{{c.ff, c.in}, {c.ff, c.in}}};
     const std::array<std::array<int64_t, 2>, 3> apart{{{c.ff, c.in}, {1, c.in}, {c.ff, c.in}}};
-    auto block = c.together ? gpu_->alloc_weights(DType::kF16, shapes) : gpu_->alloc_weights(DType::kF16, apart);
+    auto block = c.together ? gpu_->alloc_weights(c.t, shapes) : gpu_->alloc_weights(c.t, apart);
     ASSERT_TRUE(block.ok()) << block.status().to_string();
     std::vector<Tensor> gw = *block;
     Tensor gap;  // (apart: a one-row weight between gate and up, held to the end)
     if (!c.together) gap = gw[1], gw.erase(gw.begin() + 1);
     Dual w[2];
     for (int i = 0; i < 2; ++i) {
-      const auto bytes = encode(DType::kF16, randn(c.ff * c.in, 0.1f));
-      auto cw = cpu_->alloc_weight(DType::kF16, {c.ff, c.in});
+      const auto bytes = encode(c.t, randn(c.ff * c.in, 0.1f));
+      auto cw = cpu_->alloc_weight(c.t, {c.ff, c.in});
       ASSERT_TRUE(cw.ok());
       w[i] = Dual{*cw, gw[size_t(i)]};
       ASSERT_TRUE(cpu_->upload_weight(w[i].c, bytes.data(), w[i].c.nbytes()).ok());
       ASSERT_TRUE(gpu_->upload_weight(w[i].g, bytes.data(), w[i].g.nbytes()).ok());
       owned_.push_back(w[i]);
     }
-    Dual down = make_weight(DType::kF16, {c.in, c.ff}, 0.1f);
+    Dual down = make_weight(c.t, {c.in, c.ff}, 0.1f);
     std::vector<float> xv = randn(c.n * c.in, 2.0f);
     for (size_t t = 0; t < c.row_scale.size(); ++t)
       for (int64_t i = 0; i < c.in; ++i) xv[t * size_t(c.in) + size_t(i)] *= c.row_scale[t];
@@ -98,6 +100,21 @@ TEST_F(CudaFfnTest, PrefillGluHandsDownItsInputParts) {
     EXPECT_EQ(handed, 1);
     EXPECT_LT(worst_row(got, want, c.n, c.in), c.act == Activation::kSilu ? 2e-5 : 5e-5);
   }
+}
+
+TEST_F(CudaFfnTest, Bf16GluHandsDownThreeParts) {
+  // BF16 weights (HF checkpoints): three unshifted bf16 parts, no row scale, tiny and huge rows
+  // alike (bf16 has f32's exponent range).
+  Case c{1028, 256, 21, true, true, true};
+  c.t = DType::kBF16;
+  c.norm = false;
+  c.row_scale.assign(21, 1.0f);
+  c.row_scale[2] = 400.0f, c.row_scale[7] = 1e-6f;
+  std::vector<float> got, want;
+  int64_t handed = 0;
+  run(c, got, want, handed);
+  EXPECT_EQ(handed, 1);
+  EXPECT_LT(worst_row(got, want, c.n, c.in), 2e-5);
 }
 
 TEST_F(CudaFfnTest, RowsOutsideTheUnscaledRangeAreRescaled) {

@@ -94,7 +94,7 @@ class CudaBackend final : public Backend {
   void qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv, const Tensor* q_norm,
                      const Tensor* k_norm, float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                      Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) override;
-  /// Prefill (more than kGemvMaxTokens tokens) of F16 gate, up and down: the GLU writes the down
+  /// Prefill (more than kGemvMaxTokens tokens) of F16 or BF16 gate, up and down: the GLU writes the down
   /// product's input parts itself (cuda::glu_parts), so act(gate) * up is never written in f32
   /// (glu.y is left unwritten) nor read again by a split. Otherwise the composed default.
   void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) override;

@@ -290,14 +290,16 @@ void CudaBackend::gated_ffn(const Tensor& in, const InputNorm& norm, const Matmu
 }
 
 bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) {
-  // F16 gate / up / down on cuBLAS: gate and up as gemm_matmuls runs them, then glu_parts writes
+  // F16 / BF16 gate / up / down on cuBLAS: gate and up as gemm_matmuls runs them, then glu_parts writes
   // act(gate) * up as down's input parts (no f32 h, no second split: Llama-3-8B at 512 tokens
   // reads and writes 58 MB less per layer), down's products summed into x.
   const int64_t n = in.rows();
   if (n <= cuda::kGemvMaxTokens || !glu.w || !glu.up || !glu.y || glu.bias || glu.accumulate || !down.w || !down.y)
     return false;
-  for (const Tensor* w : {glu.w, glu.up, down.w})
-    if (w->dtype != DType::kF16) return false;
+  const DType t = glu.w->dtype;
+  if (t != DType::kF16 && t != DType::kBF16) return false;
+  for (const Tensor* w : {glu.up, down.w})
+    if (w->dtype != t) return false;
   const int64_t m = glu.w->rows();
   if (m % 4 != 0 || down.w->cols() != m || glu.up->rows() != m) return false;
   check_matmul_args(in, norm, {&glu, 1});
@@ -306,8 +308,8 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   check_matmul_shapes(*glu.y, InputNorm{}, {&down, 1});
   if (failed() || !use_device()) return true;
   GemmInput gin;
-  if (!gemm_input(cuda::f32(in), n, in.cols(), false, one_part(DType::kF16), norm.w ? cuda::f32(*norm.w) : nullptr,
-                  norm.eps, gin))
+  const bool bf16 = t == DType::kBF16;
+  if (!gemm_input(cuda::f32(in), n, in.cols(), bf16, one_part(t), norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, gin))
     return true;
   const bool stacked = stack_glu(*glu.w, *glu.up, int64_t(gin.parts) * n);
   float* yp = nullptr;
@@ -330,19 +332,20 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   din.n = n;
   din.k = m;
   din.parts = gin.parts;
+  din.bf16 = bf16;
   const uint64_t xs_bytes = cuda::align_up(uint64_t(din.parts) * uint64_t(n) * uint64_t(m) * 2, 256);
   auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
   if (!xs) return true;
   din.x16 = reinterpret_cast<uint16_t*>(xs);
   din.inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
-  if (!note(cuda::glu_parts(yp, blocks, up, up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), din.parts,
+  if (!note(cuda::glu_parts(yp, blocks, up, up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), bf16, din.parts,
                             const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_, ld),
             "glu_parts"))
     return true;
   ++glu_part_ffns_;
   auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, down.w->rows())));
   const int down_blocks = dp ? gemm_products(weight_ref(*down.w), din, dp) : 0;
-  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din.inv_scale, 1.0f / 2048.0f);
+  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din.inv_scale, bf16 ? 1.0f : 1.0f / 2048.0f);
   return true;
 }
 

@@ -283,18 +283,21 @@ __global__ void combine_glu_kernel(const float* __restrict__ gate, int gate_bloc
   *reinterpret_cast<float4*>(y + i) = glu4(gate, gate_blocks, up, up_blocks, n * ld, t * ld + i % rows, inv_scale[t], act);
 }
 
-// Writes 4 values v * scale as `parts` f16 parts at out + i (8-byte aligned), parts `stride`
-// apart: part 0 = f16(e), part p + 1 = f16((e - part 0 - ...) * kLoShift^(p + 1)) (glu_parts).
-__device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, uint16_t* __restrict__ out,
+// Writes 4 values v * scale as `parts` 16-bit parts at out + i (8-byte aligned), parts `stride`
+// apart: f16: part 0 = f16(e), part 1 = f16((e - part 0) * kLoShift) (glu_parts); bf16: each
+// part the bf16 of what the parts before leave, unshifted (bf16 has f32's exponent range), as
+// split_activations writes them.
+__device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, bool bf16, uint16_t* __restrict__ out,
                                              int64_t stride, int64_t i) {
+  const float shift = bf16 ? 1.0f : kLoShift;
   float e[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
   for (int p = 0; p < parts; ++p) {
     uint16_t b[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       float r;
-      b[q] = round16(e[q], false, r);
-      e[q] = (e[q] - r) * kLoShift;  // (exact: e - r fits in f32, and the shift is a power of two)
+      b[q] = round16(e[q], bf16, r);
+      e[q] = (e[q] - r) * shift;  // (exact: e - r fits in f32, and the shift is a power of two)
     }
     *reinterpret_cast<uint2*>(out + p * stride + i) = make_uint2(b[0] | uint32_t(b[1]) << 16, b[2] | uint32_t(b[3]) << 16);
   }
@@ -312,14 +315,14 @@ constexpr uint32_t kInfBits = 0x7f800000u;
 
 // glu_parts: one block per token row. It writes the row's values as parts under scale 1 as it
 // goes (two float4 steps per thread in flight, nothing held), and keeps the row's max |h|; where
-// that max left [2^-14, 2^15) (finite, not 0), it writes the row again under the scale that puts
-// the max in [2^14, 2^15). Four blocks per SM (at most 64 registers): a 512-token prompt's rows
+// that max left [2^-14, 2^15) (finite, not 0; f16 parts only), it writes the row again under the
+// scale that puts the max in [2^14, 2^15). Four blocks per SM (at most 64 registers): a 512-token prompt's rows
 // are resident at once on an H200 (132 SMs), so there is no tail of waves, and no state is
 // shared between blocks.
 __global__ void __launch_bounds__(kGluThreads, 4)
     glu_parts_kernel(const float* __restrict__ gate, int gate_blocks, const float* __restrict__ up, int up_blocks,
-                     int64_t n, int64_t rows, int64_t ld, const float* __restrict__ inv_scale, Act act, int parts,
-                     uint16_t* __restrict__ out, float* __restrict__ out_inv_scale) {
+                     int64_t n, int64_t rows, int64_t ld, const float* __restrict__ inv_scale, Act act, bool bf16,
+                     int parts, uint16_t* __restrict__ out, float* __restrict__ out_inv_scale) {
   pdl_prologue();
   __shared__ uint32_t smem[kGluThreads / 32];
   constexpr int kSteps = 2;
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(kGluThreads, 4)
       const int64_t j = j0 + 4 * s * kGluThreads;
       if (j >= rows) break;
       mx = max(mx, max(max(abs_bits(h[s].x), abs_bits(h[s].y)), max(abs_bits(h[s].z), abs_bits(h[s].w))));
-      store_parts4(h[s], 1.0f, parts, out, stride, t * rows + j);
+      store_parts4(h[s], 1.0f, parts, bf16, out, stride, t * rows + j);
     }
   }
   mx = __reduce_max_sync(0xffffffffu, mx);
@@ -347,13 +350,13 @@ __global__ void __launch_bounds__(kGluThreads, 4)
 #pragma unroll
   for (int w = 0; w < kGluThreads / 32; ++w) mx = max(mx, smem[w]);
   float scale = 1.0f;
-  if (mx < kInfBits && (mx >= kGluMaxBits || (mx > 0 && mx < kGluMinBits))) {  // (non-finite: as it is)
+  if (!bf16 && mx < kInfBits && (mx >= kGluMaxBits || (mx > 0 && mx < kGluMinBits))) {  // (non-finite: as it is)
     int e;
     frexpf(__uint_as_float(mx), &e);
     scale = ldexpf(1.0f, max(-100, min(100, 15 - e)));
     for (int64_t j = int64_t(threadIdx.x) * 4; j < rows; j += 4 * kGluThreads)  // (each thread its own values)
-      store_parts4(glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act), scale, parts, out, stride,
-                   t * rows + j);
+      store_parts4(glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act), scale, parts, bf16, out,
+                   stride, t * rows + j);
   }
   if (threadIdx.x == 0) out_inv_scale[t] = 1.0f / scale;
 }
@@ -428,15 +431,15 @@ cudaError_t combine_parts(const float* yp, int blocks, int64_t n, int64_t rows, 
 }
 
 cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
-                      const float* inv_scale, Act act, int parts, uint16_t* out, float* out_inv_scale,
+                      const float* inv_scale, Act act, bool bf16, int parts, uint16_t* out, float* out_inv_scale,
                       cudaStream_t stream, int64_t ld) {
   if (n * rows == 0) return cudaSuccess;
   if (ld == 0) ld = rows;
-  if (rows % 4 != 0 || ld % 4 != 0 || ld < rows || parts < 1 || parts > 2 ||
+  if (rows % 4 != 0 || ld % 4 != 0 || ld < rows || parts < 1 || parts > (bf16 ? 3 : 2) ||
       reinterpret_cast<uintptr_t>(out) % 8 != 0)
     return cudaErrorInvalidValue;
   SHOAL_TRY_LAUNCH(launch(glu_parts_kernel, unsigned(n), kGluThreads, 0, stream, gate, gate_blocks, up, up_blocks, n,
-                          rows, ld, inv_scale, act, parts, out, out_inv_scale));
+                          rows, ld, inv_scale, act, bf16, parts, out, out_inv_scale));
   return cudaSuccess;
 }
 

@@ -198,17 +198,18 @@ cudaError_t combine_split(const float* yp, int blocks, int64_t ld, float lo, con
                           const float* bias, float* y, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
                           float eps, uint16_t* out, float* inv_scale, cudaStream_t stream);
 /// The GLU of a prefill FFN as the down product's input (Backend::gated_ffn): h = act(g) * u of
-/// token t, with g, u as combine_glu sums them, times scale[t], written as `parts` (1 or 2) f16
-/// parts out [parts][n][rows]: part 0 = f16(h s), part 1 = f16((h s - part 0) * 2^11), the low
-/// part shifted to the high part's magnitude so that it stays clear of the f16 subnormals
-/// without a per-row scale (its products are summed with lo = 2^-11 by combine_parts). scale[t]
-/// is 1 where the row's max |h| lies in [2^-14, 2^15) (or is 0 or not finite); otherwise the
-/// power of two that puts it in [2^14, 2^15), as split_activations, and the row is written
-/// twice; out_inv_scale[t] = 1 / scale[t]. One pass over gate and up, where combine_glu then
-/// split_activations write h in f32 and read it again. Errors: cudaErrorInvalidValue unless rows
-/// and ld are multiples of 4, ld >= rows (0: rows), parts is 1 or 2 and out is 8-byte aligned.
+/// token t, with g, u as combine_glu sums them, written as `parts` 16-bit parts out [parts][n]
+/// [rows], one pass over gate and up where combine_glu then split_activations write h in f32
+/// and read it again. f16 (parts 1 or 2): h times scale[t]; part 0 = f16(h s), part 1 = f16((h
+/// s - part 0) * 2^11), the low part shifted to the high part's magnitude so that it stays clear
+/// of the f16 subnormals without a per-row scale (its products are summed with lo = 2^-11 by
+/// combine_parts); scale[t] is 1 where the row's max |h| lies in [2^-14, 2^15) (or is 0 or not
+/// finite), otherwise the power of two that puts it in [2^14, 2^15), as split_activations, and
+/// the row is written twice. bf16 (parts 1 or 3): as split_activations, scale 1, no shift.
+/// out_inv_scale[t] = 1 / scale[t]. Errors: cudaErrorInvalidValue unless rows and ld are
+/// multiples of 4, ld >= rows (0: rows), parts is in range and out is 8-byte aligned.
 cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
-                      const float* inv_scale, Act act, int parts, uint16_t* out, float* out_inv_scale,
+                      const float* inv_scale, Act act, bool bf16, int parts, uint16_t* out, float* out_inv_scale,
                       cudaStream_t stream, int64_t ld = 0);
 
 // ---- gemm_quant.cu: the quantized prefill GEMM on Hopper ---------------------------------------

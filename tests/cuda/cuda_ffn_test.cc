@@ -90,8 +90,9 @@ TEST_F(CudaFfnTest, PrefillGluHandsDownItsInputParts) {
   // Gate and up in one GEMM (small) or two (apart), a bias on down, GELU, the residual as input
   // (model/forward.cc: x normed into the products, then added to), 9 to 300 tokens, d_ff not a
   // multiple of a block's 1024 values.
-  for (const Case& c : {Case{200, 256, 12, true, true}, Case{1028, 512, 9, false, false, true},
-                        Case{96, 128, 40, true, false, false, true, Activation::kGeluTanh}, Case{4096, 256, 300, true}}) {
+  for (const Case& c :
+       {Case{200, 256, 12, true, true}, Case{1028, 512, 9, false, false, true},
+        Case{96, 128, 40, true, false, false, true, Activation::kGeluTanh}, Case{4096, 256, 300, true}}) {
     SCOPED_TRACE(fmt::format("ff={} in={} n={} together={} bias={} act={}", c.ff, c.in, c.n, c.together, c.bias,
                              int(c.act)));
     std::vector<float> got, want;

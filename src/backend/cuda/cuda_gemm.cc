@@ -345,7 +345,8 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   ++glu_part_ffns_;
   auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, down.w->rows())));
   const int down_blocks = dp ? gemm_products(weight_ref(*down.w), din, dp) : 0;
-  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din.inv_scale, bf16 ? 1.0f : 1.0f / 2048.0f);
+  const float lo = bf16 ? 1.0f : 1.0f / 2048.0f;  // (glu_parts' f16 low part is shifted by 2^11)
+  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din.inv_scale, lo);
   return true;
 }
 

@@ -24,8 +24,28 @@ __device__ __forceinline__ uint16_t round16(float v, bool bf16, float& r) {
   return __half_as_ushort(h);
 }
 
-constexpr int kRowThreads = 256;
 constexpr float kLoShift = 2048.0f;  // glu_parts' low part: 2^11 times the high part's remainder
+
+// Writes 4 values e = v * scale as `parts` 16-bit parts at out + i (8-byte aligned), parts
+// `stride` apart: part 0 = round16(e), part p + 1 = round16 of what the parts before leave, times
+// shift^(p + 1) (split_activations: 1; glu_parts' f16 parts: kLoShift).
+__device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, bool bf16, float shift,
+                                             uint16_t* __restrict__ out, int64_t stride, int64_t i) {
+  float e[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
+  for (int p = 0; p < parts; ++p) {
+    uint16_t b[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float r;
+      b[q] = round16(e[q], bf16, r);
+      e[q] = (e[q] - r) * shift;  // (exact: e - r fits in f32, and the shift is a power of two)
+    }
+    *reinterpret_cast<uint2*>(out + p * stride + i) =
+        make_uint2(b[0] | uint32_t(b[1]) << 16, b[2] | uint32_t(b[3]) << 16);
+  }
+}
+
+constexpr int kRowThreads = 256;
 
 // The power of two that puts a row's max |x| (mx, after the norm) in [2^14, 2^15) for f16 parts:
 // far from overflow (65504), and the low parts stay above the f16 subnormals; 1 for bf16 parts,
@@ -102,24 +122,12 @@ __device__ __forceinline__ void split_row(float4 (&v)[kVec], int64_t n, int64_t 
   for (int j = 0; j < kVec; ++j) {
     const int i = int(threadIdx.x) + j * kRowThreads;
     if (i >= nv) break;
-    float e[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+    float4 e = v[j];
     if (norm_w) {
       const float4 w = __ldg(w4 + i);
-      e[0] = e[0] * inv * w.x, e[1] = e[1] * inv * w.y, e[2] = e[2] * inv * w.z, e[3] = e[3] * inv * w.w;
+      e = make_float4(e.x * inv * w.x, e.y * inv * w.y, e.z * inv * w.z, e.w * inv * w.w);
     }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) e[q] *= scale;
-    for (int p = 0; p < parts; ++p) {
-      uint16_t b[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float r;
-        b[q] = round16(e[q], bf16, r);
-        e[q] -= r;
-      }
-      *reinterpret_cast<uint2*>(out + (p * n + t) * k + 4 * int64_t(i)) =
-          make_uint2(b[0] | uint32_t(b[1]) << 16, b[2] | uint32_t(b[3]) << 16);
-    }
+    store_parts4(e, scale, parts, bf16, 1.0f, out, n * k, t * k + 4 * int64_t(i));
   }
 }
 
@@ -280,27 +288,8 @@ __global__ void combine_glu_kernel(const float* __restrict__ gate, int gate_bloc
   const int64_t count = n * rows, i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (i >= count) return;
   const int64_t t = i / rows;
-  *reinterpret_cast<float4*>(y + i) = glu4(gate, gate_blocks, up, up_blocks, n * ld, t * ld + i % rows, inv_scale[t], act);
-}
-
-// Writes 4 values v * scale as `parts` 16-bit parts at out + i (8-byte aligned), parts `stride`
-// apart: f16: part 0 = f16(e), part 1 = f16((e - part 0) * kLoShift) (glu_parts); bf16: each
-// part the bf16 of what the parts before leave, unshifted (bf16 has f32's exponent range), as
-// split_activations writes them.
-__device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, bool bf16, uint16_t* __restrict__ out,
-                                             int64_t stride, int64_t i) {
-  const float shift = bf16 ? 1.0f : kLoShift;
-  float e[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
-  for (int p = 0; p < parts; ++p) {
-    uint16_t b[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      float r;
-      b[q] = round16(e[q], bf16, r);
-      e[q] = (e[q] - r) * shift;  // (exact: e - r fits in f32, and the shift is a power of two)
-    }
-    *reinterpret_cast<uint2*>(out + p * stride + i) = make_uint2(b[0] | uint32_t(b[1]) << 16, b[2] | uint32_t(b[3]) << 16);
-  }
+  *reinterpret_cast<float4*>(y + i) =
+      glu4(gate, gate_blocks, up, up_blocks, n * ld, t * ld + i % rows, inv_scale[t], act);
 }
 
 __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
@@ -327,7 +316,7 @@ __global__ void __launch_bounds__(kGluThreads, 4)
   __shared__ uint32_t smem[kGluThreads / 32];
   constexpr int kSteps = 2;
   const int64_t t = blockIdx.x, src_count = n * ld, stride = n * rows;
-  const float inv = inv_scale[t];
+  const float inv = inv_scale[t], shift = bf16 ? 1.0f : kLoShift;
   uint32_t mx = 0;  // max |h| as bits (a NaN above inf)
   for (int64_t j0 = int64_t(threadIdx.x) * 4; j0 < rows; j0 += 4 * kSteps * kGluThreads) {
     float4 h[kSteps];
@@ -341,7 +330,7 @@ __global__ void __launch_bounds__(kGluThreads, 4)
       const int64_t j = j0 + 4 * s * kGluThreads;
       if (j >= rows) break;
       mx = max(mx, max(max(abs_bits(h[s].x), abs_bits(h[s].y)), max(abs_bits(h[s].z), abs_bits(h[s].w))));
-      store_parts4(h[s], 1.0f, parts, bf16, out, stride, t * rows + j);
+      store_parts4(h[s], 1.0f, parts, bf16, shift, out, stride, t * rows + j);
     }
   }
   mx = __reduce_max_sync(0xffffffffu, mx);
@@ -355,8 +344,8 @@ __global__ void __launch_bounds__(kGluThreads, 4)
     frexpf(__uint_as_float(mx), &e);
     scale = ldexpf(1.0f, max(-100, min(100, 15 - e)));
     for (int64_t j = int64_t(threadIdx.x) * 4; j < rows; j += 4 * kGluThreads)  // (each thread its own values)
-      store_parts4(glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act), scale, parts, bf16, out,
-                   stride, t * rows + j);
+      store_parts4(glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act), scale, parts, bf16, shift,
+                   out, stride, t * rows + j);
   }
   if (threadIdx.x == 0) out_inv_scale[t] = 1.0f / scale;
 }

@@ -58,8 +58,9 @@ struct AttentionSpec {
 /// (in · upᵀ) (SwiGLU / GeGLU, no bias); with `accumulate`, the result is added to y (the
 /// residual add of a block). w, up: weights [out, in]; y: f32 [n, out]; bias: f32 [out];
 /// tmp: f32 scratch [n, out] that composing backends need for `up` and `accumulate`. next (a
-/// hint, with `accumulate`): the norm through which the op after this one reads y (the next
-/// block's input); a backend may prepare that input while it writes y (CUDA prefill).
+/// hint, with `accumulate`, on the last product of a matmuls() call): the norm through which the
+/// op after this one reads y (the next block's input); a backend may prepare that input while
+/// it writes y (CUDA prefill).
 struct InputNorm;
 struct MatmulOut {
   const Tensor* w = nullptr;

@@ -92,7 +92,8 @@ TEST_F(CudaFfnTest, PrefillGluHandsDownItsInputParts) {
   // multiple of a block's 1024 values.
   for (const Case& c :
        {Case{200, 256, 12, true, true}, Case{1028, 512, 9, false, false, true},
-        Case{96, 128, 40, true, false, false, true, Activation::kGeluTanh}, Case{4096, 256, 300, true}}) {
+        Case{96, 128, 40, true, false, false, true, Activation::kGeluTanh}, Case{4096, 256, 300, true},
+        Case{200, 258, 12, true, true}}) {  // (d_model % 4 != 0: down's sum one element per thread)
     SCOPED_TRACE(fmt::format("ff={} in={} n={} together={} bias={} act={}", c.ff, c.in, c.n, c.together, c.bias,
                              int(c.act)));
     std::vector<float> got, want;
@@ -116,6 +117,19 @@ TEST_F(CudaFfnTest, Bf16GluHandsDownThreeParts) {
   run(c, got, want, handed);
   EXPECT_EQ(handed, 1);
   EXPECT_LT(worst_row(got, want, c.n, c.in), 2e-5);
+}
+
+TEST_F(CudaFfnTest, LongPromptsOnReusedScratch) {
+  // More rows than an H200 holds blocks at once (4 x 132), twice, so the second call reuses the
+  // first one's scratch: down's parts must not land on gate / up's input scales while blocks
+  // still read them.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> got, want;
+    int64_t handed = 0;
+    run(Case{1024, 256, 2100}, got, want, handed);
+    EXPECT_EQ(handed, 1);
+    EXPECT_LT(worst_row(got, want, 2100, 256), 2e-5) << "round " << round;
+  }
 }
 
 TEST_F(CudaFfnTest, RowsOutsideTheUnscaledRangeAreRescaled) {
@@ -166,17 +180,18 @@ TEST_F(CudaFfnTest, DecodeTakesTheComposedOps) {
 // through the same norm right after; any other next op splits x itself.
 class CudaHandoffTest : public CudaVsRef {
  protected:
-  // x += a · woᵀ (with `next` as the hint), then q = rms_norm(x, taken) · wqᵀ: x and q against the
-  // reference; returns the handoffs taken.
-  int64_t run(DType t, int64_t d, int64_t n, bool same_norm, bool through_ffn) {
-    Dual wo = make_weight(t, {d, through_ffn ? 2 * d : d}, 0.1f), wq = make_weight(t, {96, d}, 0.1f);
-    Dual a = make_f32({n, d}, randn(n * d));
+  // x += a · woᵀ (with `next` as the hint; a [n, in_w], in_w 0: d), then q = rms_norm(x, taken) ·
+  // wqᵀ: x and q against the reference within tol; returns the handoffs taken.
+  int64_t run(DType t, int64_t d, int64_t n, bool same_norm, bool through_ffn, int64_t in_w = 0, double tol = 2e-5) {
+    if (in_w == 0) in_w = d;
+    Dual wo = make_weight(t, {d, through_ffn ? 2 * in_w : in_w}, 0.1f), wq = make_weight(t, {96, d}, 0.1f);
+    Dual a = make_f32({n, in_w}, randn(n * in_w));
     Dual x = make_f32({n, d}, randn(n * d, 2.0f)), tmp = output(DType::kF32, {n, d});
     Dual g1 = make_f32({d}, randn(d)), g2 = make_f32({d}, randn(d)), h = output(DType::kF32, {n, d});
     Dual q = output(DType::kF32, {n, 96});
     // For through_ffn: a gated FFN (gate / up from x itself, no norm) hands its down product the hint.
-    Dual wg = make_weight(t, {2 * d, d}, 0.1f), wu = make_weight(t, {2 * d, d}, 0.1f);
-    Dual gate = output(DType::kF32, {n, 2 * d}), up = output(DType::kF32, {n, 2 * d});
+    Dual wg = make_weight(t, {2 * in_w, in_w}, 0.1f), wu = make_weight(t, {2 * in_w, in_w}, 0.1f);
+    Dual gate = output(DType::kF32, {n, 2 * in_w}), up = output(DType::kF32, {n, 2 * in_w});
     const int64_t before = cuda_probe::split_handoffs(*gpu_);
     for (Backend* be : {cpu_.get(), gpu_.get()}) {
       const bool gp = be == gpu_.get();
@@ -196,8 +211,8 @@ class CudaHandoffTest : public CudaVsRef {
       const MatmulOut qo{&pick(wq), &pick(q)};
       be->matmuls(pick(x), InputNorm{same_norm ? &pick(g1) : &pick(g2), 1e-6f, &pick(h)}, {&qo, 1});
     }
-    EXPECT_LT(nerr(x), 2e-5);
-    EXPECT_LT(nerr(q), 2e-5);
+    EXPECT_LT(nerr(x), tol);
+    EXPECT_LT(nerr(q), tol);
     return cuda_probe::split_handoffs(*gpu_) - before;
   }
 };
@@ -216,5 +231,32 @@ TEST_F(CudaHandoffTest, GatedFfnHandsTheNextBlockItsInputParts) {
   EXPECT_EQ(run(DType::kF16, 512, 33, false, true), 0);
   EXPECT_EQ(run(DType::kF16, 512, 8, true, true), 0);  // decode: the GEMVs
 }
+TEST_F(CudaHandoffTest, NextInputWiderThanTheProductsInput) {
+  // The residual add's rows (1280) wider than its product's input (1024: wo of a model whose
+  // heads span less than d_model) at more rows than fit at once, twice on the same scratch: the
+  // next input's parts must not cover the scales the pass still reads.
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(run(DType::kF16, 1280, 1100, true, false, 1024), 1) << "round " << round;
+    EXPECT_EQ(run(DType::kF16, 1280, 1100, true, true, 1024), 1) << "round " << round;
+  }
+}
+
+// The same with one activation part (--prefill-precision half): handed over as one part; the
+// error is the f16 rounding of x (CudaHalfPrefillTest's bound).
+class CudaHalfHandoffTest : public CudaHandoffTest {
+ protected:
+  void SetUp() override {
+    CudaHandoffTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    use_half_prefill();
+  }
+};
+
+TEST_F(CudaHalfHandoffTest, OnePartHandedOver) {
+  EXPECT_EQ(run(DType::kF16, 512, 40, true, false, 0, 1e-3), 1);
+  EXPECT_EQ(run(DType::kF16, 512, 40, true, true, 0, 1e-3), 1);
+  EXPECT_EQ(run(DType::kBF16, 512, 40, true, true, 0, 8e-3), 1);
+}
+
 }  // namespace
 }  // namespace shoal::test

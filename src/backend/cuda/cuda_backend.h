@@ -157,6 +157,7 @@ class CudaBackend final : public Backend {
     kSampleScratch,
     kGemmWeight,
     kGemmInput,
+    kGemmInput2,  // the next input, written while kGemmInput's is still read (and in turn)
     kGemmOut,
     kGemmUp,
     kFrags,  // GEMV activation fragments (GemvOpts::frags_out / frags_in)
@@ -164,14 +165,22 @@ class CudaBackend final : public Backend {
   };
 
   /// The activations of a prefill product as 16-bit parts (gemm_prep.cu split_activations):
-  /// x16 [parts][n][k] in scratch kGemmInput, inv_scale [n].
+  /// x16 [parts][n][k] then inv_scale [n] in scratch `slot` (kGemmInput, or kGemmInput2 for
+  /// parts a producer wrote while it still read an input in kGemmInput: glu_parts, and
+  /// combine_split, which alternate).
   struct GemmInput {
     const uint16_t* x16 = nullptr;
     const float* inv_scale = nullptr;
     int64_t n = 0, k = 0;
     bool bf16 = false;
     int parts = 2;
+    Scratch slot = kGemmInput;
   };
+  /// Points in.x16 and in.inv_scale into scratch `slot` for in's n, k and parts. False on error
+  /// (sticky).
+  bool gemm_input_buffer(GemmInput& in, Scratch slot);
+  /// The input slot other than s (GemmInput::slot).
+  static Scratch other_input(Scratch s) { return s == kGemmInput ? kGemmInput2 : kGemmInput; }
 
   Status init(int device);
   /// Keeps the first error of an op (sticky) and logs it; returns false on error.
@@ -224,14 +233,15 @@ class CudaBackend final : public Backend {
                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                            const AttentionSpec& attn, Tensor& out);
-  /// gated_ffn through cuda::glu_parts where it applies (F16 weights, prefill); false where it
+  /// gated_ffn through cuda::glu_parts where it applies (F16 / BF16 weights, prefill); false where it
   /// does not (nothing run), true otherwise, also on error (sticky).
   bool glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down);
-  /// The sum of product o's parts yp (rows ld apart, lo as combine_parts) into o.y; for a
-  /// residual add with MatmulOut::next, cuda::combine_split, its parts handed to the next op's
+  /// The sum of product o's parts yp (rows ld apart, lo as combine_parts, in.inv_scale) into
+  /// o.y; for a residual add with MatmulOut::next that is the `last` product of its call,
+  /// cuda::combine_split into the slot other than in's, its parts handed to the next op's
   /// gemm_input (split_handoff_). False on error (sticky).
-  bool finish_product(const MatmulOut& o, const float* yp, int blocks, int64_t ld, const float* inv_scale,
-                      float lo = 1.0f);
+  bool finish_product(const MatmulOut& o, const float* yp, int blocks, int64_t ld, const GemmInput& in,
+                      float lo = 1.0f, bool last = true);
   /// One gemm_quant launch (kernels.h) of `count` weights on in.x16 with inv_scale (null: the
   /// parts' sums before 1 / scale), counted in quant_gemm_launches(). False on error (sticky).
   bool run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count, const GemmInput& in,

@@ -69,15 +69,20 @@ bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bo
     ++split_handoffs_;
     return true;
   }
-  const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(n) * uint64_t(k) * 2, 256);
-  auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
-  if (!xs) return false;
-  auto* x16 = reinterpret_cast<uint16_t*>(xs);
-  auto* inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
-  in.x16 = x16;
-  in.inv_scale = inv_scale;
-  return note(cuda::split_activations(x, n, k, bf16, in.parts, norm_w, eps, x16, inv_scale, stream_),
+  if (!gemm_input_buffer(in, kGemmInput)) return false;
+  return note(cuda::split_activations(x, n, k, bf16, in.parts, norm_w, eps, const_cast<uint16_t*>(in.x16),
+                                      const_cast<float*>(in.inv_scale), stream_),
               "split_activations");
+}
+
+bool CudaBackend::gemm_input_buffer(GemmInput& in, Scratch slot) {
+  const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(in.n) * uint64_t(in.k) * 2, 256);
+  auto* xs = static_cast<uint8_t*>(scratch(slot, xs_bytes + uint64_t(in.n) * 4));
+  if (!xs) return false;
+  in.x16 = reinterpret_cast<uint16_t*>(xs);
+  in.inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
+  in.slot = slot;
+  return true;
 }
 
 bool CudaBackend::run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count,
@@ -154,32 +159,29 @@ void CudaBackend::gemm(const cuda::WeightRef& w, const float* x, int64_t n, floa
   if (blocks > 0) note(cuda::combine_parts(yp, blocks, n, m, in.inv_scale, bias, false, y, stream_), "combine_parts");
 }
 
-bool CudaBackend::finish_product(const MatmulOut& o, const float* yp, int blocks, int64_t ld, const float* inv_scale,
-                                 float lo) {
+bool CudaBackend::finish_product(const MatmulOut& o, const float* yp, int blocks, int64_t ld, const GemmInput& src,
+                                 float lo, bool last) {
   const int64_t n = o.y->rows(), rows = o.w->rows();
   float* y = cuda::f32(*o.y);
   const float* bias = o.bias ? cuda::f32(*o.bias) : nullptr;
-  const InputNorm* next = o.next;
+  const float* inv_scale = src.inv_scale;
+  const InputNorm* next = last ? o.next : nullptr;  // (later products of the call still read src)
   const DType t = o.w->dtype;
   if (o.accumulate && next && next->w && next->w->dtype == DType::kF32 && next->w->n_elements() == rows &&
       (t == DType::kF16 || t == DType::kBF16)) {
-    // The next block's input (its products' weights taken to be of o's kind) in the same pass.
+    // The next block's input (its products' weights taken to be of o's kind) in the same pass,
+    // in the slot src is not in (its inv_scale is read by every block of the pass).
     GemmInput in;
     in.n = n;
     in.k = rows;
     in.bf16 = t == DType::kBF16;
     in.parts = one_part(t) ? 1 : in.bf16 ? 3 : 2;
-    const uint64_t xs_bytes = cuda::align_up(uint64_t(in.parts) * uint64_t(n) * uint64_t(rows) * 2, 256);
-    auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
-    if (!xs) return false;
-    auto* x16 = reinterpret_cast<uint16_t*>(xs);
-    auto* out_inv = reinterpret_cast<float*>(xs + xs_bytes);
-    const cudaError_t e = cuda::combine_split(yp, blocks, ld, lo, inv_scale, bias, y, n, rows, in.bf16, in.parts,
-                                              cuda::f32(*next->w), next->eps, x16, out_inv, stream_);
+    if (!gemm_input_buffer(in, other_input(src.slot))) return false;
+    const cudaError_t e =
+        cuda::combine_split(yp, blocks, ld, lo, inv_scale, bias, y, n, rows, in.bf16, in.parts, cuda::f32(*next->w),
+                            next->eps, const_cast<uint16_t*>(in.x16), const_cast<float*>(in.inv_scale), stream_);
     if (e != cudaErrorNotSupported) {
       if (!note(e, "combine_split")) return false;
-      in.x16 = x16;
-      in.inv_scale = out_inv;
       split_handoff_ = {ops_, in, y, next->w->data, next->eps};
       return true;
     }
@@ -280,7 +282,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
     }
     if (end > i + 1) stacked_products_ += end - i;
     for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i)  // each product's rows of yp
-      if (!finish_product(outs[i], yp + r0, blocks, m, in.inv_scale)) return true;
+      if (!finish_product(outs[i], yp + r0, blocks, m, in, 1.0f, i + 1 == outs.size())) return true;
   }
   return true;
 }
@@ -327,17 +329,13 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
     up = u;
     ld = 0;
   }
-  // Down's input parts in kGemmInput (gate / up's are read by then: stream order, the PDL wait).
+  // Down's input parts in the slot gin is not in: glu_parts reads gin.inv_scale in every block.
   GemmInput din;
   din.n = n;
   din.k = m;
   din.parts = gin.parts;
   din.bf16 = bf16;
-  const uint64_t xs_bytes = cuda::align_up(uint64_t(din.parts) * uint64_t(n) * uint64_t(m) * 2, 256);
-  auto* xs = static_cast<uint8_t*>(scratch(kGemmInput, xs_bytes + uint64_t(n) * 4));
-  if (!xs) return true;
-  din.x16 = reinterpret_cast<uint16_t*>(xs);
-  din.inv_scale = reinterpret_cast<float*>(xs + xs_bytes);
+  if (!gemm_input_buffer(din, other_input(gin.slot))) return true;
   if (!note(cuda::glu_parts(yp, blocks, up, up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), bf16, din.parts,
                             const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_, ld),
             "glu_parts"))
@@ -346,7 +344,7 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, down.w->rows())));
   const int down_blocks = dp ? gemm_products(weight_ref(*down.w), din, dp) : 0;
   const float lo = bf16 ? 1.0f : 1.0f / 2048.0f;  // (glu_parts' f16 low part is shifted by 2^11)
-  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din.inv_scale, lo);
+  if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din, lo);
   return true;
 }
 

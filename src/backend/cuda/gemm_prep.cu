@@ -424,7 +424,7 @@ cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int u
                       cudaStream_t stream, int64_t ld) {
   if (n * rows == 0) return cudaSuccess;
   if (ld == 0) ld = rows;
-  if (rows % 4 != 0 || ld % 4 != 0 || ld < rows || parts < 1 || parts > (bf16 ? 3 : 2) ||
+  if (rows % 4 != 0 || ld % 4 != 0 || ld < rows || (parts != 1 && parts != (bf16 ? 3 : 2)) ||
       reinterpret_cast<uintptr_t>(out) % 8 != 0)
     return cudaErrorInvalidValue;
   SHOAL_TRY_LAUNCH(launch(glu_parts_kernel, unsigned(n), kGluThreads, 0, stream, gate, gate_blocks, up, up_blocks, n,

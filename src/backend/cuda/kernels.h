@@ -204,8 +204,9 @@ cudaError_t combine_split(const float* yp, int blocks, int64_t ld, float lo, con
 /// s - part 0) * 2^11), the low part shifted to the high part's magnitude so that it stays clear
 /// of the f16 subnormals without a per-row scale (its products are summed with lo = 2^-11 by
 /// combine_parts); scale[t] is 1 where the row's max |h| lies in [2^-14, 2^15) (or is 0 or not
-/// finite), otherwise the power of two that puts it in [2^14, 2^15), as split_activations, and
-/// the row is written twice. bf16 (parts 1 or 3): as split_activations, scale 1, no shift.
+/// finite), otherwise the power of two that puts it in [2^14, 2^15) (within 2^+-100), as
+/// split_activations, and the row is written twice. bf16 (parts 1 or 3): as
+/// split_activations, scale 1, no shift.
 /// out_inv_scale[t] = 1 / scale[t]. Errors: cudaErrorInvalidValue unless rows and ld are
 /// multiples of 4, ld >= rows (0: rows), parts is in range and out is 8-byte aligned.
 cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,

@@ -292,9 +292,10 @@ void CudaBackend::gated_ffn(const Tensor& in, const InputNorm& norm, const Matmu
 }
 
 bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) {
-  // F16 / BF16 gate / up / down on cuBLAS: gate and up as gemm_matmuls runs them, then glu_parts writes
-  // act(gate) * up as down's input parts (no f32 h, no second split: Llama-3-8B at 512 tokens
-  // reads and writes 58 MB less per layer), down's products summed into x.
+  // F16 / BF16 gate / up / down on cuBLAS: gate and up as gemm_matmuls runs them, then
+  // glu_parts writes act(gate) * up as down's input parts (no f32 h, no second split:
+  // Llama-3-8B at 512 tokens reads and writes 58 MB less per layer), down's products summed into
+  // x (finish_product).
   const int64_t n = in.rows();
   if (n <= cuda::kGemvMaxTokens || !glu.w || !glu.up || !glu.y || glu.bias || glu.accumulate || !down.w || !down.y)
     return false;
@@ -311,8 +312,8 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   if (failed() || !use_device()) return true;
   GemmInput gin;
   const bool bf16 = t == DType::kBF16;
-  if (!gemm_input(cuda::f32(in), n, in.cols(), bf16, one_part(t), norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, gin))
-    return true;
+  const float* norm_w = norm.w ? cuda::f32(*norm.w) : nullptr;
+  if (!gemm_input(cuda::f32(in), n, in.cols(), bf16, one_part(t), norm_w, norm.eps, gin)) return true;
   const bool stacked = stack_glu(*glu.w, *glu.up, int64_t(gin.parts) * n);
   float* yp = nullptr;
   const int blocks = rows_products(*glu.w, stacked ? 2 * m : m, gin, yp);

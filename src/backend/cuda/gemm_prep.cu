@@ -305,9 +305,10 @@ constexpr uint32_t kInfBits = 0x7f800000u;
 // glu_parts: one block per token row. It writes the row's values as parts under scale 1 as it
 // goes (two float4 steps per thread in flight, nothing held), and keeps the row's max |h|; where
 // that max left [2^-14, 2^15) (finite, not 0; f16 parts only), it writes the row again under the
-// scale that puts the max in [2^14, 2^15). Four blocks per SM (at most 64 registers): a 512-token prompt's rows
-// are resident at once on an H200 (132 SMs), so there is no tail of waves, and no state is
-// shared between blocks.
+// scale that puts the max in [2^14, 2^15). Four blocks per SM (at most 64 registers): a
+// 512-token prompt's rows are resident at once on an H200 (132 SMs), so there is no tail of
+// waves, and no state is shared between blocks. Every block reads its token's input scale from
+// inv_scale, which must not lie in `out` (glu_parts_ffn writes the other input slot).
 __global__ void __launch_bounds__(kGluThreads, 4)
     glu_parts_kernel(const float* __restrict__ gate, int gate_blocks, const float* __restrict__ up, int up_blocks,
                      int64_t n, int64_t rows, int64_t ld, const float* __restrict__ inv_scale, Act act, bool bf16,

@@ -447,8 +447,8 @@ struct LayerOps {
     b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
   }
   void down(Layer& L) const { residual(L.wd, ff); }
-  // gate / up, SiLU and down as one op, as model/forward.cc asks for them (CUDA prefill of F16
-  // weights: the GLU writes down's input parts, ff left unwritten).
+  // gate / up, SiLU and down as one op, as model/forward.cc asks for them (CUDA prefill of F16 /
+  // BF16 weights: the GLU writes down's input parts, ff left unwritten).
   void ffn(Layer& L, const InputNorm* next = nullptr) const {
     MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
     glu.tmp = &ff2;

@@ -433,30 +433,32 @@ struct LayerOps {
   }
   void attention(Layer& L) const { b.attention(q, L.kc, L.vc, pos, attn_spec(), att); }
   // y += w * in (the residual add); next: the norm of the block after it (MatmulOut::next).
-  void residual(const Tensor& w, const Tensor& in, const InputNorm* next = nullptr) const {
+  MatmulOut residual_out(const Tensor& w, const InputNorm* next) const {
     MatmulOut o{&w, &x};
     o.accumulate = true;
     o.tmp = &delta;
     o.next = next;
+    return o;
+  }
+  void residual(const Tensor& w, const Tensor& in, const InputNorm* next = nullptr) const {
+    const MatmulOut o = residual_out(w, next);
     b.matmuls(in, InputNorm{}, {&o, 1});
   }
   void wo(Layer& L) const { residual(L.wo, att); }
+  MatmulOut glu(Layer& L) const {
+    MatmulOut o{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
+    o.tmp = &ff2;
+    return o;
+  }
   void gate_up(Layer& L) const {
-    MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
-    glu.tmp = &ff2;
-    b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&glu, 1});
+    const MatmulOut o = glu(L);
+    b.matmuls(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, {&o, 1});
   }
   void down(Layer& L) const { residual(L.wd, ff); }
   // gate / up, SiLU and down as one op, as model/forward.cc asks for them (CUDA prefill of F16 /
   // BF16 weights: the GLU writes down's input parts, ff left unwritten).
   void ffn(Layer& L, const InputNorm* next = nullptr) const {
-    MatmulOut glu{&L.wg, &ff, nullptr, &L.wu, Activation::kSilu};
-    glu.tmp = &ff2;
-    MatmulOut down{&L.wd, &x};
-    down.accumulate = true;
-    down.tmp = &delta;
-    down.next = next;
-    b.gated_ffn(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, glu, down);
+    b.gated_ffn(x, InputNorm{&L.ffn_norm, 1e-5f, &h}, glu(L), residual_out(L.wd, next));
   }
   // The q/k/v products and attention as one op, as model/forward.cc asks for them (CUDA: RoPE
   // and the KV write in the GEMV's epilogue for one token of plain weights, interleaved pairs).

@@ -190,8 +190,11 @@ class CudaHandoffTest : public CudaVsRef {
     Dual g1 = make_f32({d}, randn(d)), g2 = make_f32({d}, randn(d)), h = output(DType::kF32, {n, d});
     Dual q = output(DType::kF32, {n, 96});
     // For through_ffn: a gated FFN (gate / up from x itself, no norm) hands its down product the hint.
-    Dual wg = make_weight(t, {2 * in_w, in_w}, 0.1f), wu = make_weight(t, {2 * in_w, in_w}, 0.1f);
-    Dual gate = output(DType::kF32, {n, 2 * in_w}), up = output(DType::kF32, {n, 2 * in_w});
+    Dual wg, wu, gate, up;
+    if (through_ffn) {
+      wg = make_weight(t, {2 * in_w, in_w}, 0.1f), wu = make_weight(t, {2 * in_w, in_w}, 0.1f);
+      gate = output(DType::kF32, {n, 2 * in_w}), up = output(DType::kF32, {n, 2 * in_w});
+    }
     const int64_t before = cuda_probe::split_handoffs(*gpu_);
     for (Backend* be : {cpu_.get(), gpu_.get()}) {
       const bool gp = be == gpu_.get();

@@ -233,6 +233,16 @@ class CudaBackend final : public Backend {
                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                            const AttentionSpec& attn, Tensor& out);
+  /// The gate / up products of a prefill GLU (o.up set) for combine_glu / glu_parts: one GEMM
+  /// over both where stack_glu says so (up = gate + rows, ld = 2 rows), else two (ld 0). False on
+  /// error (sticky).
+  struct GluProducts {
+    const float* gate = nullptr;
+    const float* up = nullptr;
+    int gate_blocks = 0, up_blocks = 0;
+    int64_t ld = 0;
+  };
+  bool glu_products(const MatmulOut& o, const GemmInput& in, GluProducts& p);
   /// gated_ffn through cuda::glu_parts where it applies (F16 / BF16 weights, prefill); false where it
   /// does not (nothing run), true otherwise, also on error (sticky).
   bool glu_parts_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down);

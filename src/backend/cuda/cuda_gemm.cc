@@ -251,40 +251,49 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
     // their allocations usually fall) take one GEMM over all their rows, then a sum of the parts
     // per product: k and v of a GQA model alone would each leave most of the GPU idle (H200,
     // Llama-3-8B q / k / v at 512 tokens: 81 against 95 us; docs/cuda.md v34).
-    int64_t m = 0;
-    const size_t end = stacked_run(outs, i, m);
-    // Gate and up back to back (the loader allocates them so) in one GEMM where stack_glu says it
-    // is faster than two; combine_glu then reads both from its rows.
-    const bool glu_stacked = o.up && stack_glu(*o.w, *o.up, int64_t(in.parts) * n);
-    const int64_t rows = glu_stacked ? 2 * m : m;
-    float* yp = nullptr;
-    const int blocks = rows_products(*o.w, rows, in, yp);
-    if (blocks == 0) return true;
-    if (glu_stacked) {
-      ++i;
-      stacked_products_ += 2;
-      if (!note(cuda::combine_glu(yp, blocks, yp + m, blocks, n, m, in.inv_scale, cuda::act_of(o.act), cuda::f32(*o.y),
-                                  stream_, rows),
-                "combine_glu"))
-        return true;
-      continue;
-    }
     if (o.up) {
       ++i;
-      auto* up = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(in, m)));
-      const int up_blocks = up ? gemm_products(weight_ref(*o.up), in, up) : 0;
-      if (up_blocks == 0) return true;
-      if (!note(cuda::combine_glu(yp, blocks, up, up_blocks, n, m, in.inv_scale, cuda::act_of(o.act), cuda::f32(*o.y),
-                                  stream_),
+      GluProducts p;
+      if (!glu_products(o, in, p) ||
+          !note(cuda::combine_glu(p.gate, p.gate_blocks, p.up, p.up_blocks, n, o.w->rows(), in.inv_scale,
+                                  cuda::act_of(o.act), cuda::f32(*o.y), stream_, p.ld),
                 "combine_glu"))
         return true;
       continue;
     }
+    int64_t m = 0;
+    const size_t end = stacked_run(outs, i, m);
+    float* yp = nullptr;
+    const int blocks = rows_products(*o.w, m, in, yp);
+    if (blocks == 0) return true;
     if (end > i + 1) stacked_products_ += end - i;
     for (int64_t r0 = 0; i < end; r0 += outs[i].w->rows(), ++i)  // each product's rows of yp
       if (!finish_product(outs[i], yp + r0, blocks, m, in, 1.0f, i + 1 == outs.size())) return true;
   }
   return true;
+}
+
+bool CudaBackend::glu_products(const MatmulOut& o, const GemmInput& in, GluProducts& p) {
+  // Gate and up back to back (the loader allocates them so) in one GEMM where stack_glu says it is
+  // faster than two; the GLU then reads both from its rows.
+  const int64_t m = o.w->rows();
+  const bool stacked = stack_glu(*o.w, *o.up, int64_t(in.parts) * in.n);
+  float* yp = nullptr;
+  p.gate_blocks = rows_products(*o.w, stacked ? 2 * m : m, in, yp);
+  p.gate = yp;
+  if (p.gate_blocks == 0) return false;
+  if (stacked) {
+    stacked_products_ += 2;
+    p.up = yp + m;
+    p.up_blocks = p.gate_blocks;
+    p.ld = 2 * m;
+    return true;
+  }
+  auto* up = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(in, m)));
+  p.up = up;
+  p.up_blocks = up ? gemm_products(weight_ref(*o.up), in, up) : 0;
+  p.ld = 0;
+  return p.up_blocks > 0;
 }
 
 void CudaBackend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) {
@@ -314,22 +323,8 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   const bool bf16 = t == DType::kBF16;
   const float* norm_w = norm.w ? cuda::f32(*norm.w) : nullptr;
   if (!gemm_input(cuda::f32(in), n, in.cols(), bf16, one_part(t), norm_w, norm.eps, gin)) return true;
-  const bool stacked = stack_glu(*glu.w, *glu.up, int64_t(gin.parts) * n);
-  float* yp = nullptr;
-  const int blocks = rows_products(*glu.w, stacked ? 2 * m : m, gin, yp);
-  if (blocks == 0) return true;
-  const float* up = yp + m;
-  int up_blocks = blocks;
-  int64_t ld = 2 * m;
-  if (stacked) {
-    stacked_products_ += 2;
-  } else {
-    auto* u = static_cast<float*>(scratch(kGemmUp, gemm_out_bytes(gin, m)));
-    up_blocks = u ? gemm_products(weight_ref(*glu.up), gin, u) : 0;
-    if (up_blocks == 0) return true;
-    up = u;
-    ld = 0;
-  }
+  GluProducts p;
+  if (!glu_products(glu, gin, p)) return true;
   // Down's input parts in the slot gin is not in: glu_parts reads gin.inv_scale in every block.
   GemmInput din;
   din.n = n;
@@ -337,8 +332,9 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   din.parts = gin.parts;
   din.bf16 = bf16;
   if (!gemm_input_buffer(din, other_input(gin.slot))) return true;
-  if (!note(cuda::glu_parts(yp, blocks, up, up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), bf16, din.parts,
-                            const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_, ld),
+  if (!note(cuda::glu_parts(p.gate, p.gate_blocks, p.up, p.up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), bf16,
+                            din.parts, const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_,
+                            p.ld),
             "glu_parts"))
     return true;
   ++glu_part_ffns_;

@@ -1,10 +1,12 @@
 // shoal check: validate a model against a reference (the format of
 // ../shared/fixtures/hf/*/reference.safetensors): prefill logits at every prompt position, then a
 // teacher-forced greedy decode whose logits and argmax ids are compared step by step.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <span>
 
 #include "app/commands.h"
 #include "app/common_options.h"
@@ -118,6 +120,23 @@ int check(const CheckOptions& o) {
     if (Status s = p.forward(std::span<const int32_t>(&id, 1), int64_t(T + g), step); !s.ok()) return fail(s);
     out = std::move(step);
     next = argmax(out.logits.data(), V);
+  }
+  // The prompt again from position 0, with a head that reads only its last row (forward_layers'
+  // keep: the last layer's output projection and FFN for that row alone), in two chunks, the
+  // first with no head at all (keep 0: its K/V still written).
+  {
+    const size_t half = T / 2;
+    const std::span<const int32_t> ids(*input);
+    StepOutput none, last;
+    none.mode = HeadMode::kNone;
+    last.mode = HeadMode::kLogitsLast;
+    if (half > 0)
+      if (Status s = p.forward(ids.first(half), 0, none); !s.ok()) return fail(s);
+    if (Status s = p.forward(ids.subspan(half), int64_t(half), last); !s.ok()) return fail(s);
+    const double last_err = last.logits.size() == V ? max_abs_diff(last.logits.data(), logits->data() + (T - 1) * V, V)
+                                                    : INFINITY;
+    std::printf("last_row_err=%.3g (the prompt in two chunks, the head reading only the last row)\n", last_err);
+    if (!(last_err <= err)) err = last_err;  // (NaN too)
   }
   std::printf("max_abs_err=%.3g greedy=%zu/%zu\n", err, matched, G);
   const bool ok = err <= o.tol && matched == G;

@@ -58,9 +58,11 @@ void block_output(const ForwardContext& c, const Tensor& w_out, const Tensor& in
 }
 
 /// Attention block: x += attn(norm(in)) (norm as `an`; see block_input); next as in
-/// block_output.
+/// block_output. K/V and attention are computed for all n rows of `in`; the output projection
+/// only for the last m of them, whose rows of the residual stream are x ([m, d_model]; m = 0:
+/// none).
 void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights& w, LayerCache& kv,
-                     int n, const Tensor& in, const InputNorm& an, Tensor& x, const InputNorm* next) {
+                     int n, const Tensor& in, const InputNorm& an, Tensor& x, int m, const InputNorm* next) {
   Backend& be = *c.backend;
   Activations& a = *c.act;
   const int qw = L.n_heads * L.head_dim, kw = L.n_kv_heads * L.head_dim;
@@ -83,8 +85,9 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
   Tensor att = a.att.rows_view(0, n).reshaped({n, qw});
   be.qkv_attention(in, an, qkv, has(w.q_norm) ? &w.q_norm : nullptr, has(w.k_norm) ? &w.k_norm : nullptr,
                    c.cfg->norm_eps, pos, freqs, rs, kv.k, kv.v, as, att);
-  Tensor o = rows(a.o, n);
-  block_output(c, w.wo, att, w.bo, w.post_attn_norm, x, o, next);
+  if (m == 0) return;
+  Tensor o = rows(a.o, m);
+  block_output(c, w.wo, m == n ? att : att.rows_view(n - m, m), w.bo, w.post_attn_norm, x, o, next);
 }
 
 /// Dense FFN block: x += ffn(norm(in)); next as in block_output.
@@ -112,31 +115,36 @@ void ffn_block(const ForwardContext& c, const LayerConfig& L, const LayerWeights
 }  // namespace
 
 void forward_layers(const ForwardContext& c, const std::vector<LayerWeights>& weights,
-                    std::vector<LayerCache>& cache, int first, int end, int n) {
+                    std::vector<LayerCache>& cache, int first, int end, int n, int keep) {
   Activations& a = *c.act;
   Tensor x = rows(a.x, n), h = rows(a.h, n);
+  if (keep < 0 || keep > n) keep = n;
   InputNorm fused;
   for (int l = first; l < end; ++l) {
     const LayerConfig& L = c.cfg->layers[size_t(l)];
     const LayerWeights& w = weights[size_t(l - first)];
     LayerCache& kv = cache[size_t(l - first)];
+    // The rows past attention: all n, or in the last layer the kept ones (xm of x, hm of h).
+    const int m = l + 1 == end ? keep : n;
+    Tensor xm = m == n ? x : x.rows_view(n - m, m), hm = m == n ? h : h.rows_view(0, m);
     if (c.cfg->parallel_block) {
       // x = x + attn(h) + ffn(h), both from the same normed input (Phi-1.5/2).
       norm(c, x, w.attn_norm, w.attn_norm_b, h);
-      attention_block(c, L, w, kv, n, h, InputNorm{}, x, nullptr);
-      ffn_block(c, L, w, n, h, InputNorm{}, x, nullptr);
+      attention_block(c, L, w, kv, n, h, InputNorm{}, xm, m, nullptr);
+      if (m > 0) ffn_block(c, L, w, m, m == n ? h : h.rows_view(n - m, m), InputNorm{}, xm, nullptr);
       continue;
     }
     // The norms the blocks after each residual add read x through (RMSNorm fused into their
     // products: block_input), as hints to the residual-adding products.
     const bool rms = c.cfg->norm == NormKind::kRms;
-    const InputNorm ffn_next{&w.ffn_norm, c.cfg->norm_eps, &h};
+    const InputNorm ffn_next{&w.ffn_norm, c.cfg->norm_eps, &hm};
     const InputNorm attn_next = l + 1 < end ? InputNorm{&weights[size_t(l + 1 - first)].attn_norm, c.cfg->norm_eps, &h}
                                             : InputNorm{};
     const Tensor& ain = block_input(c, x, w.attn_norm, w.attn_norm_b, h, fused);
-    attention_block(c, L, w, kv, n, ain, fused, x, rms ? &ffn_next : nullptr);
-    const Tensor& fin = block_input(c, x, w.ffn_norm, w.ffn_norm_b, h, fused);
-    ffn_block(c, L, w, n, fin, fused, x, rms && l + 1 < end ? &attn_next : nullptr);
+    attention_block(c, L, w, kv, n, ain, fused, xm, m, rms ? &ffn_next : nullptr);
+    if (m == 0) continue;
+    const Tensor& fin = block_input(c, xm, w.ffn_norm, w.ffn_norm_b, hm, fused);
+    ffn_block(c, L, w, m, fin, fused, xm, rms && l + 1 < end ? &attn_next : nullptr);
   }
 }
 

@@ -229,6 +229,21 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   return s;
 }
 
+int head_rows(HeadMode mode, int n) {
+  switch (mode) {
+    case HeadMode::kNone:
+      return 0;
+    case HeadMode::kLogitsLast:
+    case HeadMode::kArgmaxLast:
+    case HeadMode::kTopKLast:
+      return std::min(n, 1);
+    case HeadMode::kLogitsAll:
+    case HeadMode::kArgmaxAll:
+      break;
+  }
+  return n;
+}
+
 Status Slice::check_head(const StepOutput& out) const {
   if (spec_.head && out.mode == HeadMode::kTopKLast && (out.top_k < 1 || out.top_k > 256 || out.top_k > cfg_.vocab_size))
     return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
@@ -327,7 +342,7 @@ void Slice::record_step(const StepInput& in, const StepOutput& out) {
     Tensor hop = hop_.rows_view(0, n);
     be.convert(hop, x);
   }
-  forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n);
+  forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n, spec_.head ? head_rows(out.mode, n) : n);
   if (spec_.head && out.mode != HeadMode::kLogitsAll) run_head(n, out);
   if (!spec_.head && out.hidden_dtype == DType::kF16) {
     Tensor hop = hop_.rows_view(0, n);

@@ -50,6 +50,10 @@ enum class HeadMode {
   kTopKLast,    // the top_k (id, logit) candidates of the last position
 };
 
+/// The rows of an n-token step whose final hidden state the head reads in `mode`: the last row
+/// for the *Last modes, none for kNone, all n otherwise (forward_layers' keep).
+int head_rows(HeadMode mode, int n);
+
 /// How a chained decode (Slice::decode, Pipeline::decode) picks each step's token: the argmax
 /// (greedy), or a draw from the top_k candidates with draw's settings (draw_token,
 /// backend/sampling_math.h; draw.draw is the first step's draw index).

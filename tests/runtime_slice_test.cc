@@ -1,6 +1,7 @@
 // Slices: a layer range reads only its own tensors; chained slices equal one whole slice.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "runtime/local_model.h"
@@ -55,6 +56,64 @@ TEST(Slice, ChainedSlicesEqualOneSlice) {
   ASSERT_TRUE((*b)->forward(in2, out).ok());
   ASSERT_EQ(out.logits.size(), ref.logits.size());
   EXPECT_EQ(std::memcmp(out.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0);
+}
+
+// A head that reads only the last row skips the last layer's output projection and FFN for the
+// other rows (forward_layers' keep), and a chunk with no head skips them for all rows: the
+// logits of the last position must equal those of a step that computes every row.
+TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok());
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  const int L = m->config.n_layers;
+  const size_t V = size_t(m->config.vocab_size);
+  auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, L, true, true}, {}, **backend);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411};
+  const int n = int(ids.size());
+  StepInput in;
+  in.n = n;
+  in.ids = ids.data();
+  StepOutput all;
+  all.mode = HeadMode::kLogitsAll;
+  ASSERT_TRUE((*s)->forward(in, all).ok());
+  ASSERT_EQ(all.logits.size(), size_t(n) * V);
+  const float* ref = all.logits.data() + size_t(n - 1) * V;
+  size_t best = 0;
+  for (size_t i = 1; i < V; ++i)
+    if (ref[i] > ref[best]) best = i;
+  auto expect_near_ref = [&](const std::vector<float>& got) {
+    ASSERT_EQ(got.size(), V);
+    for (size_t i = 0; i < V; ++i) ASSERT_NEAR(got[i], ref[i], 1e-4f * (1.0f + std::fabs(ref[i]))) << i;
+  };
+  StepOutput last;  // the whole prompt again from position 0
+  last.mode = HeadMode::kLogitsLast;
+  ASSERT_TRUE((*s)->forward(in, last).ok());
+  expect_near_ref(last.logits);
+  // Two chunks: the first without a head (keep 0: only its K/V), then the last row.
+  for (int split : {1, 4, 6}) {
+    StepInput a = in, b = in;
+    a.n = split;
+    b.n = n - split;
+    b.pos0 = split;
+    b.ids = ids.data() + split;
+    StepOutput none, tail;
+    none.mode = HeadMode::kNone;
+    tail.mode = HeadMode::kLogitsLast;
+    ASSERT_TRUE((*s)->forward(a, none).ok());
+    ASSERT_TRUE((*s)->forward(b, tail).ok());
+    SCOPED_TRACE(split);
+    expect_near_ref(tail.logits);
+  }
+  StepOutput am;
+  am.mode = HeadMode::kArgmaxLast;
+  ASSERT_TRUE((*s)->forward(in, am).ok());
+  ASSERT_EQ(am.ids.size(), 1u);
+  EXPECT_EQ(am.ids[0], int32_t(best));
+  EXPECT_EQ(head_rows(HeadMode::kNone, n), 0);
+  EXPECT_EQ(head_rows(HeadMode::kTopKLast, n), 1);
+  EXPECT_EQ(head_rows(HeadMode::kArgmaxAll, n), n);
 }
 
 TEST(Slice, RangeOutsideTheModelIsRejected) {

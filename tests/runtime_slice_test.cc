@@ -70,7 +70,8 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   const size_t V = size_t(m->config.vocab_size);
   auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, L, true, true}, {}, **backend);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
-  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411};
+  // More than 8 tokens: on a GPU backend the prompt takes the GEMM path and the kept row the GEMV.
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66, 290, 455};
   const int n = int(ids.size());
   StepInput in;
   in.n = n;
@@ -92,7 +93,7 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   ASSERT_TRUE((*s)->forward(in, last).ok());
   expect_near_ref(last.logits);
   // Two chunks: the first without a head (keep 0: only its K/V), then the last row.
-  for (int split : {1, 4, 6}) {
+  for (int split : {1, 4, 10}) {
     StepInput a = in, b = in;
     a.n = split;
     b.n = n - split;
@@ -111,6 +112,31 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   ASSERT_TRUE((*s)->forward(in, am).ok());
   ASSERT_EQ(am.ids.size(), 1u);
   EXPECT_EQ(am.ids[0], int32_t(best));
+  StepOutput top;
+  top.mode = HeadMode::kTopKLast;
+  top.top_k = 3;
+  ASSERT_TRUE((*s)->forward(in, top).ok());
+  ASSERT_EQ(top.ids.size(), 3u);
+  EXPECT_EQ(top.ids[0], int32_t(best));
+  EXPECT_NEAR(top.logits[0], ref[best], 1e-4f * (1.0f + std::fabs(ref[best])));
+  // A decode step after the trimmed prompt (its last layer's K/V written for every row) equals
+  // one after the prompt computed in full.
+  const int32_t next = 300;
+  StepInput step;
+  step.n = 1;
+  step.pos0 = n;
+  step.ids = &next;
+  StepOutput after_trimmed;
+  after_trimmed.mode = HeadMode::kLogitsLast;
+  ASSERT_TRUE((*s)->forward(step, after_trimmed).ok());
+  ASSERT_TRUE((*s)->forward(in, all).ok());
+  StepOutput after_full;
+  after_full.mode = HeadMode::kLogitsLast;
+  ASSERT_TRUE((*s)->forward(step, after_full).ok());
+  ASSERT_EQ(after_full.logits.size(), V);
+  ASSERT_EQ(after_trimmed.logits.size(), V);
+  for (size_t i = 0; i < V; ++i)
+    ASSERT_NEAR(after_trimmed.logits[i], after_full.logits[i], 1e-4f * (1.0f + std::fabs(after_full.logits[i]))) << i;
   EXPECT_EQ(head_rows(HeadMode::kNone, n), 0);
   EXPECT_EQ(head_rows(HeadMode::kTopKLast, n), 1);
   EXPECT_EQ(head_rows(HeadMode::kArgmaxAll, n), n);

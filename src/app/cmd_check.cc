@@ -1,6 +1,8 @@
 // shoal check: validate a model against a reference (the format of
 // ../shared/fixtures/hf/*/reference.safetensors): prefill logits at every prompt position, then a
-// teacher-forced greedy decode whose logits and argmax ids are compared step by step.
+// teacher-forced greedy decode whose logits and argmax ids are compared step by step; then the
+// prompt again in two chunks with a head that reads only the last row (last_row_err, counted in
+// max_abs_err).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -119,6 +119,9 @@ void forward_layers(const ForwardContext& c, const std::vector<LayerWeights>& we
   Activations& a = *c.act;
   Tensor x = rows(a.x, n), h = rows(a.h, n);
   if (keep < 0 || keep > n) keep = n;
+  // The kept rows start 16-byte aligned (a few more rows where d_model % 4 != 0): backends read
+  // matmul inputs in 16-byte vectors, and the parallel block's FFN reads its rows of h unnormed.
+  while (keep < n && (int64_t(n - keep) * c.cfg->d_model) % 4 != 0) ++keep;
   InputNorm fused;
   for (int l = first; l < end; ++l) {
     const LayerConfig& L = c.cfg->layers[size_t(l)];

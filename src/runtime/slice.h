@@ -22,7 +22,8 @@ struct SliceSpec {
   int first = 0;
   int end = 0;
   bool embed = false;  // holds token_embd and takes token ids
-  bool head = false;   // holds output_norm + output and produces logits
+  bool head = false;   // holds output_norm + output and produces logits; its last layer then
+                       // computes wo and the FFN only for the rows the head reads (head_rows)
 };
 
 struct SliceOptions {

@@ -1,4 +1,5 @@
-// Slices: a layer range reads only its own tensors; chained slices equal one whole slice.
+// Slices: a layer range reads only its own tensors; chained slices equal one whole slice; heads
+// that read only the last row equal one that reads every row.
 #include <gtest/gtest.h>
 
 #include <cmath>

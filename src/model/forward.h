@@ -59,8 +59,9 @@ struct ForwardContext {
 /// keep (0..n, default n): only rows [n - keep, n) of the output are needed (a head that reads
 /// the last row, or none). The last layer then writes K/V for all n rows but runs its output
 /// projection and FFN only for the kept rows (up to 3 more, so that they start 16-byte aligned);
-/// the other rows of act.x are left as that layer's input. llama.cpp does the same for tokens without outputs (`inp_out_ids`); on a 512-token
-/// prompt of a 32-layer model it spares ~3% of the products.
+/// the other rows of act.x are left as that layer's input. llama.cpp does the same for tokens
+/// without outputs (`inp_out_ids`); on a 512-token prompt of a 32-layer model it spares ~3% of
+/// the products.
 void forward_layers(const ForwardContext& ctx, const std::vector<LayerWeights>& weights,
                     std::vector<LayerCache>& cache, int first, int end, int n, int keep = -1);
 

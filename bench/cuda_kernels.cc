@@ -527,7 +527,8 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
   for (int round = 0; round < 2; ++round)
     for (const bool hints : {true, false}) {
       const double ms = must(probe::time_graph_ms(b, [&] { ops.all(L, hints), ops.all(L, hints); }, reps)) / 2;
-      (hints ? layer_ms : plain_ms) = round == 0 ? ms : std::min(ms, hints ? layer_ms : plain_ms);
+      double& best = hints ? layer_ms : plain_ms;
+      best = round == 0 ? ms : std::min(best, ms);
       b.reset_graphs();
     }
   std::printf("| one layer as model/forward.cc (two in one graph, best of 2) | %.1f | %.2f (%.0f tokens/s) |\n",

@@ -2,8 +2,11 @@
 // that read only the last row equal one that reads every row.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "runtime/local_model.h"
 #include "runtime/slice.h"
@@ -62,15 +65,28 @@ TEST(Slice, ChainedSlicesEqualOneSlice) {
 // A head that reads only the last row skips the last layer's output projection and FFN for the
 // other rows (forward_layers' keep), and a chunk with no head skips them for all rows: the
 // logits of the last position must equal those of a step that computes every row.
-TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok());
-  auto backend = create_backend("cpu");
-  ASSERT_TRUE(backend.ok());
-  const int L = m->config.n_layers;
-  const size_t V = size_t(m->config.vocab_size);
-  auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, L, true, true}, {}, **backend);
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
+// stories260K on the CPU as one slice with every layer, the embedding and the head (s).
+class WholeStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model_ = std::make_unique<LocalModel>(std::move(*m));
+    auto be = create_backend("cpu");
+    ASSERT_TRUE(be.ok());
+    backend_ = std::move(*be);
+    const ModelConfig& cfg = model_->config;
+    auto sl = Slice::load(*model_->file, cfg, model_->weights, SliceSpec{0, cfg.n_layers, true, true}, {}, *backend_);
+    ASSERT_TRUE(sl.ok()) << sl.status().to_string();
+    s = std::move(*sl);
+  }
+  std::unique_ptr<LocalModel> model_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Slice> s;
+};
+
+TEST_F(WholeStories, LastRowHeadsEqualTheAllRowsHead) {
+  const size_t V = size_t(model_->config.vocab_size);
   // More than 8 tokens: on a GPU backend the prompt takes the GEMM path and the kept row the GEMV.
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66, 290, 455};
   const int n = int(ids.size());
@@ -79,7 +95,7 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   in.ids = ids.data();
   StepOutput all;
   all.mode = HeadMode::kLogitsAll;
-  ASSERT_TRUE((*s)->forward(in, all).ok());
+  ASSERT_TRUE(s->forward(in, all).ok());
   ASSERT_EQ(all.logits.size(), size_t(n) * V);
   const float* ref = all.logits.data() + size_t(n - 1) * V;
   size_t best = 0;
@@ -91,7 +107,7 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   };
   StepOutput last;  // the whole prompt again from position 0
   last.mode = HeadMode::kLogitsLast;
-  ASSERT_TRUE((*s)->forward(in, last).ok());
+  ASSERT_TRUE(s->forward(in, last).ok());
   expect_near_ref(last.logits);
   // Two chunks: the first without a head (keep 0: only its K/V), then the last row.
   for (int split : {1, 4, 10}) {
@@ -103,20 +119,20 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
     StepOutput none, tail;
     none.mode = HeadMode::kNone;
     tail.mode = HeadMode::kLogitsLast;
-    ASSERT_TRUE((*s)->forward(a, none).ok());
-    ASSERT_TRUE((*s)->forward(b, tail).ok());
+    ASSERT_TRUE(s->forward(a, none).ok());
+    ASSERT_TRUE(s->forward(b, tail).ok());
     SCOPED_TRACE(split);
     expect_near_ref(tail.logits);
   }
   StepOutput am;
   am.mode = HeadMode::kArgmaxLast;
-  ASSERT_TRUE((*s)->forward(in, am).ok());
+  ASSERT_TRUE(s->forward(in, am).ok());
   ASSERT_EQ(am.ids.size(), 1u);
   EXPECT_EQ(am.ids[0], int32_t(best));
   StepOutput top;
   top.mode = HeadMode::kTopKLast;
   top.top_k = 3;
-  ASSERT_TRUE((*s)->forward(in, top).ok());
+  ASSERT_TRUE(s->forward(in, top).ok());
   ASSERT_EQ(top.ids.size(), 3u);
   EXPECT_EQ(top.ids[0], int32_t(best));
   EXPECT_NEAR(top.logits[0], ref[best], 1e-4f * (1.0f + std::fabs(ref[best])));
@@ -129,11 +145,11 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   step.ids = &next;
   StepOutput after_trimmed;
   after_trimmed.mode = HeadMode::kLogitsLast;
-  ASSERT_TRUE((*s)->forward(step, after_trimmed).ok());
-  ASSERT_TRUE((*s)->forward(in, all).ok());
+  ASSERT_TRUE(s->forward(step, after_trimmed).ok());
+  ASSERT_TRUE(s->forward(in, all).ok());
   StepOutput after_full;
   after_full.mode = HeadMode::kLogitsLast;
-  ASSERT_TRUE((*s)->forward(step, after_full).ok());
+  ASSERT_TRUE(s->forward(step, after_full).ok());
   ASSERT_EQ(after_full.logits.size(), V);
   ASSERT_EQ(after_trimmed.logits.size(), V);
   for (size_t i = 0; i < V; ++i)
@@ -141,6 +157,31 @@ TEST(Slice, LastRowHeadsEqualTheAllRowsHead) {
   EXPECT_EQ(head_rows(HeadMode::kNone, n), 0);
   EXPECT_EQ(head_rows(HeadMode::kTopKLast, n), 1);
   EXPECT_EQ(head_rows(HeadMode::kArgmaxAll, n), n);
+}
+
+// The same trimmed paths against llama.cpp's greedy ids (../shared/fixtures/expected): each
+// prompt, whole and in two chunks (the first without a head), gives the first generated id.
+TEST_F(WholeStories, LastRowHeadsGiveLlamaCppsFirstToken) {
+  std::ifstream f(test::fixture("expected/stories260K_greedy.json"));
+  const nlohmann::json want = nlohmann::json::parse(f);
+  for (const auto& c : want["cases"]) {
+    const auto ids = c["prompt_ids"].get<std::vector<int32_t>>();
+    const int32_t first = c["generated_ids"][0].get<int32_t>();
+    const int n = int(ids.size());
+    for (int split : {0, n / 2}) {
+      SCOPED_TRACE(fmt::format("{} split {}", c["prompt"].get<std::string>(), split));
+      if (split > 0) {
+        StepOutput none;
+        none.mode = HeadMode::kNone;
+        ASSERT_TRUE(s->forward(StepInput{split, 0, ids.data()}, none).ok());
+      }
+      StepOutput am;
+      am.mode = HeadMode::kArgmaxLast;
+      ASSERT_TRUE(s->forward(StepInput{n - split, split, ids.data() + split}, am).ok());
+      ASSERT_EQ(am.ids.size(), 1u);
+      EXPECT_EQ(am.ids[0], first);
+    }
+  }
 }
 
 TEST(Slice, RangeOutsideTheModelIsRejected) {

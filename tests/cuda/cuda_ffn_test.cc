@@ -134,8 +134,8 @@ TEST_F(CudaFfnTest, LongPromptsOnReusedScratch) {
 
 TEST_F(CudaFfnTest, RowsOutsideTheUnscaledRangeAreRescaled) {
   // Tokens whose act(gate) * up reaches 2^15 (x times 400: |h| ~ 1e6) or stays below 2^-14 (x
-  // times 1e-3: |h| ~ 1e-5 and 1e-6: ~ 1e-11), among ordinary rows (no input norm, which would undo the scales): every
-  // row within 2e-5 of the reference, each measured against its own size.
+  // times 1e-3: |h| ~ 1e-5 and 1e-6: ~ 1e-11), among ordinary rows (no input norm, which would
+  // undo the scales): every row within 2e-5 of the reference, each measured against its own size.
   std::vector<float> scales(33, 1.0f);
   scales[0] = 400.0f, scales[5] = 1e-3f, scales[6] = 1e-6f, scales[20] = 400.0f, scales[32] = 1e-6f;
   for (const bool residual : {false, true}) {
@@ -173,7 +173,6 @@ TEST_F(CudaFfnTest, DecodeTakesTheComposedOps) {
   EXPECT_EQ(handed, 0);
   EXPECT_LT(worst_row(got, want, 8, 256), 2e-5);
 }
-
 
 // MatmulOut::next: a prefill residual add (F16 / BF16) writes the next block's input parts in the
 // same pass (cuda::combine_split), which that block's products take when they read the same x
@@ -234,6 +233,7 @@ TEST_F(CudaHandoffTest, GatedFfnHandsTheNextBlockItsInputParts) {
   EXPECT_EQ(run(DType::kF16, 512, 33, false, true), 0);
   EXPECT_EQ(run(DType::kF16, 512, 8, true, true), 0);  // decode: the GEMVs
 }
+
 TEST_F(CudaHandoffTest, NextInputWiderThanTheProductsInput) {
   // The residual add's rows (1280) wider than its product's input (1024: wo of a model whose
   // heads span less than d_model) at more rows than fit at once, twice on the same scratch: the

@@ -175,6 +175,8 @@ class CudaBackend final : public Backend {
     bool bf16 = false;
     int parts = 2;
     Scratch slot = kGemmInput;
+    /// Parts of an input: one (half), else hi + lo (f16) or hi + mid + lo (bf16).
+    static int parts_of(bool half, bool bf16) { return half ? 1 : bf16 ? 3 : 2; }
   };
   /// Points in.x16 and in.inv_scale into scratch `slot` for in's n, k and parts. False on error
   /// (sticky).

@@ -60,7 +60,7 @@ bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bo
   in.n = n;
   in.k = k;
   in.bf16 = bf16;
-  in.parts = half ? 1 : bf16 ? 3 : 2;
+  in.parts = GemmInput::parts_of(half, bf16);
   if (half) ++half_inputs_;
   const auto& h = split_handoff_;  // (written by the op just before: ops_ counts this one)
   if (h.op != 0 && h.op + 1 == ops_ && h.x == x && h.norm_w == norm_w && h.eps == eps && h.in.n == n && h.in.k == k &&
@@ -175,7 +175,7 @@ bool CudaBackend::finish_product(const MatmulOut& o, const float* yp, int blocks
     in.n = n;
     in.k = rows;
     in.bf16 = t == DType::kBF16;
-    in.parts = one_part(t) ? 1 : in.bf16 ? 3 : 2;
+    in.parts = GemmInput::parts_of(one_part(t), in.bf16);
     if (!gemm_input_buffer(in, other_input(src.slot))) return false;
     const cudaError_t e =
         cuda::combine_split(yp, blocks, ld, lo, inv_scale, bias, y, n, rows, in.bf16, in.parts, cuda::f32(*next->w),
@@ -340,7 +340,7 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   ++glu_part_ffns_;
   auto* dp = static_cast<float*>(scratch(kGemmOut, gemm_out_bytes(din, down.w->rows())));
   const int down_blocks = dp ? gemm_products(weight_ref(*down.w), din, dp) : 0;
-  const float lo = bf16 ? 1.0f : 1.0f / 2048.0f;  // (glu_parts' f16 low part is shifted by 2^11)
+  const float lo = bf16 ? 1.0f : 1.0f / cuda::kGluLoShift;  // (glu_parts' f16 low part is shifted)
   if (down_blocks > 0) finish_product(down, dp, down_blocks, down.w->rows(), din, lo);
   return true;
 }

@@ -24,11 +24,9 @@ __device__ __forceinline__ uint16_t round16(float v, bool bf16, float& r) {
   return __half_as_ushort(h);
 }
 
-constexpr float kLoShift = 2048.0f;  // glu_parts' low part: 2^11 times the high part's remainder
-
 // Writes 4 values e = v * scale as `parts` 16-bit parts at out + i (8-byte aligned), parts
 // `stride` apart: part 0 = round16(e), part p + 1 = round16 of what the parts before leave, times
-// shift^(p + 1) (split_activations: 1; glu_parts' f16 parts: kLoShift).
+// shift^(p + 1) (split_activations: 1; glu_parts' f16 parts: kGluLoShift).
 __device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, bool bf16, float shift,
                                              uint16_t* __restrict__ out, int64_t stride, int64_t i) {
   float e[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
@@ -47,6 +45,13 @@ __device__ __forceinline__ void store_parts4(float4 v, float scale, int parts, b
 
 constexpr int kRowThreads = 256;
 
+// The power of two that puts mx (> 0, finite) in [2^14, 2^15), within 2^+-100.
+__device__ __forceinline__ float pow2_scale(float mx) {
+  int e;
+  frexpf(mx, &e);  // mx = m * 2^e, m in [0.5, 1)
+  return ldexpf(1.0f, max(-100, min(100, 15 - e)));
+}
+
 // The power of two that puts a row's max |x| (mx, after the norm) in [2^14, 2^15) for f16 parts:
 // far from overflow (65504), and the low parts stay above the f16 subnormals; 1 for bf16 parts,
 // a zero row and a non-finite max. Every thread of the block gets it; smem: 32 floats.
@@ -59,10 +64,18 @@ __device__ __forceinline__ float row_scale(float mx, float inv, bool bf16, float
 #pragma unroll
   for (int w = 0; w < kRowThreads / 32; ++w) mx = fmaxf(mx, smem[w]);
   mx *= inv;
-  if (!(mx > 0.0f && isfinite(mx))) return 1.0f;
-  int e;
-  frexpf(mx, &e);  // mx = m * 2^e, m in [0.5, 1)
-  return ldexpf(1.0f, max(-100, min(100, 15 - e)));
+  return mx > 0.0f && isfinite(mx) ? pow2_scale(mx) : 1.0f;
+}
+
+// The end of a row's reductions for its split: the row's 1 / rms (1 without norm_w; ss: this
+// thread's sum of x^2) and its scale (row_scale; mx: this thread's max |x * w|); thread 0 writes
+// 1 / scale to *inv_scale_t. Every thread of the block gets both; smem: 32 floats.
+__device__ __forceinline__ float row_inv_rms_and_scale(float ss, float mx, int64_t k, const float* norm_w, float eps,
+                                                       bool bf16, float* smem, float* inv_scale_t, float& inv) {
+  inv = norm_w ? 1.0f / sqrtf(block_sum<kRowThreads>(ss, smem) / float(k) + eps) : 1.0f;
+  const float scale = row_scale(mx, inv, bf16, smem);
+  if (threadIdx.x == 0) *inv_scale_t = 1.0f / scale;
+  return scale;
 }
 
 // One block per row. With a norm weight the row is RMSNorm'ed first (x * inv_rms * w, as
@@ -83,9 +96,8 @@ __global__ void __launch_bounds__(kRowThreads)
     mx = fmaxf(mx, fabsf(norm_w ? v * norm_w[i] : v));
     ss = fmaf(v, v, ss);
   }
-  const float inv = norm_w ? 1.0f / sqrtf(block_sum<kRowThreads>(ss, smem) / float(k) + eps) : 1.0f;
-  const float scale = row_scale(mx, inv, bf16, smem);
-  if (threadIdx.x == 0) inv_scale[t] = 1.0f / scale;
+  float inv;
+  const float scale = row_inv_rms_and_scale(ss, mx, k, norm_w, eps, bf16, smem, inv_scale + t, inv);
   for (int64_t i = threadIdx.x; i < k; i += kRowThreads) {
     float v = (norm_w ? xr[i] * inv * norm_w[i] : xr[i]) * scale;
     for (int p = 0; p < parts; ++p) {
@@ -115,9 +127,8 @@ __device__ __forceinline__ void split_row(float4 (&v)[kVec], int64_t n, int64_t 
     mx = fmaxf(fmaxf(mx, fmaxf(fabsf(v[j].x * w.x), fabsf(v[j].y * w.y))),
                fmaxf(fabsf(v[j].z * w.z), fabsf(v[j].w * w.w)));
   }
-  const float inv = norm_w ? 1.0f / sqrtf(block_sum<kRowThreads>(ss, smem) / float(k) + eps) : 1.0f;
-  const float scale = row_scale(mx, inv, bf16, smem);
-  if (threadIdx.x == 0) inv_scale[t] = 1.0f / scale;
+  float inv;
+  const float scale = row_inv_rms_and_scale(ss, mx, k, norm_w, eps, bf16, smem, inv_scale + t, inv);
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const int i = int(threadIdx.x) + j * kRowThreads;
@@ -317,7 +328,7 @@ __global__ void __launch_bounds__(kGluThreads, 4)
   __shared__ uint32_t smem[kGluThreads / 32];
   constexpr int kSteps = 2;
   const int64_t t = blockIdx.x, src_count = n * ld, stride = n * rows;
-  const float inv = inv_scale[t], shift = bf16 ? 1.0f : kLoShift;
+  const float inv = inv_scale[t], shift = bf16 ? 1.0f : kGluLoShift;
   uint32_t mx = 0;  // max |h| as bits (a NaN above inf)
   for (int64_t j0 = int64_t(threadIdx.x) * 4; j0 < rows; j0 += 4 * kSteps * kGluThreads) {
     float4 h[kSteps];
@@ -341,9 +352,7 @@ __global__ void __launch_bounds__(kGluThreads, 4)
   for (int w = 0; w < kGluThreads / 32; ++w) mx = max(mx, smem[w]);
   float scale = 1.0f;
   if (!bf16 && mx < kInfBits && (mx >= kGluMaxBits || (mx > 0 && mx < kGluMinBits))) {  // (non-finite: as it is)
-    int e;
-    frexpf(__uint_as_float(mx), &e);
-    scale = ldexpf(1.0f, max(-100, min(100, 15 - e)));
+    scale = pow2_scale(__uint_as_float(mx));
     for (int64_t j = int64_t(threadIdx.x) * 4; j < rows; j += 4 * kGluThreads)  // (each thread its own values)
       store_parts4(glu4(gate, gate_blocks, up, up_blocks, src_count, t * ld + j, inv, act), scale, parts, bf16, shift,
                    out, stride, t * rows + j);

@@ -126,7 +126,10 @@ class Backend {
   /// with free() as usual; a block's memory returns when its last weight is freed. Default: one
   /// alloc_weight each. Errors: as alloc_weight (nothing stays allocated).
   virtual Result<std::vector<Tensor>> alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes);
-  /// Fills a weight from file-layout bytes (exactly t's nbytes(), host memory).
+  /// Fills a weight from file-layout bytes (exactly t's nbytes(), host memory). A backend may
+  /// change t.dtype to a type of the same size that holds the values to far below the
+  /// tolerance of the matmul tests (CUDA: BF16 as F16, each row to 2^-20 normalised); keep t, not
+  /// a copy taken before the upload.
   virtual Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) = 0;
   virtual void free(Tensor& t) = 0;
   /// Copies host bytes into t at byte offset `offset` (plain layouts only).

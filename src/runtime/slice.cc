@@ -140,7 +140,7 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
     if (!cfg_.tied_embeddings) {
       SHOAL_RETURN_IF_ERROR(add({"output.weight", WeightRole::kMatrix, &global_.output, {vocab, d}, true}));
     } else if (spec_.embed) {
-      global_.output = global_.token_embd;
+      // global_.output = token_embd after the load (Slice::load): the upload may change its dtype.
     } else {
       SHOAL_RETURN_IF_ERROR(add({"token_embd.weight", WeightRole::kMatrix, &global_.output, {vocab, d}, true}));
     }
@@ -223,6 +223,7 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   WeightLoader loader(file, backend);
   SHOAL_RETURN_IF_ERROR(s->plan_weights(loader, weights));
   SHOAL_RETURN_IF_ERROR(loader.run(progress));
+  if (spec.head && spec.embed && cfg.tied_embeddings) s->global_.output = s->global_.token_embd;
   s->weight_bytes_ = loader.backend_bytes();
   s->file_bytes_ = loader.file_bytes();
   SHOAL_RETURN_IF_ERROR(s->alloc_buffers());

@@ -98,7 +98,8 @@ Status CudaBackend::init(int device) {
   // thread-block clusters (sm_90+) let decode attention merge its splits in one kernel.
   // Hopper runs quantized prefill products on gemm_quant (wgmma). SHOAL_CUDA_PDL=0 /
   // SHOAL_CUDA_CLUSTERS=0 / SHOAL_CUDA_FRAGS=0 (set_fragment_handoff) / SHOAL_CUDA_QGEMM=0 turn
-  // them off (for comparisons).
+  // them off (for comparisons), and SHOAL_CUDA_BF16_AS_F16=0 keeps BF16 weights as they are
+  // (set_bf16_as_f16).
   const auto off = [](const char* name) {
     const char* v = std::getenv(name);
     return v && std::string_view(v) == "0";
@@ -109,6 +110,7 @@ Status CudaBackend::init(int device) {
   frags_ = !off("SHOAL_CUDA_FRAGS");
   qgemm_available_ = cuda::gemm_quant_available();  // (the current device: set above)
   qgemm_ = qgemm_available_ && !off("SHOAL_CUDA_QGEMM");
+  bf16_as_f16_ = !off("SHOAL_CUDA_BF16_AS_F16");
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHOAL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&pinned_), 2 * kStagingHalf));
   for (auto& ev : staged_) SHOAL_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -343,8 +345,29 @@ Status CudaBackend::upload_weight(Tensor& t, const void* bytes, uint64_t nbytes)
   if (is_repacked(t.dtype))
     SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, cuda::repacked_bytes(t.dtype == DType::kQ4_0, t.rows(), t.cols()),
                                    stream_));
-  return stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
-                      is_repacked(t.dtype) ? &t : nullptr);
+  SHOAL_RETURN_IF_ERROR(stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
+                                     is_repacked(t.dtype) ? &t : nullptr));
+  if (t.dtype == DType::kBF16 && bf16_as_f16_) return hold_bf16_as_f16(t);
+  return Status::Ok();
+}
+
+Status CudaBackend::hold_bf16_as_f16(Tensor& t) {
+  auto* bad = static_cast<int*>(scratch(kSampleScratch, sizeof(int)));
+  if (!bad) return error_;
+  int n_bad = 0;
+  SHOAL_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof(int), stream_));
+  SHOAL_CUDA_TRY(cuda::bf16_rows_not_f16(static_cast<const uint16_t*>(t.data), t.rows(), t.cols(), bad, stream_));
+  SHOAL_CUDA_TRY(cudaMemcpyAsync(&n_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  SHOAL_CUDA_TRY(cudaStreamSynchronize(stream_));
+  if (n_bad > 0) {
+    spdlog::debug("{}: BF16 weight {} stays BF16 ({} rows that F16 would not hold to 2^-20)", name_,
+                  t.shape_string(), n_bad);
+    return Status::Ok();
+  }
+  SHOAL_CUDA_TRY(cuda::bf16_to_f16_in_place(static_cast<uint16_t*>(t.data), t.n_elements(), stream_));
+  t.dtype = DType::kF16;
+  ++bf16_as_f16_weights_;
+  return Status::Ok();
 }
 
 Status CudaBackend::to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) {

@@ -137,6 +137,11 @@ class CudaBackend final : public Backend {
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
+  /// BF16 weights rewritten as F16 at upload (hold_bf16_as_f16; for tests).
+  uint64_t bf16_as_f16_weights() const { return bf16_as_f16_weights_; }
+  /// Whether upload_weight rewrites BF16 weights as F16 where that keeps each row to 2^-20
+  /// (on unless SHOAL_CUDA_BF16_AS_F16=0 at creation); for tests and comparisons.
+  void set_bf16_as_f16(bool on) { bf16_as_f16_ = on; }
   /// Prefill inputs split into one 16-bit part instead of exact parts (BackendOptions::half_prefill,
   /// where one_part; for tests); counted per split.
   uint64_t half_prefill_inputs() const { return half_inputs_; }
@@ -199,6 +204,11 @@ class CudaBackend final : public Backend {
   /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
   cuda::WeightRef weight_ref(const Tensor& w) const;
+  /// After the upload of a BF16 weight t: rewrites it in place as F16 (t.dtype = kF16) when every
+  /// row keeps its values to 2^-20 normalised (cuda::bf16_rows_not_f16), so prefill products
+  /// take two f16 activation parts instead of three bf16 ones; leaves it BF16 otherwise. One
+  /// device sync (load time). Errors: CUDA errors.
+  Status hold_bf16_as_f16(Tensor& t);
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
   /// part when `half` (one_part).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half);
@@ -319,6 +329,8 @@ class CudaBackend final : public Backend {
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
   bool qgemm_ = false;            // gemm_quant for quantized prefill products
+  bool bf16_as_f16_ = true;       // hold_bf16_as_f16 at upload
+  uint64_t bf16_as_f16_weights_ = 0;
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.
   // One buffer is enough: a launch that writes them runs after its PDL wait, i.e. after every
   // earlier kernel, including the last one that read them.

@@ -290,6 +290,12 @@ int64_t glu_part_ffns(Backend& b) { return counter(b, &CudaBackend::glu_part_ffn
 
 int64_t split_handoffs(Backend& b) { return counter(b, &CudaBackend::split_handoffs); }
 
+int64_t bf16_as_f16_weights(Backend& b) { return counter(b, &CudaBackend::bf16_as_f16_weights); }
+
+void set_bf16_as_f16(Backend& b, bool on) {
+  if (CudaBackend* cb = as_cuda(b)) cb->set_bf16_as_f16(on);
+}
+
 bool quant_gemm_available(Backend& b) {
   const CudaBackend* cb = as_cuda(b);
   return cb && cb->quant_gemm_available();

@@ -80,7 +80,8 @@ if [ -x "$SHOAL" ]; then
         note "shoal check $arch $form kv=$kv cuda:0: $out"
       done
     done
-    # The same with one 16-bit activation part in the prefill products (BF16 weights here): the
+    # The same with one 16-bit activation part in the prefill products (the fixtures' BF16
+    # weights, held as F16 by settle_weights unless SHOAL_CUDA_BF16_AS_F16=0): the
     # error llama.cpp-style numerics give, for the record (the default tolerance may refuse it).
     # With an f16 cache the prompt's attention takes one part too (AttnArgs::one_part).
     for kv in f32 f16; do

@@ -126,11 +126,20 @@ class Backend {
   /// with free() as usual; a block's memory returns when its last weight is freed. Default: one
   /// alloc_weight each. Errors: as alloc_weight (nothing stays allocated).
   virtual Result<std::vector<Tensor>> alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes);
-  /// Fills a weight from file-layout bytes (exactly t's nbytes(), host memory). A backend may
-  /// change t.dtype to a type of the same size that holds the values to far below the
-  /// tolerance of the matmul tests (CUDA: BF16 as F16, each row to 2^-20 normalised); keep t, not
-  /// a copy taken before the upload.
+  /// Fills a weight from file-layout bytes (exactly t's nbytes(), host memory).
   virtual Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) = 0;
+  /// After the upload of a group of weights that run together (a layer's matrices, or one global
+  /// matrix): may rewrite, in place, all of its weights of one type in another type of the same
+  /// size that holds their values to far below the matmul tests' tolerance, or none of them, so
+  /// that fused paths see one kind. Sets the dtype of each rewritten tensor (copies taken before
+  /// are stale; uploads into it must then be in the new type). Returns how many it rewrote.
+  /// Default: none. CUDA: BF16 as F16 where each row keeps its values to 2^-20 normalised
+  /// (cuda::bf16_rows_not_f16), so exact prefill products take two f16 activation parts instead
+  /// of three bf16 ones. Errors: the backend's.
+  virtual Result<int> settle_weights(std::span<Tensor* const> ws) {
+    (void)ws;
+    return 0;
+  }
   virtual void free(Tensor& t) = 0;
   /// Copies host bytes into t at byte offset `offset` (plain layouts only).
   virtual Status to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset = 0) = 0;

@@ -148,6 +148,25 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
   return Status::Ok();
 }
 
+Status Slice::settle_weights() {
+  int bf16 = 0, held = 0;
+  auto settle = [&](std::span<Tensor* const> group) -> Status {
+    for (const Tensor* t : group) bf16 += t->data && t->dtype == DType::kBF16;
+    SHOAL_ASSIGN_OR_RETURN(const int n, backend_.settle_weights(group));
+    held += n;
+    return Status::Ok();
+  };
+  for (LayerWeights& w : layers_) {
+    Tensor* const m[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+    SHOAL_RETURN_IF_ERROR(settle(m));
+  }
+  for (Tensor* t : {&global_.token_embd, &global_.output}) SHOAL_RETURN_IF_ERROR(settle({&t, 1}));
+  if (bf16 > 0 && backend_.kind() != DeviceKind::kCpu)
+    spdlog::info("{}: {} of {} BF16 matrices held as F16 (each row to 2^-20; SHOAL_CUDA_BF16_AS_F16=0 keeps BF16)",
+                 backend_.name(), held, bf16);
+  return Status::Ok();
+}
+
 Status Slice::alloc_buffers() {
   const int64_t B = opts_.max_tokens, d = cfg_.d_model;
   int64_t qw = 0, kw = 0, ff = 1;
@@ -223,6 +242,7 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   WeightLoader loader(file, backend);
   SHOAL_RETURN_IF_ERROR(s->plan_weights(loader, weights));
   SHOAL_RETURN_IF_ERROR(loader.run(progress));
+  SHOAL_RETURN_IF_ERROR(s->settle_weights());
   if (spec.head && spec.embed && cfg.tied_embeddings) s->global_.output = s->global_.token_embd;
   s->weight_bytes_ = loader.backend_bytes();
   s->file_bytes_ = loader.file_bytes();

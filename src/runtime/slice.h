@@ -119,6 +119,9 @@ class Slice {
       : cfg_(cfg), spec_(spec), opts_(opts), backend_(backend) {}
   Status plan_weights(WeightLoader& loader, const WeightMap& weights);
   Status alloc_buffers();
+  /// Backend::settle_weights for each layer's matrices (one group: fused paths see one kind)
+  /// and each global matrix, after the load; logs how many BF16 matrices were held as F16.
+  Status settle_weights();
   /// kInvalidArgument for a head output the device path cannot give (top-k outside 1..256 or
   /// past the vocabulary); checked before a step is recorded or replayed.
   Status check_head(const StepOutput& out) const;

@@ -1,10 +1,11 @@
-// BF16 weights held as F16 (CudaBackend::hold_bf16_as_f16): rewritten at upload where F16 keeps
-// every row to 2^-20 normalised, so prefill products take two f16 activation parts instead
-// of three bf16 ones; kept as BF16 otherwise. The values against a host conversion, the products
+// BF16 weights held as F16 (Backend::settle_weights on CUDA): a group rewritten after its upload
+// where F16 keeps every row of every weight to 2^-20 normalised, so prefill products take two f16
+// activation parts instead of three bf16 ones; kept as BF16 otherwise, all of the group. The values against a host conversion, the products
 // and the embedding against the CPU reference (which keeps the BF16 weights).
 #include <cstring>
 #include <limits>
 
+#include "backend/cuda/cuda_probe.h"
 #include "cuda_test_util.h"
 
 namespace shoal {
@@ -17,10 +18,17 @@ class CudaBf16Test : public test::CudaVsRef {
     if (IsSkipped() || HasFatalFailure()) return;
     cuda_probe::set_bf16_as_f16(*gpu_, true);
   }
-  /// A BF16 weight [rows, cols] of the values v (rounded to bf16) on both backends.
-  test::Dual weight(int64_t rows, int64_t cols, const std::vector<float>& v) {
+  /// A BF16 weight [rows, cols] of the values v (rounded to bf16) on both backends, settled on
+  /// its own (settle = false: not yet).
+  test::Dual weight(int64_t rows, int64_t cols, const std::vector<float>& v, bool settle = true) {
     const auto bytes = encode(DType::kBF16, v);
-    return make(DType::kBF16, {rows, cols}, bytes.data(), true);
+    test::Dual d = make(DType::kBF16, {rows, cols}, bytes.data(), true);
+    if (settle) {
+      Tensor* const g[] = {&d.g};
+      const auto n = gpu_->settle_weights(g);
+      EXPECT_TRUE(n.ok()) << n.status().to_string();
+    }
+    return d;
   }
   /// Products of w with n random tokens (GEMV for n <= 8, the exact prefill GEMM above) against
   /// the reference.
@@ -93,6 +101,34 @@ TEST_F(CudaBf16Test, WeightsF16CannotHoldStayBf16) {
     if (k.at < 0 || std::isfinite(k.value))
       for (int64_t n : {1, 20}) check_products(w, n);
   }
+}
+
+TEST_F(CudaBf16Test, AGroupIsHeldWholeOrNotAtAll) {
+  // A layer's matrices are one group: one that F16 cannot hold keeps all of them BF16, so the
+  // fused paths (stacked q / k / v, gate / up) see one kind.
+  const int64_t rows = 64, cols = 128;
+  std::vector<float> tiny = randn(rows * cols, 1e-7f);
+  test::Dual a = weight(rows, cols, randn(rows * cols, 0.02f), false);
+  test::Dual b = weight(rows, cols, tiny, false);
+  test::Dual c = weight(rows, cols, randn(rows * cols, 0.02f), false);
+  test::Dual q8 = make_weight(DType::kQ8_0, {rows, cols});
+  {
+    Tensor* const group[] = {&a.g, &b.g, &q8.g};
+    const auto n = gpu_->settle_weights(group);
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+    EXPECT_EQ(*n, 0);
+    EXPECT_EQ(a.g.dtype, DType::kBF16);
+    EXPECT_EQ(b.g.dtype, DType::kBF16);
+    EXPECT_EQ(q8.g.dtype, DType::kQ8_0);
+  }
+  Tensor* const group[] = {&a.g, &c.g, &q8.g};
+  const auto n = gpu_->settle_weights(group);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(*n, 2);
+  EXPECT_EQ(a.g.dtype, DType::kF16);
+  EXPECT_EQ(c.g.dtype, DType::kF16);
+  EXPECT_EQ(q8.g.dtype, DType::kQ8_0);
+  for (test::Dual* w : {&a, &b, &c}) check_products(*w, 20);
 }
 
 TEST_F(CudaBf16Test, EmbeddingRowsOfAHeldTable) {

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_probe.h"
 #include "core/half.h"
 #include "tensor/quant.h"
 
@@ -31,9 +30,6 @@ class CudaVsRef : public ::testing::Test {
     auto g = create_backend("cuda:0");
     if (!g.ok()) GTEST_SKIP() << "no CUDA device: " << g.status().to_string();
     gpu_ = std::move(*g);
-    // BF16 weights stay BF16 here, so the tests of BF16 weights run the BF16 kernels; the tests
-    // of their rewrite as F16 (cuda_bf16_test.cc) turn it back on.
-    cuda_probe::set_bf16_as_f16(*gpu_, false);
     auto c = create_backend("cpu-ref");
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     cpu_ = std::move(*c);
@@ -52,7 +48,6 @@ class CudaVsRef : public ::testing::Test {
     auto g = create_backend("cuda:0", o);
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     gpu_ = std::move(*g);
-    cuda_probe::set_bf16_as_f16(*gpu_, false);
   }
   void TearDown() override {
     if (!gpu_) return;

@@ -99,7 +99,7 @@ Status CudaBackend::init(int device) {
   // Hopper runs quantized prefill products on gemm_quant (wgmma). SHOAL_CUDA_PDL=0 /
   // SHOAL_CUDA_CLUSTERS=0 / SHOAL_CUDA_FRAGS=0 (set_fragment_handoff) / SHOAL_CUDA_QGEMM=0 turn
   // them off (for comparisons), and SHOAL_CUDA_BF16_AS_F16=0 keeps BF16 weights as they are
-  // (set_bf16_as_f16).
+  // (settle_weights, set_bf16_as_f16).
   const auto off = [](const char* name) {
     const char* v = std::getenv(name);
     return v && std::string_view(v) == "0";
@@ -345,29 +345,46 @@ Status CudaBackend::upload_weight(Tensor& t, const void* bytes, uint64_t nbytes)
   if (is_repacked(t.dtype))
     SHOAL_CUDA_TRY(cudaMemsetAsync(t.data, 0, cuda::repacked_bytes(t.dtype == DType::kQ4_0, t.rows(), t.cols()),
                                    stream_));
-  SHOAL_RETURN_IF_ERROR(stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
-                                     is_repacked(t.dtype) ? &t : nullptr));
-  if (t.dtype == DType::kBF16 && bf16_as_f16_) return hold_bf16_as_f16(t);
-  return Status::Ok();
+  return stage_upload(static_cast<const uint8_t*>(bytes), nbytes, static_cast<uint8_t*>(t.data),
+                      is_repacked(t.dtype) ? &t : nullptr);
 }
 
-Status CudaBackend::hold_bf16_as_f16(Tensor& t) {
-  auto* bad = static_cast<int*>(scratch(kSampleScratch, sizeof(int)));
-  if (!bad) return error_;
-  int n_bad = 0;
-  SHOAL_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof(int), stream_));
-  SHOAL_CUDA_TRY(cuda::bf16_rows_not_f16(static_cast<const uint16_t*>(t.data), t.rows(), t.cols(), bad, stream_));
-  SHOAL_CUDA_TRY(cudaMemcpyAsync(&n_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  SHOAL_CUDA_TRY(cudaStreamSynchronize(stream_));
-  if (n_bad > 0) {
-    spdlog::debug("{}: BF16 weight {} stays BF16 ({} rows that F16 would not hold to 2^-20)", name_,
-                  t.shape_string(), n_bad);
-    return Status::Ok();
+Result<int> CudaBackend::settle_weights(std::span<Tensor* const> ws) {
+  std::vector<Tensor*> bf;
+  for (Tensor* t : ws)
+    if (t && t->data && t->dtype == DType::kBF16) bf.push_back(t);
+  if (!bf16_as_f16_ || bf.empty()) return 0;
+  if (capturing_) return make_error(Code::kFailedPrecondition, "settle_weights inside run_graph");
+  if (failed()) return error_;
+  if (!use_device()) return error_;
+  int* bad = nullptr;  // (its own 4 bytes: a failure here keeps BF16 instead of failing the backend)
+  if (cudaMalloc(&bad, sizeof(int)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    spdlog::warn("{}: no device memory to check {} BF16 weights; they stay BF16", name_, bf.size());
+    return 0;
   }
-  SHOAL_CUDA_TRY(cuda::bf16_to_f16_in_place(static_cast<uint16_t*>(t.data), t.n_elements(), stream_));
-  t.dtype = DType::kF16;
-  ++bf16_as_f16_weights_;
-  return Status::Ok();
+  int n_bad = 0;
+  cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), stream_);
+  for (const Tensor* t : bf)
+    if (e == cudaSuccess)
+      e = cuda::bf16_rows_not_f16(static_cast<const uint16_t*>(t->data), t->rows(), t->cols(), bad, stream_);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(&n_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  cudaFree(bad);
+  if (!note(e, "settle_weights")) return error_;
+  if (n_bad > 0) {
+    spdlog::debug("{}: {} BF16 weights ({} first) stay BF16: {} rows that F16 would not hold to 2^-20", name_,
+                  bf.size(), bf[0]->shape_string(), n_bad);
+    return 0;
+  }
+  for (Tensor* t : bf) {
+    if (!note(cuda::bf16_to_f16_in_place(static_cast<uint16_t*>(t->data), t->n_elements(), stream_),
+              "bf16_to_f16_in_place"))
+      return error_;
+    t->dtype = DType::kF16;
+  }
+  bf16_as_f16_weights_ += bf.size();
+  return int(bf.size());
 }
 
 Status CudaBackend::to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) {

@@ -39,6 +39,9 @@ class CudaBackend final : public Backend {
   Result<Tensor> alloc_weight(DType dtype, std::initializer_list<int64_t> shape) override;
   Result<std::vector<Tensor>> alloc_weights(DType dtype, std::span<const std::array<int64_t, 2>> shapes) override;
   Status upload_weight(Tensor& t, const void* bytes, uint64_t nbytes) override;
+  /// The group's BF16 weights rewritten as F16 when every row of every one of them keeps its
+  /// values to 2^-20 normalised (cuda::bf16_rows_not_f16), else none; one device sync (load time).
+  Result<int> settle_weights(std::span<Tensor* const> ws) override;
   void free(Tensor& t) override;
   Status to_device(Tensor& t, const void* src, uint64_t nbytes, uint64_t offset) override;
   Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset) override;
@@ -137,9 +140,9 @@ class CudaBackend final : public Backend {
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
-  /// BF16 weights rewritten as F16 at upload (hold_bf16_as_f16; for tests).
+  /// BF16 weights rewritten as F16 by settle_weights so far (for tests).
   uint64_t bf16_as_f16_weights() const { return bf16_as_f16_weights_; }
-  /// Whether upload_weight rewrites BF16 weights as F16 where that keeps each row to 2^-20
+  /// Whether settle_weights rewrites BF16 weights as F16 where that keeps each row to 2^-20
   /// (on unless SHOAL_CUDA_BF16_AS_F16=0 at creation); for tests and comparisons.
   void set_bf16_as_f16(bool on) { bf16_as_f16_ = on; }
   /// Prefill inputs split into one 16-bit part instead of exact parts (BackendOptions::half_prefill,
@@ -204,11 +207,6 @@ class CudaBackend final : public Backend {
   /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
   cuda::WeightRef weight_ref(const Tensor& w) const;
-  /// After the upload of a BF16 weight t: rewrites it in place as F16 (t.dtype = kF16) when every
-  /// row keeps its values to 2^-20 normalised (cuda::bf16_rows_not_f16), so prefill products
-  /// take two f16 activation parts instead of three bf16 ones; leaves it BF16 otherwise. One
-  /// device sync (load time). Errors: CUDA errors.
-  Status hold_bf16_as_f16(Tensor& t);
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
   /// part when `half` (one_part).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half);
@@ -329,7 +327,7 @@ class CudaBackend final : public Backend {
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
   bool qgemm_ = false;            // gemm_quant for quantized prefill products
-  bool bf16_as_f16_ = true;       // hold_bf16_as_f16 at upload
+  bool bf16_as_f16_ = true;       // settle_weights rewrites BF16 as F16
   uint64_t bf16_as_f16_weights_ = 0;
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.
   // One buffer is enough: a launch that writes them runs after its PDL wait, i.e. after every

@@ -91,10 +91,10 @@ int64_t glu_part_ffns(Backend& b);
 /// Prefill inputs of the CUDA backend b so far taken as parts from the residual add just before
 /// them (MatmulOut::next); -1 if b is not a CUDA backend. For tests.
 int64_t split_handoffs(Backend& b);
-/// BF16 weights the CUDA backend b rewrote as F16 at upload (CudaBackend::hold_bf16_as_f16); -1
-/// if b is not a CUDA backend. For tests.
+/// BF16 weights the CUDA backend b rewrote as F16 (Backend::settle_weights) so far; -1 if b is not
+/// a CUDA backend. For tests.
 int64_t bf16_as_f16_weights(Backend& b);
-/// Turns that rewrite on or off for b's uploads from now on (no-op if b is not CUDA).
+/// Turns that rewrite on or off for b's settle_weights calls from now on (no-op if b is not CUDA).
 void set_bf16_as_f16(Backend& b, bool on);
 /// Whether b's device runs gemm_quant (false if b is not a CUDA backend).
 bool quant_gemm_available(Backend& b);

@@ -68,13 +68,14 @@ enum class CacheKind : int { kF32, kF16, kQ8_0 };
 /// and scales of cuda_util.h (the whole tensor's arrays, zeroed before the first chunk).
 cudaError_t repack_blocks(bool q4, const uint8_t* raw, int64_t first, int64_t n_blocks, int64_t cols, uint8_t* quants,
                           uint16_t* scales, cudaStream_t stream);
-/// BF16 weights held as F16 (CudaBackend::upload_weight): adds to *bad (device int) the number
+/// BF16 weights held as F16 (CudaBackend::settle_weights): adds to *bad (device int) the number
 /// of rows of the BF16 matrix w [rows, cols] that F16 would not hold: a value that is not finite
 /// or rounds to an infinite f16 (|v| > 65504), or a row whose rounding error sum (v - f16(v))^2
 /// exceeds 2^-40 sum v^2 (2^-20 normalised, below the f32 rounding of a dot product of more than
 /// 256 terms, sqrt(256) 2^-24). F16 holds every bf16 value of magnitude 2^-17 .. 65280 exactly;
-/// smaller ones move by at most 2^-25. Rows of N(0, sigma) values pass for sigma above ~0.0013
-/// (about 3e-4 of sigma 0.02 values move, to ~2^-26 normalised). Sums in f64.
+/// smaller ones move by at most 2^-25. A tensor of N(0, sigma) rows passes for sigma above
+/// ~0.002 (4096 columns) to ~0.003 (1024 columns); at sigma 0.02 about 2e-4 of the values move,
+/// rows to ~2^-26 normalised. Sums in f64.
 cudaError_t bf16_rows_not_f16(const uint16_t* w, int64_t rows, int64_t cols, int* bad, cudaStream_t stream);
 /// Rewrites the n BF16 values at w in place as F16 (round to nearest even).
 cudaError_t bf16_to_f16_in_place(uint16_t* w, int64_t n, cudaStream_t stream);

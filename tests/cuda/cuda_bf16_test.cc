@@ -112,22 +112,18 @@ TEST_F(CudaBf16Test, AGroupIsHeldWholeOrNotAtAll) {
   test::Dual b = weight(rows, cols, tiny, false);
   test::Dual c = weight(rows, cols, randn(rows * cols, 0.02f), false);
   test::Dual q8 = make_weight(DType::kQ8_0, {rows, cols});
-  {
-    Tensor* const group[] = {&a.g, &b.g, &q8.g};
+  // Settles {x, y, q8}; expects `held` rewritten and x, y then of dtype `want`.
+  auto settle = [&](test::Dual& x, test::Dual& y, int held, DType want) {
+    Tensor* const group[] = {&x.g, &y.g, &q8.g};
     const auto n = gpu_->settle_weights(group);
     ASSERT_TRUE(n.ok()) << n.status().to_string();
-    EXPECT_EQ(*n, 0);
-    EXPECT_EQ(a.g.dtype, DType::kBF16);
-    EXPECT_EQ(b.g.dtype, DType::kBF16);
+    EXPECT_EQ(*n, held);
+    EXPECT_EQ(x.g.dtype, want);
+    EXPECT_EQ(y.g.dtype, want);
     EXPECT_EQ(q8.g.dtype, DType::kQ8_0);
-  }
-  Tensor* const group[] = {&a.g, &c.g, &q8.g};
-  const auto n = gpu_->settle_weights(group);
-  ASSERT_TRUE(n.ok()) << n.status().to_string();
-  EXPECT_EQ(*n, 2);
-  EXPECT_EQ(a.g.dtype, DType::kF16);
-  EXPECT_EQ(c.g.dtype, DType::kF16);
-  EXPECT_EQ(q8.g.dtype, DType::kQ8_0);
+  };
+  settle(a, b, 0, DType::kBF16);
+  settle(a, c, 2, DType::kF16);
   for (test::Dual* w : {&a, &b, &c}) check_products(*w, 20);
 }
 

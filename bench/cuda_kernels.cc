@@ -548,6 +548,8 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
 // The decode steps' positions (--position; 576: a tg128 token after a 512-token prompt), each
 // timed on the same weights; the cache holds max(1024, largest position + 1) rows.
 std::vector<int32_t> g_positions = {576};
+// --gemv-rows: GEMV rows per block in the decode steps (probe::set_gemv_rows); 0: the defaults.
+int g_gemv_rows = 0;
 // --chain: steps of the chained decode (time_chain_ms) after the replays; 0: none.
 int g_chain_steps = 0;
 
@@ -673,6 +675,7 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
 
   auto backend = must(create_backend("cuda:" + std::to_string(device)));
   Backend& b = *backend;
+  probe::set_gemv_rows(g_gemv_rows);
   const ModelShape llama{"Llama-3-8B", 32, 4096, 14336, 32, 8, 128, 128256, false, false, true};
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true, false};
   if (sweep) {
@@ -771,6 +774,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->expected(1, 64)
       ->check(CLI::Range(0, 32767));
+  app.add_option("--gemv-rows", shoal::g_gemv_rows,
+                 "With --only: GEMV rows per block in the decode step (plain weights 1, 2 or 4; quantized 16 or "
+                 "32), 0 for the per-dtype defaults")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1, 2, 4, 16, 32}));
   app.add_option("--chain", shoal::g_chain_steps,
                  "With --only: also time this many chained steps from each position (graphs back to back, "
                  "with a copy of the id after each, with the host waiting for each id as generation does)")

@@ -1,18 +1,18 @@
-// Kernel launches with programmatic dependent launch (PDL, sm_90+): a kernel may be scheduled
-// while the previous one in the stream finishes, and waits (griddepcontrol.wait) for it before
-// touching memory. In a decode step of hundreds of small kernels this hides most of the launch
-// gap between them. Every kernel launched through launch() must call pdl_prologue() before it
-// touches memory that the previous kernel may write, and never lets the next kernel start before
-// its own wait (pdl_prologue waits first). (The vector and tensor-core GEMVs load their
-// first weights before it: weights are written only by uploads, i.e. copies, repack kernels and
-// the BF16-to-F16 rewrite of settle_weights, none of them directly followed by a GEMV. Decode attention reads pos (the backend checks
-// that advance_decode, the one kernel writing it, did not run just before), and with
-// AttnArgs::early_kv (after a KV write or a q/k/v GEMV with the RoPE epilogue, which write only
-// the step's rows) or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies)
-// the cache rows of earlier steps, before it; the GEMVs with GemvOpts::early_epilogue their bias
-// and the old y of a residual add: a kernel may start only once the previous one passed its own
-// wait, so everything before the previous kernel is complete; the backend takes these paths only
-// when the previous kernel did not write those bytes: kv_written_ and last_op_may_write() in
+// Kernel launches with programmatic dependent launch (PDL, sm_90+): a kernel may be scheduled while
+// the previous one in the stream finishes, and waits (griddepcontrol.wait) for it before touching
+// memory. In a decode step of hundreds of small kernels this hides most of the launch gap between
+// them. Every kernel launched through launch() must call pdl_prologue() before it touches memory
+// that the previous kernel may write, and never lets the next kernel start before its own wait
+// (pdl_prologue waits first). (The vector and tensor-core GEMVs load their first weights before it:
+// weights are written only by uploads, i.e. copies, repack kernels and the BF16-to-F16 rewrite of
+// settle_weights, none of them directly followed by a GEMV. Decode attention reads pos (the backend
+// checks that advance_decode, the one kernel writing it, did not run just before), and with
+// AttnArgs::early_kv (after a KV write or a q/k/v GEMV with the RoPE epilogue, which write only the
+// step's rows) or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies) the
+// cache rows of earlier steps, before it; the GEMVs with GemvOpts::early_epilogue their bias and
+// the old y of a residual add: a kernel may start only once the previous one passed its own wait,
+// so everything before the previous kernel is complete; the backend takes these paths only when the
+// previous kernel did not write those bytes: kv_written_ and last_op_may_write() in
 // cuda_backend.h.)
 // Only included by .cu files of src/backend/cuda/.
 #pragma once

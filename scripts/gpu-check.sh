@@ -80,7 +80,12 @@ if [ -x "$SHOAL" ]; then
         note "shoal check $arch $form kv=$kv cuda:0: $out"
       done
     done
-    # The same with one 16-bit activation part in the prefill products (the fixtures' BF16
+    # The HF folder again with its BF16 weights kept as BF16 (three bf16 activation parts, the
+    # BF16 stacked and fused paths), which settle_weights would otherwise hold as F16.
+    out=$(SHOAL_CUDA_BF16_AS_F16=0 "$SHOAL" --log-level warn check -m "$FIX/hf/$arch" \
+          --reference "$FIX/hf/$arch/reference.safetensors" --device cuda:0 --kv f32 2>&1 | tail -3 | tr '\n' ' ')
+    note "shoal check $arch hf kv=f32 cuda:0, BF16 kept (SHOAL_CUDA_BF16_AS_F16=0): $out"
+    # The HF folder with one 16-bit activation part in the prefill products (the fixtures' BF16
     # weights, held as F16 by settle_weights unless SHOAL_CUDA_BF16_AS_F16=0): the
     # error llama.cpp-style numerics give, for the record (the default tolerance may refuse it).
     # With an f16 cache the prompt's attention takes one part too (AttnArgs::one_part).

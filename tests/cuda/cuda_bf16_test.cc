@@ -1,7 +1,8 @@
 // BF16 weights held as F16 (Backend::settle_weights on CUDA): a group rewritten after its upload
 // where F16 keeps every row of every weight to 2^-20 normalised, so prefill products take two f16
-// activation parts instead of three bf16 ones; kept as BF16 otherwise, all of the group. The values against a host conversion, the products
-// and the embedding against the CPU reference (which keeps the BF16 weights).
+// activation parts instead of three bf16 ones; kept as BF16 otherwise, all of the group. The
+// values against a host conversion, the products and the embedding against the CPU reference
+// (which keeps the BF16 weights).
 #include <cstring>
 #include <limits>
 

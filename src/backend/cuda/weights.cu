@@ -2,7 +2,6 @@
 // cuda_util.h (the A fragments of mma.m16n8k16), so a GEMV lane loads its fragment of a 16-row
 // tile with one 16-byte load; BF16 weights rewritten as F16 where that keeps each row to 2^-20
 // normalised (prefill products then take two f16 activation parts instead of three bf16 ones).
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>

@@ -766,7 +766,7 @@ int main(int argc, char** argv) {
   app.add_flag("--prefill-attention", prefill_attention,
                "Ceilings and prefill attention (Llama-3-8B and Qwen3-0.6B heads, 512-4096 tokens) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
-  app.add_option("--only", only,
+  CLI::Option* only_opt = app.add_option("--only", only,
                  "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16 (with --prefill: "
                  "that model's prefill tables)");
   app.add_option("--position", shoal::g_positions,
@@ -778,7 +778,8 @@ int main(int argc, char** argv) {
                  "With --only: GEMV rows per block in the decode step (plain weights 1, 2 or 4; quantized 16 or "
                  "32), 0 for the per-dtype defaults")
       ->capture_default_str()
-      ->check(CLI::IsMember({0, 1, 2, 4, 16, 32}));
+      ->check(CLI::IsMember({0, 1, 2, 4, 16, 32}))
+      ->needs(only_opt);
   app.add_option("--chain", shoal::g_chain_steps,
                  "With --only: also time this many chained steps from each position (graphs back to back, "
                  "with a copy of the id after each, with the host waiting for each id as generation does)")

@@ -87,7 +87,7 @@ void attention_block(const ForwardContext& c, const LayerConfig& L, const LayerW
                    c.cfg->norm_eps, pos, freqs, rs, kv.k, kv.v, as, att);
   if (m == 0) return;
   Tensor o = rows(a.o, m);
-  block_output(c, w.wo, m == n ? att : att.rows_view(n - m, m), w.bo, w.post_attn_norm, x, o, next);
+  block_output(c, w.wo, att.rows_view(n - m, m), w.bo, w.post_attn_norm, x, o, next);
 }
 
 /// Dense FFN block: x += ffn(norm(in)); next as in block_output.
@@ -127,14 +127,15 @@ void forward_layers(const ForwardContext& c, const std::vector<LayerWeights>& we
     const LayerConfig& L = c.cfg->layers[size_t(l)];
     const LayerWeights& w = weights[size_t(l - first)];
     LayerCache& kv = cache[size_t(l - first)];
-    // The rows past attention: all n, or in the last layer the kept ones (xm of x, hm of h).
+    // The rows past attention: all n, or in the last layer the kept ones (xm: the last m of x;
+    // hm: the first m of h, where the FFN's normed input goes).
     const int m = l + 1 == end ? keep : n;
-    Tensor xm = m == n ? x : x.rows_view(n - m, m), hm = m == n ? h : h.rows_view(0, m);
+    Tensor xm = x.rows_view(n - m, m), hm = h.rows_view(0, m);
     if (c.cfg->parallel_block) {
       // x = x + attn(h) + ffn(h), both from the same normed input (Phi-1.5/2).
       norm(c, x, w.attn_norm, w.attn_norm_b, h);
       attention_block(c, L, w, kv, n, h, InputNorm{}, xm, m, nullptr);
-      if (m > 0) ffn_block(c, L, w, m, m == n ? h : h.rows_view(n - m, m), InputNorm{}, xm, nullptr);
+      if (m > 0) ffn_block(c, L, w, m, h.rows_view(n - m, m), InputNorm{}, xm, nullptr);
       continue;
     }
     // The norms the blocks after each residual add read x through (RMSNorm fused into their

@@ -185,6 +185,15 @@ class CudaBackend final : public Backend {
     Scratch slot = kGemmInput;
     /// Parts of an input: one (half), else hi + lo (f16) or hi + mid + lo (bf16).
     static int parts_of(bool half, bool bf16) { return half ? 1 : bf16 ? 3 : 2; }
+    /// An input of n rows of k values in parts_of(half, bf16) parts, not yet placed.
+    static GemmInput of(int64_t n, int64_t k, bool bf16, bool half) {
+      GemmInput in;
+      in.n = n;
+      in.k = k;
+      in.bf16 = bf16;
+      in.parts = parts_of(half, bf16);
+      return in;
+    }
   };
   /// Points in.x16 and in.inv_scale into scratch `slot` for in's n, k and parts. False on error
   /// (sticky).

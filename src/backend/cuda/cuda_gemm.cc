@@ -57,10 +57,7 @@ bool stack_glu(const Tensor& gate, const Tensor& up, int64_t columns) {
 
 bool CudaBackend::gemm_input(const float* x, int64_t n, int64_t k, bool bf16, bool half, const float* norm_w,
                              float eps, GemmInput& in) {
-  in.n = n;
-  in.k = k;
-  in.bf16 = bf16;
-  in.parts = GemmInput::parts_of(half, bf16);
+  in = GemmInput::of(n, k, bf16, half);
   if (half) ++half_inputs_;
   const auto& h = split_handoff_;  // (written by the op just before: ops_ counts this one)
   if (h.op != 0 && h.op + 1 == ops_ && h.x == x && h.norm_w == norm_w && h.eps == eps && h.in.n == n && h.in.k == k &&
@@ -171,11 +168,7 @@ bool CudaBackend::finish_product(const MatmulOut& o, const float* yp, int blocks
       (t == DType::kF16 || t == DType::kBF16)) {
     // The next block's input (its products' weights taken to be of o's kind) in the same pass,
     // in the slot src is not in (its inv_scale is read by every block of the pass).
-    GemmInput in;
-    in.n = n;
-    in.k = rows;
-    in.bf16 = t == DType::kBF16;
-    in.parts = GemmInput::parts_of(one_part(t), in.bf16);
+    GemmInput in = GemmInput::of(n, rows, t == DType::kBF16, one_part(t));
     if (!gemm_input_buffer(in, other_input(src.slot))) return false;
     const cudaError_t e =
         cuda::combine_split(yp, blocks, ld, lo, inv_scale, bias, y, n, rows, in.bf16, in.parts, cuda::f32(*next->w),
@@ -326,11 +319,7 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   GluProducts p;
   if (!glu_products(glu, gin, p)) return true;
   // Down's input parts in the slot gin is not in: glu_parts reads gin.inv_scale in every block.
-  GemmInput din;
-  din.n = n;
-  din.k = m;
-  din.parts = gin.parts;
-  din.bf16 = bf16;
+  GemmInput din = GemmInput::of(n, m, bf16, one_part(t));
   if (!gemm_input_buffer(din, other_input(gin.slot))) return true;
   if (!note(cuda::glu_parts(p.gate, p.gate_blocks, p.up, p.up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), bf16,
                             din.parts, const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_,

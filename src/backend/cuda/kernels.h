@@ -208,6 +208,8 @@ cudaError_t combine_glu(const float* gate, int gate_blocks, const float* up, int
 cudaError_t combine_split(const float* yp, int blocks, int64_t ld, float lo, const float* p_inv_scale,
                           const float* bias, float* y, int64_t n, int64_t k, bool bf16, int parts, const float* norm_w,
                           float eps, uint16_t* out, float* inv_scale, cudaStream_t stream);
+/// glu_parts' shift of the f16 low part (2^11); its products are summed with lo = 1 / kGluLoShift.
+constexpr float kGluLoShift = 2048.0f;
 /// The GLU of a prefill FFN as the down product's input (Backend::gated_ffn): h = act(g) * u of
 /// token t, with g, u as combine_glu sums them, written as `parts` 16-bit parts out [parts][n]
 /// [rows], one pass over gate and up where combine_glu then split_activations write h in f32
@@ -220,8 +222,6 @@ cudaError_t combine_split(const float* yp, int blocks, int64_t ld, float lo, con
 /// split_activations, scale 1, no shift.
 /// out_inv_scale[t] = 1 / scale[t]. Errors: cudaErrorInvalidValue unless rows and ld are
 /// multiples of 4, ld >= rows (0: rows), parts is in range and out is 8-byte aligned.
-/// glu_parts' shift of the f16 low part (2^11); its products are summed with lo = 1 / kGluLoShift.
-constexpr float kGluLoShift = 2048.0f;
 cudaError_t glu_parts(const float* gate, int gate_blocks, const float* up, int up_blocks, int64_t n, int64_t rows,
                       const float* inv_scale, Act act, bool bf16, int parts, uint16_t* out, float* out_inv_scale,
                       cudaStream_t stream, int64_t ld = 0);

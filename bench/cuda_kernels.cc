@@ -766,9 +766,10 @@ int main(int argc, char** argv) {
   app.add_flag("--prefill-attention", prefill_attention,
                "Ceilings and prefill attention (Llama-3-8B and Qwen3-0.6B heads, 512-4096 tokens) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
-  CLI::Option* only_opt = app.add_option("--only", only,
-                 "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16 (with --prefill: "
-                 "that model's prefill tables)");
+  CLI::Option* only_opt =
+      app.add_option("--only", only,
+                     "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16 (with --prefill: "
+                     "that model's prefill tables)");
   app.add_option("--position", shoal::g_positions,
                  "Positions of the decode steps, each timed on the same weights (the cache holds at least 1024 rows)")
       ->capture_default_str()

@@ -26,6 +26,8 @@ void check_codec(const Message& m) {
 void check_frame(const Message& m, uint32_t d_model, uint32_t context) {
   auto f = decode_frame(m, FrameLimits{d_model, context});
   if (!f.ok()) return;
+  const size_t rows = size_t(frame_rows(f->header));
+  if (rows > f->header.n_tokens || f->data.size() != rows * d_model * hop_dtype_size(f->header.dtype)) std::abort();
   if (encode_frame(f->header, f->data).payload != m.payload) std::abort();
 }
 

@@ -180,6 +180,40 @@ TEST(PoolHost, SameTokensAsOneSliceGreedyAndSeeded) {
   EXPECT_EQ(pool_ids(*p->host, long_prompt, 12, greedy()), local_ids(stories(), long_prompt, 12, greedy()));
 }
 
+// The last worker keeps only the rows the host's head reads: prefill frames before the last come
+// back with none, the last prefill frame and each decode step with one. When a worker does not
+// announce kCapKeepRows (one from before it), the host asks for every row. Same ids either way.
+TEST(PoolHost, TheLastWorkerSendsOnlyTheRowsTheHeadReads) {
+  std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  for (int32_t i = 0; prompt.size() < 37; ++i) prompt.push_back(30 + (i * 37) % 400);  // frames of 16, 16, 5
+  const auto want = local_ids(stories(), prompt, 6, greedy());
+  for (bool old_first_worker : {false, true}) {
+    SCOPED_TRACE(old_first_worker);
+    HostOptions o = host_opts(stories());
+    o.spread = true;  // chain order w1, w2
+    o.split = {{0, 1}, {2, 3}, {4, 4}};
+    auto p = std::make_unique<Pool>();
+    auto h = Host::open(o, tcp_network());
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    p->host = std::move(*h);
+    WorkerOptions w1 = worker_opts(p->host->address(), "w1");
+    w1.keep_rows = !old_first_worker;
+    p->add_worker(w1);
+    p->add_worker(worker_opts(p->host->address(), "w2"));
+    ASSERT_TRUE(p->host->wait_for_workers(2, Millis(20000)).ok());
+    ASSERT_TRUE(p->host->ensure_plan().ok());
+    EXPECT_EQ(pool_ids(*p->host, prompt, 6, greedy()), want);
+    const WorkerState first = p->workers[0]->state(), last = p->workers[1]->state();
+    EXPECT_EQ(first.end, 4);
+    EXPECT_EQ(last.end, 5);
+    ASSERT_EQ(first.frames, last.frames);
+    ASSERT_GE(first.frames, 4u);  // 3 prefill frames, then decode steps of one token
+    const uint64_t decode_steps = first.frames - 3;
+    EXPECT_EQ(first.rows_sent, 37 + decode_steps);
+    EXPECT_EQ(last.rows_sent, old_first_worker ? 37 + decode_steps : 1 + decode_steps);
+  }
+}
+
 TEST(PoolHost, ANewPlanReplaysTheCachedPrefix) {
   const std::vector<int32_t> prompt = {1, 291, 376, 400, 428};  // "The little dog"
   HostOptions o = host_opts(stories());

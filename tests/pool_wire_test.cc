@@ -501,6 +501,31 @@ TEST(Frame, HeaderLayoutByHand) {
   EXPECT_EQ(encode_frame(h, Bytes{0xAB}).payload, want);
 }
 
+// The last worker returns only the rows the host's head reads: the frame's last one, or none.
+TEST(Frame, KeptRowsCarryOnlyTheRowsTheHeadReads) {
+  Message last = sample_frame(3, HopDType::kF16, 16);
+  last.payload[15] = kFrameHeadReadsLast | kFrameRowsKept;
+  auto f = decode_frame(last, kLimits);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->header.n_tokens, 3);
+  EXPECT_EQ(frame_rows(f->header), 1);
+  EXPECT_EQ(f->data.size(), 16u);
+  Message none = sample_frame(3, HopDType::kF32, 0);
+  none.payload[15] = kFrameHeadReadsNone | kFrameRowsKept;
+  f = decode_frame(none, kLimits);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(frame_rows(f->header), 0);
+  EXPECT_TRUE(f->data.empty());
+  // The requests alone (on their way to the last worker) still carry every row.
+  for (uint8_t flags : {kFrameHeadReadsLast, kFrameHeadReadsNone}) {
+    Message m = sample_frame(3, HopDType::kF16, 48);
+    m.payload[15] = flags;
+    f = decode_frame(m, kLimits);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    EXPECT_EQ(frame_rows(f->header), 3);
+  }
+}
+
 TEST(FrameMalformed, ShorterThanItsHeader) {
   Message m{MsgType::kFrame, Bytes(19)};
   expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "frame payload ends inside field 'reserved'");
@@ -521,6 +546,33 @@ TEST(FrameMalformed, UnknownFlag) {
   Message m = sample_frame(1, HopDType::kF16, 16);
   m.payload[15] = 0x81;  // want-all-logits plus an unknown bit
   expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "unknown bits 0x80");
+}
+
+TEST(FrameMalformed, MoreThanOneRowsTheHeadReads) {
+  for (uint8_t flags : {uint8_t(kFrameHeadReadsLast | kFrameHeadReadsNone), uint8_t(kFrameWantAllLogits | kFrameHeadReadsLast),
+                        uint8_t(kFrameWantAllLogits | kFrameHeadReadsNone | kFrameRowsKept)}) {
+    Message m = sample_frame(1, HopDType::kF16, 16);
+    m.payload[15] = flags;
+    expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "more than one of the rows the head reads");
+  }
+}
+
+TEST(FrameMalformed, RowsKeptWithoutTheRowsTheHeadReads) {
+  for (uint8_t flags : {kFrameRowsKept, uint8_t(kFrameWantAllLogits | kFrameRowsKept)}) {
+    Message m = sample_frame(1, HopDType::kF16, 16);
+    m.payload[15] = flags;
+    expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "rows kept without the rows the head reads");
+  }
+}
+
+TEST(FrameMalformed, KeptRowsWithTheDataOfEveryToken) {
+  Message m = sample_frame(3, HopDType::kF16, 48);
+  m.payload[15] = kFrameHeadReadsLast | kFrameRowsKept;
+  expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt,
+                "frame carries 48 bytes of hidden state; 1 kept rows x 8 wide x 2 bytes (f16) = 16 expected");
+  m = sample_frame(3, HopDType::kF16, 16);
+  m.payload[15] = kFrameHeadReadsNone | kFrameRowsKept;
+  expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "16 bytes of hidden state; 0 kept rows");
 }
 
 TEST(FrameMalformed, UnknownDtype) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/half.h"
 #include "runtime/local_model.h"
 #include "runtime/slice.h"
 #include "test_util.h"
@@ -60,6 +61,122 @@ TEST(Slice, ChainedSlicesEqualOneSlice) {
   ASSERT_TRUE((*b)->forward(in2, out).ok());
   ASSERT_EQ(out.logits.size(), ref.logits.size());
   EXPECT_EQ(std::memcmp(out.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0);
+}
+
+// A slice that ends the model without the head (a pool's last worker) keeps only the rows the
+// host's head reads: keep_rows 1 gives the last row of the all-rows step, keep_rows 0 only fills
+// the cache; the head-only slice on the kept row gives the whole model's last logits.
+TEST(Slice, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok());
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  const int L = m->config.n_layers, d = m->config.d_model;
+  const size_t V = size_t(m->config.vocab_size);
+  auto load = [&](SliceSpec spec) {
+    auto s = Slice::load(*m->file, m->config, m->weights, spec, {}, **backend);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  auto whole = load({0, L, true, true}), a = load({0, 2, true, false}), b = load({2, L, false, false});
+  auto head = load({L, L, false, true});
+  ASSERT_TRUE(whole && a && b && head);
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66};
+  const int n = int(ids.size());
+  StepInput in;
+  in.n = n;
+  in.ids = ids.data();
+  StepOutput ref;
+  ref.mode = HeadMode::kLogitsAll;
+  ASSERT_TRUE(whole->forward(in, ref).ok());
+  std::vector<float> mid(size_t(n) * d), all(size_t(n) * d);
+  StepOutput to_mid;
+  to_mid.hidden = mid.data();
+  ASSERT_TRUE(a->forward(in, to_mid).ok());
+  StepInput hop;
+  hop.n = n;
+  hop.hidden = mid.data();
+  StepOutput every;
+  every.hidden = all.data();
+  ASSERT_TRUE(b->forward(hop, every).ok());
+  // The first rows again with keep_rows 0 (only their K/V), then the rest with the last row kept.
+  const int split = 5;
+  std::vector<float> kept(size_t(d), -7.0f), untouched(size_t(d), -7.0f);
+  StepInput first = hop, rest = hop;
+  first.n = split;
+  rest.n = n - split;
+  rest.pos0 = split;
+  rest.hidden = mid.data() + size_t(split) * d;
+  StepOutput none, last;
+  none.hidden = untouched.data();
+  none.keep_rows = 0;
+  last.hidden = kept.data();
+  last.keep_rows = 1;
+  ASSERT_TRUE(b->forward(first, none).ok());
+  ASSERT_TRUE(b->forward(rest, last).ok());
+  EXPECT_EQ(untouched, std::vector<float>(size_t(d), -7.0f));
+  for (int i = 0; i < d; ++i) {
+    const float want = all[size_t(n - 1) * d + size_t(i)];
+    ASSERT_NEAR(kept[size_t(i)], want, 1e-5f * (1.0f + std::fabs(want))) << i;
+  }
+  StepInput row;
+  row.n = 1;
+  row.pos0 = n - 1;  // the head-only slice caches nothing: any position continues it
+  row.hidden = kept.data();
+  StepOutput logits;
+  logits.mode = HeadMode::kLogitsLast;
+  ASSERT_TRUE(head->forward(row, logits).ok());
+  ASSERT_EQ(logits.logits.size(), V);
+  const float* want = ref.logits.data() + size_t(n - 1) * V;
+  for (size_t i = 0; i < V; ++i) ASSERT_NEAR(logits.logits[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+  // f16 hops: the kept row is the all-rows step's last row.
+  std::vector<uint16_t> all16(size_t(n) * d), kept16(static_cast<size_t>(d));
+  StepOutput every16, last16;
+  every16.hidden = all16.data();
+  every16.hidden_dtype = DType::kF16;
+  last16.hidden = kept16.data();
+  last16.hidden_dtype = DType::kF16;
+  last16.keep_rows = 1;
+  ASSERT_TRUE(b->forward(hop, every16).ok());
+  ASSERT_TRUE(b->forward(hop, last16).ok());
+  for (int i = 0; i < d; ++i) {
+    const float want = f16_to_f32(all16[size_t(n - 1) * d + size_t(i)]);
+    ASSERT_NEAR(f16_to_f32(kept16[size_t(i)]), want, 2e-3f * (1.0f + std::fabs(want))) << i;  // an f16 step
+  }
+}
+
+TEST(Slice, KeepRowsOnlyWhereTheSliceEndsTheModelWithoutTheHead) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok());
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  const int L = m->config.n_layers, d = m->config.d_model;
+  std::vector<float> x(size_t(4) * d, 0.25f), y(size_t(4) * d);
+  const std::vector<int32_t> ids = {1, 403, 407, 261};
+  struct Case {
+    SliceSpec spec;
+    int keep;
+    const char* error;
+  };
+  for (const Case& c : {Case{{0, 2, true, false}, 1, "only a slice without the head that ends the model keeps rows"},
+                        Case{{0, L, true, true}, 1, "with the head"},
+                        Case{{2, L, false, false}, 5, "5 rows kept of a 4-token step"},
+                        Case{{2, L, false, false}, -2, "-2 rows kept"}}) {
+    SCOPED_TRACE(c.error);
+    auto s = Slice::load(*m->file, m->config, m->weights, c.spec, {}, **backend);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    StepInput in;
+    in.n = 4;
+    if (c.spec.embed) in.ids = ids.data();
+    else in.hidden = x.data();
+    StepOutput out;
+    out.hidden = y.data();
+    out.keep_rows = c.keep;
+    const Status st = (*s)->forward(in, out);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument);
+    EXPECT_NE(st.message().find(c.error), std::string::npos) << st.message();
+    EXPECT_EQ((*s)->n_past(), 0);
+  }
 }
 
 // A head that reads only the last row skips the last layer's output projection and FFN for the

@@ -386,6 +386,8 @@ Status Host::plan_once() {
   }
   Chain c;
   c.epoch = epoch;
+  c.keep_rows = std::all_of(chain.begin(), chain.end(),
+                            [](const Member* m) { return (m->hello.capabilities & kCapKeepRows) != 0; });
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& s = plan.stages[i + 1];
     c.stages.push_back({fmt::format("worker '{}' (layers {}-{})", chain[i]->name, s.first, s.last()), chain[i]->link.get()});

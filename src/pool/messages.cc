@@ -1,5 +1,6 @@
 #include "pool/messages.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "pool/address.h"
@@ -194,6 +195,11 @@ Message encode_frame(const FrameHeader& h, std::span<const uint8_t> data) {
   return out;
 }
 
+int frame_rows(const FrameHeader& h) {
+  if (!(h.flags & kFrameRowsKept)) return h.n_tokens;
+  return (h.flags & kFrameHeadReadsLast) ? std::min<int>(h.n_tokens, 1) : 0;
+}
+
 Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
   if (m.type != MsgType::kFrame) {
     return make_error(Code::kCorrupt, "expected a frame message, got {}", msg_type_name(m.type));
@@ -210,6 +216,15 @@ Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
   if (const uint8_t unknown = h.flags & uint8_t(~kFrameKnownFlags); unknown != 0) {
     return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}, unknown bits 0x{:02x}", h.flags, unknown);
   }
+  const uint8_t reads = h.flags & (kFrameWantAllLogits | kFrameHeadReadsLast | kFrameHeadReadsNone);
+  if ((reads & (reads - 1)) != 0) {
+    return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}: more than one of the rows the head reads",
+                      h.flags);
+  }
+  if ((h.flags & kFrameRowsKept) && !(reads & (kFrameHeadReadsLast | kFrameHeadReadsNone))) {
+    return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}: rows kept without the rows the head reads",
+                      h.flags);
+  }
   if (h.dtype != HopDType::kF32 && h.dtype != HopDType::kF16) {
     return make_error(Code::kCorrupt, "frame field 'dtype' is {}, expected 0 (f32) or 1 (f16)",
                       static_cast<int>(h.dtype));
@@ -221,13 +236,13 @@ Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
     return make_error(Code::kOutOfRange, "frame positions {}..{} exceed the context length {}", h.pos,
                       uint64_t(h.pos) + h.n_tokens - 1, limits.context_length);
   }
-  const uint64_t want = uint64_t(h.n_tokens) * limits.d_model * hop_dtype_size(h.dtype);
+  const int rows = frame_rows(h);
+  const uint64_t want = uint64_t(rows) * limits.d_model * hop_dtype_size(h.dtype);
   f.data = r.rest();
   if (f.data.size() != want) {
-    return make_error(Code::kCorrupt,
-                      "frame carries {} bytes of hidden state; {} tokens x {} wide x {} bytes ({}) = {} expected",
-                      f.data.size(), h.n_tokens, limits.d_model, hop_dtype_size(h.dtype),
-                      hop_dtype_name(h.dtype), want);
+    return make_error(Code::kCorrupt, "frame carries {} bytes of hidden state; {} {} x {} wide x {} bytes ({}) = {} expected",
+                      f.data.size(), rows, rows == h.n_tokens ? "tokens" : "kept rows", limits.d_model,
+                      hop_dtype_size(h.dtype), hop_dtype_name(h.dtype), want);
   }
   return f;
 }

@@ -55,9 +55,18 @@ inline size_t hop_dtype_size(HopDType t) { return t == HopDType::kF32 ? 4 : 2; }
 // Hello capability bits; unknown bits from newer peers are ignored.
 inline constexpr uint64_t kCapHopF32 = 1u << 0;
 inline constexpr uint64_t kCapHopF16 = 1u << 1;
-// Frame flag bits; unknown bits make the frame malformed.
+// The peer reads kFrameHeadReadsLast / kFrameHeadReadsNone and, when it runs the model's last
+// layer, returns only the rows the head reads (kFrameRowsKept).
+inline constexpr uint64_t kCapKeepRows = 1u << 2;
+// Frame flag bits; unknown bits make the frame malformed. At most one of the first three; the
+// host sets one of them only when every worker of the chain announced kCapKeepRows.
 inline constexpr uint8_t kFrameWantAllLogits = 1u << 0;  // the host wants logits at every position
-inline constexpr uint8_t kFrameKnownFlags = kFrameWantAllLogits;
+inline constexpr uint8_t kFrameHeadReadsLast = 1u << 1;  // the host's head reads the frame's last row only
+inline constexpr uint8_t kFrameHeadReadsNone = 1u << 2;  // the host's head reads no row (a prefill frame before the last)
+// Set by the stage that ran the model's last layer on a kFrameHeadReads* frame: the data holds
+// only the rows the head reads (the last one, or none).
+inline constexpr uint8_t kFrameRowsKept = 1u << 3;
+inline constexpr uint8_t kFrameKnownFlags = kFrameWantAllLogits | kFrameHeadReadsLast | kFrameHeadReadsNone | kFrameRowsKept;
 
 /// server -> client, first message on every connection.
 struct Challenge {
@@ -271,7 +280,7 @@ std::pair<uint32_t, uint32_t> payload_bounds();
 
 // ---- frames ---------------------------------------------------------------------------------
 
-/// Fixed part of a frame payload (20 bytes), followed by n_tokens x d_model values of dtype.
+/// Fixed part of a frame payload (20 bytes), followed by frame_rows() x d_model values of dtype.
 struct FrameHeader {
   uint64_t seq = 0;       // sequence (conversation) id
   uint32_t pos = 0;       // position of the first token
@@ -298,15 +307,20 @@ struct FrameLimits {
   uint32_t context_length = 0;  // pos + n_tokens must not exceed it
 };
 
+/// The rows of hidden state a frame carries: n_tokens, or with kFrameRowsKept the rows the head
+/// reads (1 for kFrameHeadReadsLast, 0 for kFrameHeadReadsNone: the last rows of the frame).
+int frame_rows(const FrameHeader& h);
+
 /// A decoded frame; `data` points into the Message it came from (valid while that lives).
 struct FrameView {
   FrameHeader header;
-  std::span<const uint8_t> data;  // [n_tokens, d_model] values of header.dtype, little-endian
+  std::span<const uint8_t> data;  // [frame_rows(header), d_model] values of header.dtype, little-endian
 };
 
-/// Builds a frame message; data must be n_tokens x d_model values of h.dtype (not checked here).
+/// Builds a frame message; data must be frame_rows(h) x d_model values of h.dtype (not checked here).
 Message encode_frame(const FrameHeader& h, std::span<const uint8_t> data);
-/// Checks every header field and that the data is exactly n_tokens x d_model x dtype size bytes.
+/// Checks every header field (flags: known bits, at most one request, kFrameRowsKept only with
+/// a kFrameHeadReads* bit) and that the data is exactly frame_rows x d_model x dtype size bytes.
 Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits);
 
 }  // namespace shoal::pool

@@ -175,7 +175,13 @@ Status PoolPipeline::forward_chain(std::span<const int32_t> ids, int64_t pos0, S
   const bool per_row = out.mode == HeadMode::kLogitsAll || out.mode == HeadMode::kArgmaxAll;
   const size_t n_frames = (ids.size() + kFrameTokens - 1) / kFrameTokens;
   const FrameKind kind = ids.size() == 1 ? FrameKind::kDecode : FrameKind::kPrefill;
-  const uint8_t flags = out.mode == HeadMode::kLogitsAll ? kFrameWantAllLogits : 0;
+  // The rows the head reads of each frame: all of them, or (when every worker can keep rows) the
+  // last frame's last row and none of the others, so the last worker computes and sends no more.
+  auto flags_of = [&](bool last) -> uint8_t {
+    if (out.mode == HeadMode::kLogitsAll) return kFrameWantAllLogits;
+    if (per_row || !chain_.keep_rows) return 0;
+    return last && out.mode != HeadMode::kNone ? kFrameHeadReadsLast : kFrameHeadReadsNone;
+  };
   const FrameLimits limits{uint32_t(cfg_.d_model), uint32_t(opts_.n_ctx)};
   std::vector<float> logits;
   std::vector<int32_t> row_ids;
@@ -183,7 +189,7 @@ Status PoolPipeline::forward_chain(std::span<const int32_t> ids, int64_t pos0, S
   while (done < n_frames) {
     for (; sent < n_frames && sent - done < size_t(kFramesInFlight); ++sent) {
       const size_t first = sent * kFrameTokens, n = std::min<size_t>(kFrameTokens, ids.size() - first);
-      SHOAL_RETURN_IF_ERROR(send_frame(ids.subspan(first, n), pos0 + int64_t(first), kind, flags));
+      SHOAL_RETURN_IF_ERROR(send_frame(ids.subspan(first, n), pos0 + int64_t(first), kind, flags_of(sent + 1 == n_frames)));
     }
     auto m = chain_.in->recv(kWatchSlice);
     if (!m.ok()) {
@@ -196,20 +202,31 @@ Status PoolPipeline::forward_chain(std::span<const int32_t> ids, int64_t pos0, S
     if (!f.ok()) return fail(f.status().with_context(chain_.in->name()));
     const size_t first = done * kFrameTokens, n = std::min<size_t>(kFrameTokens, ids.size() - first);
     const FrameHeader& h = f->header;
-    if (h.seq != chain_.epoch || int64_t(h.pos) != pos0 + int64_t(first) || h.n_tokens != n) {
-      return fail(make_error(Code::kCorrupt, "{} returned frame seq {} at {} x {} tokens, expected seq {} at {} x {}",
-                             chain_.in->name(), h.seq, h.pos, h.n_tokens, chain_.epoch, pos0 + int64_t(first), n));
-    }
     const bool last = done + 1 == n_frames;
-    StepInput in;
-    in.n = int(n);
-    in.pos0 = h.pos;
-    in.hidden = f->data.data();
-    in.hidden_dtype = to_dtype(h.dtype);
+    const uint8_t sent_flags = flags_of(last);
+    if (h.seq != chain_.epoch || int64_t(h.pos) != pos0 + int64_t(first) || h.n_tokens != n ||
+        (h.flags & ~kFrameRowsKept) != sent_flags) {
+      return fail(make_error(Code::kCorrupt,
+                             "{} returned frame seq {} at {} x {} tokens, flags 0x{:02x}; expected seq {} at {} x {}, "
+                             "flags 0x{:02x}",
+                             chain_.in->name(), h.seq, h.pos, h.n_tokens, h.flags, chain_.epoch,
+                             pos0 + int64_t(first), n, sent_flags));
+    }
+    // Rows kept by the last worker are the frame's last ones (frame_rows).
+    const int rows = frame_rows(h);
     StepOutput part;
     part.mode = (last || per_row) ? out.mode : HeadMode::kNone;
     part.top_k = out.top_k;
-    SHOAL_RETURN_IF_ERROR(head_->forward(in, part));
+    if (rows < head_rows(part.mode, int(n))) {
+      return fail(make_error(Code::kCorrupt, "{} returned {} rows of a {}-token frame whose head reads {}",
+                             chain_.in->name(), rows, n, head_rows(part.mode, int(n))));
+    }
+    StepInput in;
+    in.n = rows;
+    in.pos0 = int64_t(h.pos) + int64_t(n) - rows;
+    in.hidden = f->data.data();
+    in.hidden_dtype = to_dtype(h.dtype);
+    if (rows > 0) SHOAL_RETURN_IF_ERROR(head_->forward(in, part));
     if (per_row) {
       logits.insert(logits.end(), part.logits.begin(), part.logits.end());
       row_ids.insert(row_ids.end(), part.ids.begin(), part.ids.end());

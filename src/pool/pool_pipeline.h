@@ -37,6 +37,7 @@ struct Chain {
   std::unique_ptr<Link> out;        // host -> first worker
   std::unique_ptr<Link> in;         // last worker -> host
   std::vector<RemoteStage> stages;  // chain order
+  bool keep_rows = false;           // every worker announced kCapKeepRows: frames say which rows the head reads
 };
 
 class PoolPipeline final : public Pipeline {
@@ -73,6 +74,9 @@ class PoolPipeline final : public Pipeline {
   uint64_t weight_bytes() const;
 
  private:
+  /// Sends ids around the chain in frames of kFrameTokens (kFramesInFlight at once) and runs the
+  /// head on what comes back: with chain_.keep_rows, only the rows the head reads come back.
+  /// Errors: kCorrupt (a frame back with another seq, position, count or flags), link errors.
   Status forward_chain(std::span<const int32_t> ids, int64_t pos0, StepOutput& out);
   Status send_frame(std::span<const int32_t> ids, int64_t pos, FrameKind kind, uint8_t flags);
   // The first remote stage whose control link is down, named; Ok if none.

@@ -131,7 +131,7 @@ Status Worker::join() {
   h.mem_lent = opts_.mem > 0 ? opts_.mem : backend_->free_memory() / uint64_t(std::max(1, opts_.mem_share));
   h.matmul_gflops = float(std::min(probe.matmul_gflops, double(kMaxSpeed)));
   h.mem_gbps = float(std::min(probe.mem_gbps, double(kMaxSpeed)));
-  h.capabilities = kCapHopF32 | kCapHopF16;
+  h.capabilities = kCapHopF32 | kCapHopF16 | (opts_.keep_rows ? kCapKeepRows : 0);
   h.name = printable_text(opts_.name, kMaxNameLen);
   h.device_name = printable_text(backend_->name(), kMaxNameLen);
   SHOAL_RETURN_IF_ERROR((*conn)->send(encode(h)));
@@ -254,6 +254,7 @@ Status Worker::handle_assign(const Assign& a) {
     std::lock_guard lock(state_mu_);
     state_.epoch = a.plan_epoch;
     state_.frames = 0;
+    state_.rows_sent = 0;
     bytes = state_.bytes_loaded;
   }
   spdlog::info("{} ready: {} read from the file in {:.2f} s", label_, format_bytes(bytes), seconds);
@@ -312,6 +313,7 @@ Status Worker::serve_frame(const Message& m, Link& down) {
   SHOAL_ASSIGN_OR_RETURN(FrameView f, decode_frame(m, FrameLimits{assign_.d_model, assign_.context_length}));
   const int n = f.header.n_tokens;
   if (n > kFrameTokens) return make_error(Code::kOutOfRange, "frame of {} tokens (at most {})", n, kFrameTokens);
+  if (f.header.flags & kFrameRowsKept) return make_error(Code::kCorrupt, "a frame with rows kept reached a worker");
   StepInput in;
   in.n = n;
   in.pos0 = f.header.pos;
@@ -319,16 +321,23 @@ Status Worker::serve_frame(const Message& m, Link& down) {
   in.hidden_dtype = f.header.dtype == HopDType::kF16 ? DType::kF16 : DType::kF32;
   FrameHeader h = f.header;
   h.dtype = assign_.hop_dtype;
+  // The stage that runs the model's last layer keeps only the rows the host's head reads.
+  const bool ends_model = assign_.last_layer + 1 == assign_.n_layers;
+  if (ends_model && (h.flags & (kFrameHeadReadsLast | kFrameHeadReadsNone))) h.flags |= kFrameRowsKept;
+  const int rows = frame_rows(h);
   Message out = encode_frame(h, {});
-  out.payload.resize(kFrameHeaderSize + size_t(n) * assign_.d_model * hop_dtype_size(h.dtype));
+  out.payload.resize(kFrameHeaderSize + size_t(rows) * assign_.d_model * hop_dtype_size(h.dtype));
   StepOutput so;
   so.hidden = out.payload.data() + kFrameHeaderSize;
   so.hidden_dtype = h.dtype == HopDType::kF16 ? DType::kF16 : DType::kF32;
+  if (rows != n) so.keep_rows = rows;
   SHOAL_RETURN_IF_ERROR(slice_->forward(in, so));
-  SHOAL_RETURN_IF_ERROR(down.send(out));
-  std::lock_guard lock(state_mu_);
-  ++state_.frames;
-  return Status::Ok();
+  {
+    std::lock_guard lock(state_mu_);  // before the send: once the host has the frame, the state counts it
+    ++state_.frames;
+    state_.rows_sent += uint64_t(rows);
+  }
+  return down.send(out);
 }
 
 }  // namespace shoal::pool

@@ -43,6 +43,7 @@ struct WorkerOptions {
   std::string data_listen;  // hop listener; empty: the local address that reaches the host, port 0
   HopOptions hops;          // heartbeats and timeouts of every connection
   Millis probe_budget{200};
+  bool keep_rows = true;    // announce kCapKeepRows (false: hello as a worker from before it)
 };
 
 /// Where a worker is; for tests and logs.
@@ -50,7 +51,8 @@ struct WorkerState {
   uint64_t epoch = 0;          // plan of the current assignment (0: none yet)
   int first = 0, end = 0;      // layers [first, end) loaded
   uint64_t bytes_loaded = 0;   // file bytes read for the current slice
-  uint64_t frames = 0;         // frames served
+  uint64_t frames = 0;         // frames run through the slice (counted before they are sent on)
+  uint64_t rows_sent = 0;      // hidden-state rows sent on in them (fewer than their tokens when rows are kept)
 };
 
 class Worker {

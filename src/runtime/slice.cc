@@ -265,10 +265,21 @@ int head_rows(HeadMode mode, int n) {
   return n;
 }
 
-Status Slice::check_head(const StepOutput& out) const {
+Status Slice::check_output(const StepOutput& out, int n) const {
   if (spec_.head && out.mode == HeadMode::kTopKLast && (out.top_k < 1 || out.top_k > 256 || out.top_k > cfg_.vocab_size))
     return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
+  if (out.keep_rows == -1) return Status::Ok();
+  if (spec_.head || spec_.end != cfg_.n_layers)
+    return make_error(Code::kInvalidArgument, "only a slice without the head that ends the model keeps rows (layers {}-{} of {}{})",
+                      spec_.first, spec_.end - 1, cfg_.n_layers, spec_.head ? ", with the head" : "");
+  if (out.keep_rows < 0 || out.keep_rows > n)
+    return make_error(Code::kInvalidArgument, "{} rows kept of a {}-token step", out.keep_rows, n);
   return Status::Ok();
+}
+
+int Slice::kept_rows(int n, const StepOutput& out) const {
+  if (spec_.head) return head_rows(out.mode, n);
+  return out.keep_rows < 0 ? n : out.keep_rows;
 }
 
 void Slice::run_head(int n, const StepOutput& out) {
@@ -315,7 +326,8 @@ Status Slice::upload_step(const StepInput& in) {
   const int64_t d = cfg_.d_model;
   if (n < 1 || n > opts_.max_tokens)
     return make_error(Code::kOutOfRange, "{} tokens in one step (1..{})", n, opts_.max_tokens);
-  if (in.pos0 < 0 || in.pos0 > n_past_)
+  // A slice without layers (the pool host's head) caches nothing, so any position continues it.
+  if (in.pos0 < 0 || (spec_.first < spec_.end && in.pos0 > n_past_))
     return make_error(Code::kOutOfRange, "step at position {} does not continue the cache (at {})", in.pos0, n_past_);
   if (in.pos0 + n > opts_.n_ctx)
     return make_error(Code::kOutOfRange, "positions {}..{} exceed the context of {} tokens", in.pos0, in.pos0 + n - 1,
@@ -339,8 +351,11 @@ Status Slice::upload_step(const StepInput& in) {
 
 uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained) const {
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  return uint64_t(in.n) | (uint64_t(spec_.head ? int(out.mode) + 1 : 0) << 16) | (uint64_t(out.top_k) << 24) |
-         (uint64_t(in.hidden_dtype == DType::kF16) << 40) | (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
+  // Bits 16..31: the head's mode and top-k, or for a slice without one the rows it drops.
+  const uint64_t output = spec_.head ? uint64_t(int(out.mode) + 1) | (uint64_t(out.top_k) << 8)
+                                     : uint64_t(in.n - kept_rows(in.n, out));
+  return uint64_t(in.n) | (output << 16) | (uint64_t(in.hidden_dtype == DType::kF16) << 40) |
+         (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
 }
 
 Status Slice::run_step(uint64_t key, int64_t keys, int n, const std::function<void()>& record) {
@@ -363,29 +378,32 @@ void Slice::record_step(const StepInput& in, const StepOutput& out) {
     Tensor hop = hop_.rows_view(0, n);
     be.convert(hop, x);
   }
-  forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n, spec_.head ? head_rows(out.mode, n) : n);
+  const int keep = kept_rows(n, out);
+  forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n, keep);
   if (spec_.head && out.mode != HeadMode::kLogitsAll) run_head(n, out);
-  if (!spec_.head && out.hidden_dtype == DType::kF16) {
-    Tensor hop = hop_.rows_view(0, n);
-    be.convert(x, hop);
+  if (!spec_.head && out.hidden_dtype == DType::kF16 && keep > 0) {
+    Tensor hop = hop_.rows_view(0, keep);
+    be.convert(x.rows_view(n - keep, keep), hop);
   }
 }
 
 Status Slice::forward(const StepInput& in, StepOutput& out) {
   const int n = in.n;
   const int64_t d = cfg_.d_model;
-  SHOAL_RETURN_IF_ERROR(check_head(out));
+  SHOAL_RETURN_IF_ERROR(check_output(out, n));
   SHOAL_RETURN_IF_ERROR(upload_step(in));
   Backend& be = backend_;
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
   SHOAL_RETURN_IF_ERROR(run_step(step_key(in, out, false), in.pos0 + n, n, [&] { record_step(in, out); }));
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
+    const int keep = kept_rows(n, out);
     if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
-    if (hop_f16) return be.to_host(out.hidden, hop_, uint64_t(n) * uint64_t(d) * 2);
+    if (keep == 0) return be.synchronize();
+    if (hop_f16) return be.to_host(out.hidden, hop_, uint64_t(keep) * uint64_t(d) * 2);
     if (out.hidden_dtype != DType::kF32)
       return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(out.hidden_dtype));
-    return be.to_host(out.hidden, act_.x, uint64_t(n) * uint64_t(d) * 4);
+    return be.to_host(out.hidden, act_.x, uint64_t(keep) * uint64_t(d) * 4, uint64_t(n - keep) * uint64_t(d) * 4);
   }
   const uint64_t V = uint64_t(cfg_.vocab_size);
   switch (out.mode) {
@@ -446,7 +464,7 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   StepOutput head;
   head.mode = how.greedy ? HeadMode::kArgmaxLast : HeadMode::kTopKLast;
   head.top_k = how.greedy ? 0 : how.top_k;
-  SHOAL_RETURN_IF_ERROR(check_head(head));
+  SHOAL_RETURN_IF_ERROR(check_output(head, 1));
   const StepInput in{1, pos0, &id};
   Backend& be = backend_;
   SHOAL_RETURN_IF_ERROR(be.clear_decoded());  // positions repeat after a rewind

@@ -69,6 +69,11 @@ struct StepOutput {
   // Slices without a head: the hidden state [n, d_model] of hidden_dtype (host memory).
   void* hidden = nullptr;
   DType hidden_dtype = DType::kF32;
+  // Slices without a head whose layers end the model: the rows a head downstream reads
+  // (head_rows of its mode; 0..n), or -1 for all n. Only the last keep_rows rows then go through
+  // the last layer's output projection and FFN, and `hidden` gets just those: [keep_rows, d_model].
+  // Any other slice must leave it at -1 (kInvalidArgument).
+  int keep_rows = -1;
   // Slices with a head:
   HeadMode mode = HeadMode::kLogitsLast;
   int top_k = 0;
@@ -123,13 +128,17 @@ class Slice {
   /// and each global matrix, after the load; logs how many BF16 matrices were held as F16.
   Status settle_weights();
   /// kInvalidArgument for a head output the device path cannot give (top-k outside 1..256 or
-  /// past the vocabulary); checked before a step is recorded or replayed.
-  Status check_head(const StepOutput& out) const;
+  /// past the vocabulary), or keep_rows outside -1..n or set on a slice that has a head or does
+  /// not end the model; checked before an n-token step is recorded or replayed.
+  Status check_output(const StepOutput& out, int n) const;
   void run_head(int n, const StepOutput& out);
   /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).
   Status upload_step(const StepInput& in);
   /// The graph key of a step: its size, head output and hop types; `chained`: decode()'s step.
   uint64_t step_key(const StepInput& in, const StepOutput& out, bool chained) const;
+  /// The rows of an n-token step past the last layer's attention: head_rows for a head,
+  /// out.keep_rows (or n) for a slice that ends the model without one.
+  int kept_rows(int n, const StepOutput& out) const;
   /// run_graph of a step of n tokens that attends at most `keys` keys: announced to the backend
   /// (plan_attention_keys) while it runs, the plan class added to `key` (bits 48..55).
   Status run_step(uint64_t key, int64_t keys, int n, const std::function<void()>& record);

@@ -106,10 +106,12 @@ if [ -x "$SHOAL" ]; then
 fi
 
 # A pool of 2 processes, each with its own CUDA context on this GPU, gives the ids of one process
-# (f32 hops); and the Q8_0 KV cache runs.
+# (f32 hops); and the Q8_0 KV cache runs. The prompt spans several 16-token frames, so the worker
+# (it ends the model) keeps no row of the first frames and only the last row of the last one.
+POOL_PROMPT="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends."
 if [ -x "$SHOAL" ]; then
   for m in models/stories260K.gguf hf/llama hf/qwen3; do
-    base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "Once upon a time" -n 24 -c 256 --temp 0 --device cuda:0 --output-ids)
+    base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "$POOL_PROMPT" -n 24 -c 256 --temp 0 --device cuda:0 --output-ids)
     one=$("${base[@]}" 2>&1 | tail -1)
     two=$("${base[@]}" --pool 2 --hop-dtype f32 2>&1 | tail -1)
     if [ -n "$one" ] && [ "$one" = "$two" ]; then note "pool of 2 on cuda:0, f32 hops, $m: same ids as one process"

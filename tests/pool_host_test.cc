@@ -1,7 +1,8 @@
 // The pool's host and workers in one process, over real TCP loopback (each worker on its own
 // thread and backend): plans applied, a worker reads only its own tensors, the pool gives the same
-// tokens as one local slice, and bad peers (wrong secret, model, version, garbage) are refused
-// while the pool keeps working. End-to-end runs with processes are in pool_cli_test.cc.
+// tokens as one local slice, the last worker sends back only the rows the head reads (run_frame,
+// one frame through a worker's slice), and bad peers (wrong secret, model, version, garbage) are
+// refused while the pool keeps working. End-to-end runs with processes are in pool_cli_test.cc.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -11,8 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <span>
 #include <thread>
 
 #include "format/model_file.h"
@@ -193,6 +197,7 @@ TEST(PoolHost, TheLastWorkerSendsOnlyTheRowsTheHeadReads) {
     o.spread = true;  // chain order w1, w2
     o.split = {{0, 1}, {2, 3}, {4, 4}};
     auto p = std::make_unique<Pool>();
+    p->results.reserve(16);
     auto h = Host::open(o, tcp_network());
     ASSERT_TRUE(h.ok()) << h.status().to_string();
     p->host = std::move(*h);
@@ -212,6 +217,93 @@ TEST(PoolHost, TheLastWorkerSendsOnlyTheRowsTheHeadReads) {
     EXPECT_EQ(first.rows_sent, 37 + decode_steps);
     EXPECT_EQ(last.rows_sent, old_first_worker ? 37 + decode_steps : 1 + decode_steps);
   }
+}
+
+// One frame through a worker's slice (run_frame, what a worker does with each frame): the stage
+// that ends the model keeps the rows the host's head reads, others pass every row and the flags
+// on, and a frame whose rows were already kept is refused.
+TEST(PoolWorker, RunFrameKeepsTheRowsTheHeadReadsOnlyAtTheEndOfTheModel) {
+  auto m = open_model(stories(), false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto backend = create_backend("cpu");
+  ASSERT_TRUE(backend.ok());
+  const int L = m->config.n_layers, d = m->config.d_model;
+  auto load = [&](int first, int end) {
+    SliceOptions so;
+    so.n_ctx = 64;
+    so.max_tokens = kFrameTokens;
+    auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{first, end, false, false}, so, **backend);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  auto last = load(2, L), reference = load(2, L), middle = load(1, 3);
+  ASSERT_TRUE(last && reference && middle);
+  Assign a;
+  a.n_layers = uint32_t(L);
+  a.first_layer = 2;
+  a.last_layer = uint32_t(L - 1);
+  a.d_model = uint32_t(d);
+  a.context_length = 64;
+  a.hop_dtype = HopDType::kF32;
+  std::vector<float> x(size_t(9) * d);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * std::sin(0.37f * float(i));
+  auto frame = [&](uint32_t pos, int n, uint8_t flags) {
+    FrameHeader h;
+    h.pos = pos;
+    h.n_tokens = uint16_t(n);
+    h.flags = flags;
+    h.dtype = HopDType::kF32;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(x.data() + size_t(pos) * d);
+    return encode_frame(h, std::span(bytes, size_t(n) * d * 4));
+  };
+  // Rows 0-4 whose head reads none, then rows 5-8 whose head reads the last one.
+  int rows = -1;
+  auto none = run_frame(*last, a, frame(0, 5, kFrameHeadReadsNone), rows);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_EQ(rows, 0);
+  EXPECT_EQ(none->payload.size(), kFrameHeaderSize);
+  EXPECT_EQ(none->payload[15], kFrameHeadReadsNone | kFrameRowsKept);
+  auto one = run_frame(*last, a, frame(5, 4, kFrameHeadReadsLast), rows);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(rows, 1);
+  EXPECT_EQ(one->payload[15], kFrameHeadReadsLast | kFrameRowsKept);
+  ASSERT_EQ(one->payload.size(), kFrameHeaderSize + size_t(d) * 4);
+  // The reference: the same rows with every row computed.
+  std::vector<float> all(size_t(9) * d);
+  auto every = run_frame(*reference, a, frame(0, 9, 0), rows);
+  ASSERT_TRUE(every.ok()) << every.status().to_string();
+  EXPECT_EQ(rows, 9);
+  std::memcpy(all.data(), every->payload.data() + kFrameHeaderSize, all.size() * 4);
+  std::vector<float> kept(static_cast<size_t>(d));
+  std::memcpy(kept.data(), one->payload.data() + kFrameHeaderSize, kept.size() * 4);
+  for (int i = 0; i < d; ++i) {
+    const float want = all[size_t(8) * d + size_t(i)];
+    ASSERT_NEAR(kept[size_t(i)], want, 1e-5f * (1.0f + std::fabs(want))) << i;
+  }
+  // A stage that does not end the model passes every row and the flags on.
+  Assign mid = a;
+  mid.first_layer = 1;
+  mid.last_layer = 2;
+  auto passed = run_frame(*middle, mid, frame(0, 4, kFrameHeadReadsLast), rows);
+  ASSERT_TRUE(passed.ok()) << passed.status().to_string();
+  EXPECT_EQ(rows, 4);
+  EXPECT_EQ(passed->payload[15], kFrameHeadReadsLast);
+  EXPECT_EQ(passed->payload.size(), kFrameHeaderSize + size_t(4) * d * 4);
+  // Hostile frames: rows already kept (a 1-row body for 4 tokens), too many tokens.
+  FrameHeader h;
+  h.pos = 0;
+  h.n_tokens = 4;
+  h.flags = kFrameHeadReadsLast | kFrameRowsKept;
+  h.dtype = HopDType::kF32;
+  auto kept_again = run_frame(*last, a, encode_frame(h, std::span(reinterpret_cast<const uint8_t*>(x.data()), size_t(d) * 4)), rows);
+  EXPECT_EQ(kept_again.status().code(), Code::kCorrupt);
+  EXPECT_NE(kept_again.status().message().find("already kept"), std::string::npos) << kept_again.status().message();
+  std::vector<float> big(size_t(kFrameTokens + 1) * d);
+  FrameHeader hb;
+  hb.n_tokens = uint16_t(kFrameTokens + 1);
+  hb.dtype = HopDType::kF32;
+  auto too_many = run_frame(*last, a, encode_frame(hb, std::span(reinterpret_cast<const uint8_t*>(big.data()), big.size() * 4)), rows);
+  EXPECT_EQ(too_many.status().code(), Code::kOutOfRange);
 }
 
 TEST(PoolHost, ANewPlanReplaysTheCachedPrefix) {

@@ -553,7 +553,7 @@ TEST(FrameMalformed, MoreThanOneRowsTheHeadReads) {
                         uint8_t(kFrameWantAllLogits | kFrameHeadReadsNone | kFrameRowsKept)}) {
     Message m = sample_frame(1, HopDType::kF16, 16);
     m.payload[15] = flags;
-    expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "more than one of the rows the head reads");
+    expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "more than one of bits 0-2");
   }
 }
 
@@ -561,7 +561,7 @@ TEST(FrameMalformed, RowsKeptWithoutTheRowsTheHeadReads) {
   for (uint8_t flags : {kFrameRowsKept, uint8_t(kFrameWantAllLogits | kFrameRowsKept)}) {
     Message m = sample_frame(1, HopDType::kF16, 16);
     m.payload[15] = flags;
-    expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "rows kept without the rows the head reads");
+    expect_status(decode_frame(m, kLimits).status(), Code::kCorrupt, "rows kept (bit 3) without the rows the head reads");
   }
 }
 

@@ -218,11 +218,12 @@ Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
   }
   const uint8_t reads = h.flags & (kFrameWantAllLogits | kFrameHeadReadsLast | kFrameHeadReadsNone);
   if ((reads & (reads - 1)) != 0) {
-    return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}: more than one of the rows the head reads",
-                      h.flags);
+    return make_error(Code::kCorrupt,
+                      "frame field 'flags' is 0x{:02x}: more than one of bits 0-2 (which rows the head reads)", h.flags);
   }
   if ((h.flags & kFrameRowsKept) && !(reads & (kFrameHeadReadsLast | kFrameHeadReadsNone))) {
-    return make_error(Code::kCorrupt, "frame field 'flags' is 0x{:02x}: rows kept without the rows the head reads",
+    return make_error(Code::kCorrupt,
+                      "frame field 'flags' is 0x{:02x}: rows kept (bit 3) without the rows the head reads (bit 1 or 2)",
                       h.flags);
   }
   if (h.dtype != HopDType::kF32 && h.dtype != HopDType::kF16) {
@@ -241,7 +242,7 @@ Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
   f.data = r.rest();
   if (f.data.size() != want) {
     return make_error(Code::kCorrupt, "frame carries {} bytes of hidden state; {} {} x {} wide x {} bytes ({}) = {} expected",
-                      f.data.size(), rows, rows == h.n_tokens ? "tokens" : "kept rows", limits.d_model,
+                      f.data.size(), rows, (h.flags & kFrameRowsKept) ? "kept rows" : "tokens", limits.d_model,
                       hop_dtype_size(h.dtype), hop_dtype_name(h.dtype), want);
   }
   return f;

@@ -59,7 +59,8 @@ inline constexpr uint64_t kCapHopF16 = 1u << 1;
 // layer, returns only the rows the head reads (kFrameRowsKept).
 inline constexpr uint64_t kCapKeepRows = 1u << 2;
 // Frame flag bits; unknown bits make the frame malformed. At most one of the first three; the
-// host sets one of them only when every worker of the chain announced kCapKeepRows.
+// host sets kFrameHeadReadsLast / kFrameHeadReadsNone only when every worker of the chain
+// announced kCapKeepRows.
 inline constexpr uint8_t kFrameWantAllLogits = 1u << 0;  // the host wants logits at every position
 inline constexpr uint8_t kFrameHeadReadsLast = 1u << 1;  // the host's head reads the frame's last row only
 inline constexpr uint8_t kFrameHeadReadsNone = 1u << 2;  // the host's head reads no row (a prefill frame before the last)

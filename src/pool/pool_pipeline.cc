@@ -208,7 +208,7 @@ Status PoolPipeline::forward_chain(std::span<const int32_t> ids, int64_t pos0, S
         (h.flags & ~kFrameRowsKept) != sent_flags) {
       return fail(make_error(Code::kCorrupt,
                              "{} returned frame seq {} at {} x {} tokens, flags 0x{:02x}; expected seq {} at {} x {}, "
-                             "flags 0x{:02x}",
+                             "flags 0x{:02x} (bit 3, rows kept, may be added)",
                              chain_.in->name(), h.seq, h.pos, h.n_tokens, h.flags, chain_.epoch,
                              pos0 + int64_t(first), n, sent_flags));
     }

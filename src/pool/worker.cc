@@ -309,29 +309,37 @@ void Worker::serve(uint64_t epoch) {
   (*up)->close("the stage stops serving plan " + std::to_string(epoch));
 }
 
-Status Worker::serve_frame(const Message& m, Link& down) {
-  SHOAL_ASSIGN_OR_RETURN(FrameView f, decode_frame(m, FrameLimits{assign_.d_model, assign_.context_length}));
+Result<Message> run_frame(Slice& slice, const Assign& a, const Message& m, int& rows_sent) {
+  SHOAL_ASSIGN_OR_RETURN(FrameView f, decode_frame(m, FrameLimits{a.d_model, a.context_length}));
   const int n = f.header.n_tokens;
   if (n > kFrameTokens) return make_error(Code::kOutOfRange, "frame of {} tokens (at most {})", n, kFrameTokens);
-  if (f.header.flags & kFrameRowsKept) return make_error(Code::kCorrupt, "a frame with rows kept reached a worker");
+  if (f.header.flags & kFrameRowsKept)
+    return make_error(Code::kCorrupt, "frame with flags 0x{:02x}: its rows were already kept by the stage ending the model",
+                      f.header.flags);
   StepInput in;
   in.n = n;
   in.pos0 = f.header.pos;
   in.hidden = f.data.data();
   in.hidden_dtype = f.header.dtype == HopDType::kF16 ? DType::kF16 : DType::kF32;
   FrameHeader h = f.header;
-  h.dtype = assign_.hop_dtype;
-  // The stage that runs the model's last layer keeps only the rows the host's head reads.
-  const bool ends_model = assign_.last_layer + 1 == assign_.n_layers;
+  h.dtype = a.hop_dtype;
+  const bool ends_model = a.last_layer + 1 == a.n_layers;
   if (ends_model && (h.flags & (kFrameHeadReadsLast | kFrameHeadReadsNone))) h.flags |= kFrameRowsKept;
   const int rows = frame_rows(h);
   Message out = encode_frame(h, {});
-  out.payload.resize(kFrameHeaderSize + size_t(rows) * assign_.d_model * hop_dtype_size(h.dtype));
+  out.payload.resize(kFrameHeaderSize + size_t(rows) * a.d_model * hop_dtype_size(h.dtype));
   StepOutput so;
   so.hidden = out.payload.data() + kFrameHeaderSize;
   so.hidden_dtype = h.dtype == HopDType::kF16 ? DType::kF16 : DType::kF32;
   if (rows != n) so.keep_rows = rows;
-  SHOAL_RETURN_IF_ERROR(slice_->forward(in, so));
+  SHOAL_RETURN_IF_ERROR(slice.forward(in, so));
+  rows_sent = rows;
+  return out;
+}
+
+Status Worker::serve_frame(const Message& m, Link& down) {
+  int rows = 0;
+  SHOAL_ASSIGN_OR_RETURN(Message out, run_frame(*slice_, assign_, m, rows));
   {
     std::lock_guard lock(state_mu_);  // before the send: once the host has the frame, the state counts it
     ++state_.frames;

@@ -43,7 +43,8 @@ struct WorkerOptions {
   std::string data_listen;  // hop listener; empty: the local address that reaches the host, port 0
   HopOptions hops;          // heartbeats and timeouts of every connection
   Millis probe_budget{200};
-  bool keep_rows = true;    // announce kCapKeepRows (false: hello as a worker from before it)
+  bool keep_rows = true;    // announce kCapKeepRows (false: the hello of a worker from before it;
+                            // frames that carry the flags are still served as run_frame says)
 };
 
 /// Where a worker is; for tests and logs.
@@ -105,6 +106,14 @@ class Worker {
   mutable std::mutex state_mu_;
   WorkerState state_;
 };
+
+/// Runs one frame through a worker's slice (layers a.first_layer..a.last_layer): the frame's rows
+/// in, its hidden state out in a.hop_dtype, same header otherwise. The stage whose layers end the
+/// model keeps only the rows the host's head reads (kFrameHeadReadsLast / kFrameHeadReadsNone: 1
+/// or 0 rows, kFrameRowsKept set); `rows_sent` gets the rows the result carries. Errors:
+/// decode_frame's (against a.d_model and a.context_length), kOutOfRange (more than kFrameTokens
+/// tokens), kCorrupt (a frame that already has its rows kept), the slice's.
+Result<Message> run_frame(Slice& slice, const Assign& a, const Message& m, int& rows_sent);
 
 /// The local IP address this machine uses to reach `host` (no packet is sent), e.g. "10.0.0.5";
 /// "127.0.0.1" for a loopback host. Errors: kUnavailable (cannot resolve or no route).

@@ -268,6 +268,8 @@ int head_rows(HeadMode mode, int n) {
 Status Slice::check_output(const StepOutput& out, int n) const {
   if (spec_.head && out.mode == HeadMode::kTopKLast && (out.top_k < 1 || out.top_k > 256 || out.top_k > cfg_.vocab_size))
     return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
+  if (!spec_.head && out.hidden_dtype != DType::kF32 && out.hidden_dtype != DType::kF16)
+    return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(out.hidden_dtype));
   if (out.keep_rows == -1) return Status::Ok();
   if (spec_.head || spec_.end != cfg_.n_layers)
     return make_error(Code::kInvalidArgument, "only a slice without the head that ends the model keeps rows (layers {}-{} of {}{})",
@@ -351,9 +353,10 @@ Status Slice::upload_step(const StepInput& in) {
 
 uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chained) const {
   const bool hop_f16 = !spec_.head && out.hidden_dtype == DType::kF16;
-  // Bits 16..31: the head's mode and top-k, or for a slice without one the rows it drops.
-  const uint64_t output = spec_.head ? uint64_t(int(out.mode) + 1) | (uint64_t(out.top_k) << 8)
-                                     : uint64_t(in.n - kept_rows(in.n, out));
+  // Bits 16..32: the head's mode and top-k (1..256, checked; only kTopKLast reads it), or for a
+  // slice without one the rows it drops (< 2^16).
+  const uint64_t top_k = out.mode == HeadMode::kTopKLast ? uint64_t(out.top_k) : 0;
+  const uint64_t output = spec_.head ? uint64_t(int(out.mode) + 1) | (top_k << 8) : uint64_t(in.n - kept_rows(in.n, out));
   return uint64_t(in.n) | (output << 16) | (uint64_t(in.hidden_dtype == DType::kF16) << 40) |
          (uint64_t(hop_f16) << 41) | (uint64_t(chained) << 42);
 }
@@ -401,8 +404,6 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
     if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
     if (keep == 0) return be.synchronize();
     if (hop_f16) return be.to_host(out.hidden, hop_, uint64_t(keep) * uint64_t(d) * 2);
-    if (out.hidden_dtype != DType::kF32)
-      return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(out.hidden_dtype));
     return be.to_host(out.hidden, act_.x, uint64_t(keep) * uint64_t(d) * 4, uint64_t(n - keep) * uint64_t(d) * 4);
   }
   const uint64_t V = uint64_t(cfg_.vocab_size);

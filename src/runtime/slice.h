@@ -70,9 +70,10 @@ struct StepOutput {
   void* hidden = nullptr;
   DType hidden_dtype = DType::kF32;
   // Slices without a head whose layers end the model: the rows a head downstream reads
-  // (head_rows of its mode; 0..n), or -1 for all n. Only the last keep_rows rows then go through
-  // the last layer's output projection and FFN, and `hidden` gets just those: [keep_rows, d_model].
-  // Any other slice must leave it at -1 (kInvalidArgument).
+  // (head_rows of its mode; 0..n), or -1 for all n. The last layer's output projection and FFN
+  // then run for the last keep_rows rows only (up to 3 more where d_model % 4 != 0: forward_layers'
+  // keep), and `hidden` gets just those rows: [keep_rows, d_model]. Any other slice must leave it
+  // at -1 (kInvalidArgument).
   int keep_rows = -1;
   // Slices with a head:
   HeadMode mode = HeadMode::kLogitsLast;
@@ -92,8 +93,10 @@ class Slice {
   Slice(const Slice&) = delete;
   Slice& operator=(const Slice&) = delete;
 
-  /// Runs in.n (<= max_tokens) tokens. Positions must continue the cache: pos0 <= n_past().
-  /// Errors: kOutOfRange (context full, batch too large), kInvalidArgument (bad ids), backend errors.
+  /// Runs in.n (<= max_tokens) tokens. Positions must continue the cache: pos0 <= n_past() (a
+  /// slice without layers caches nothing and takes any position).
+  /// Errors: kOutOfRange (context full, batch too large), kInvalidArgument (bad ids, an output
+  /// check_output refuses, a hidden-state type other than f32 / f16), backend errors.
   Status forward(const StepInput& in, StepOutput& out);
   /// Decoding chained on the device (a slice with the embedding and the head): feeds `id` at
   /// pos0, then each step's token (the argmax, or a draw on the device: Backend::sample) back as
@@ -128,13 +131,15 @@ class Slice {
   /// and each global matrix, after the load; logs how many BF16 matrices were held as F16.
   Status settle_weights();
   /// kInvalidArgument for a head output the device path cannot give (top-k outside 1..256 or
-  /// past the vocabulary), or keep_rows outside -1..n or set on a slice that has a head or does
-  /// not end the model; checked before an n-token step is recorded or replayed.
+  /// past the vocabulary), a hidden-state type other than f32 / f16 (slices without a head), or
+  /// keep_rows outside -1..n or set on a slice that has a head or does not end the model;
+  /// checked before an n-token step is recorded or replayed.
   Status check_output(const StepOutput& out, int n) const;
   void run_head(int n, const StepOutput& out);
   /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).
   Status upload_step(const StepInput& in);
-  /// The graph key of a step: its size, head output and hop types; `chained`: decode()'s step.
+  /// The graph key of a step: its size, head output (or for a slice without a head, the rows it
+  /// drops: n - kept_rows) and hop types; `chained`: decode()'s step.
   uint64_t step_key(const StepInput& in, const StepOutput& out, bool chained) const;
   /// The rows of an n-token step past the last layer's attention: head_rows for a head,
   /// out.keep_rows (or n) for a slice that ends the model without one.

@@ -1,0 +1,83 @@
+// A pool's last worker on CUDA (a slice that ends the model without the head) keeps only the rows
+// the host's head reads: keep_rows 1 gives the CPU reference's last row of the all-rows step (f32
+// and f16 hops), keep_rows 0 only fills the cache and writes nothing. stories260K.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/half.h"
+#include "runtime/local_model.h"
+#include "runtime/slice.h"
+#include "test_util.h"
+
+namespace shoal {
+namespace {
+
+TEST(CudaSliceTest, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
+  auto gpu = create_backend("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = create_backend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const int L = m->config.n_layers, d = m->config.d_model;
+  auto load = [&](SliceSpec spec, Backend& be) {
+    auto s = Slice::load(*m->file, m->config, m->weights, spec, {}, be);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  auto a = load({0, 2, true, false}, **cpu), ref = load({2, L, false, false}, **cpu);
+  auto b = load({2, L, false, false}, **gpu);
+  ASSERT_TRUE(a && ref && b);
+  // More than 8 tokens: the prompt takes the GEMM path, the kept row the one-token GEMV.
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66, 290, 455};
+  const int n = int(ids.size());
+  StepInput in;
+  in.n = n;
+  in.ids = ids.data();
+  std::vector<float> mid(size_t(n) * d), all(size_t(n) * d);
+  StepOutput to_mid;
+  to_mid.hidden = mid.data();
+  ASSERT_TRUE(a->forward(in, to_mid).ok());
+  StepInput hop;
+  hop.n = n;
+  hop.hidden = mid.data();
+  StepOutput every;
+  every.hidden = all.data();
+  ASSERT_TRUE(ref->forward(hop, every).ok());
+  const float* want = all.data() + size_t(n - 1) * d;
+  auto expect_last_row = [&](const std::vector<float>& got, float tol) {
+    ASSERT_EQ(got.size(), size_t(d));
+    for (int i = 0; i < d; ++i) ASSERT_NEAR(got[size_t(i)], want[i], tol * (1.0f + std::fabs(want[i]))) << i;
+  };
+  // The first rows with keep_rows 0 (only their K/V), then the rest with the last row kept.
+  const int split = 7;
+  std::vector<float> kept(size_t(d), -7.0f), untouched(size_t(d), -7.0f);
+  StepInput first = hop, rest = hop;
+  first.n = split;
+  rest.n = n - split;
+  rest.pos0 = split;
+  rest.hidden = mid.data() + size_t(split) * d;
+  StepOutput none, last;
+  none.hidden = untouched.data();
+  none.keep_rows = 0;
+  last.hidden = kept.data();
+  last.keep_rows = 1;
+  ASSERT_TRUE(b->forward(first, none).ok());
+  ASSERT_TRUE(b->forward(rest, last).ok());
+  EXPECT_EQ(untouched, std::vector<float>(size_t(d), -7.0f));
+  expect_last_row(kept, 1e-4f);
+  // f16 hop out, the whole prompt again: the kept row is converted from its place in the step.
+  std::vector<uint16_t> kept16(static_cast<size_t>(d), 0);
+  StepOutput last16;
+  last16.hidden = kept16.data();
+  last16.hidden_dtype = DType::kF16;
+  last16.keep_rows = 1;
+  ASSERT_TRUE(b->forward(hop, last16).ok());
+  std::vector<float> got16(static_cast<size_t>(d));
+  for (int i = 0; i < d; ++i) got16[size_t(i)] = f16_to_f32(kept16[size_t(i)]);
+  expect_last_row(got16, 2e-3f);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -10,6 +10,7 @@
 
 #include "core/half.h"
 #include "runtime/local_model.h"
+#include "kept_rows.h"
 #include "runtime/slice.h"
 #include "test_util.h"
 
@@ -89,32 +90,18 @@ TEST(Slice, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
   StepOutput ref;
   ref.mode = HeadMode::kLogitsAll;
   ASSERT_TRUE(whole->forward(in, ref).ok());
-  std::vector<float> mid(size_t(n) * d), all(size_t(n) * d);
-  StepOutput to_mid;
-  to_mid.hidden = mid.data();
-  ASSERT_TRUE(a->forward(in, to_mid).ok());
+  const test::ChainedRows c = test::run_chained(*a, *b, ids, d);
+  ASSERT_TRUE(c.st.ok()) << c.st.to_string();
+  const std::vector<float>& mid = c.mid;
+  const std::vector<float>& all = c.all;
   StepInput hop;
   hop.n = n;
   hop.hidden = mid.data();
-  StepOutput every;
-  every.hidden = all.data();
-  ASSERT_TRUE(b->forward(hop, every).ok());
   // The first rows again with keep_rows 0 (only their K/V), then the rest with the last row kept.
-  const int split = 5;
-  std::vector<float> kept(size_t(d), -7.0f), untouched(size_t(d), -7.0f);
-  StepInput first = hop, rest = hop;
-  first.n = split;
-  rest.n = n - split;
-  rest.pos0 = split;
-  rest.hidden = mid.data() + size_t(split) * d;
-  StepOutput none, last;
-  none.hidden = untouched.data();
-  none.keep_rows = 0;
-  last.hidden = kept.data();
-  last.keep_rows = 1;
-  ASSERT_TRUE(b->forward(first, none).ok());
-  ASSERT_TRUE(b->forward(rest, last).ok());
-  EXPECT_EQ(untouched, std::vector<float>(size_t(d), -7.0f));
+  const test::KeptRows r = test::run_kept_rows(*b, mid, n, d, 5);
+  ASSERT_TRUE(r.first.ok() && r.rest.ok()) << r.first.to_string() << r.rest.to_string();
+  EXPECT_EQ(r.untouched, std::vector<float>(size_t(d), -7.0f));
+  const std::vector<float>& kept = r.kept;
   for (int i = 0; i < d; ++i) {
     const float want = all[size_t(n - 1) * d + size_t(i)];
     ASSERT_NEAR(kept[size_t(i)], want, 1e-5f * (1.0f + std::fabs(want))) << i;

@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "runtime/local_model.h"
+#include "kept_rows.h"
 #include "runtime/slice.h"
 #include "test_util.h"
 
@@ -32,41 +33,22 @@ TEST(CudaSliceTest, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
   // More than 8 tokens: the prompt takes the GEMM path, the kept row the one-token GEMV.
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66, 290, 455};
   const int n = int(ids.size());
-  StepInput in;
-  in.n = n;
-  in.ids = ids.data();
-  std::vector<float> mid(size_t(n) * d), all(size_t(n) * d);
-  StepOutput to_mid;
-  to_mid.hidden = mid.data();
-  ASSERT_TRUE(a->forward(in, to_mid).ok());
+  const test::ChainedRows c = test::run_chained(*a, *ref, ids, d);
+  ASSERT_TRUE(c.st.ok()) << c.st.to_string();
+  const std::vector<float>& mid = c.mid;
+  const float* want = c.all.data() + size_t(n - 1) * d;
   StepInput hop;
   hop.n = n;
   hop.hidden = mid.data();
-  StepOutput every;
-  every.hidden = all.data();
-  ASSERT_TRUE(ref->forward(hop, every).ok());
-  const float* want = all.data() + size_t(n - 1) * d;
   auto expect_last_row = [&](const std::vector<float>& got, float tol) {
     ASSERT_EQ(got.size(), size_t(d));
     for (int i = 0; i < d; ++i) ASSERT_NEAR(got[size_t(i)], want[i], tol * (1.0f + std::fabs(want[i]))) << i;
   };
   // The first rows with keep_rows 0 (only their K/V), then the rest with the last row kept.
-  const int split = 7;
-  std::vector<float> kept(size_t(d), -7.0f), untouched(size_t(d), -7.0f);
-  StepInput first = hop, rest = hop;
-  first.n = split;
-  rest.n = n - split;
-  rest.pos0 = split;
-  rest.hidden = mid.data() + size_t(split) * d;
-  StepOutput none, last;
-  none.hidden = untouched.data();
-  none.keep_rows = 0;
-  last.hidden = kept.data();
-  last.keep_rows = 1;
-  ASSERT_TRUE(b->forward(first, none).ok());
-  ASSERT_TRUE(b->forward(rest, last).ok());
-  EXPECT_EQ(untouched, std::vector<float>(size_t(d), -7.0f));
-  expect_last_row(kept, 1e-4f);
+  const test::KeptRows r = test::run_kept_rows(*b, mid, n, d, 7);
+  ASSERT_TRUE(r.first.ok() && r.rest.ok()) << r.first.to_string() << r.rest.to_string();
+  EXPECT_EQ(r.untouched, std::vector<float>(size_t(d), -7.0f));
+  expect_last_row(r.kept, 1e-4f);
   // f16 hop out, the whole prompt again: the kept row is converted from its place in the step.
   std::vector<uint16_t> kept16(static_cast<size_t>(d), 0);
   StepOutput last16;

@@ -295,14 +295,15 @@ TEST(PoolWorker, RunFrameKeepsTheRowsTheHeadReadsOnlyAtTheEndOfTheModel) {
   h.n_tokens = 4;
   h.flags = kFrameHeadReadsLast | kFrameRowsKept;
   h.dtype = HopDType::kF32;
-  auto kept_again = run_frame(*last, a, encode_frame(h, std::span(reinterpret_cast<const uint8_t*>(x.data()), size_t(d) * 4)), rows);
+  auto bytes_of = [](const std::vector<float>& v, size_t n) { return std::span(reinterpret_cast<const uint8_t*>(v.data()), n * 4); };
+  auto kept_again = run_frame(*last, a, encode_frame(h, bytes_of(x, size_t(d))), rows);
   EXPECT_EQ(kept_again.status().code(), Code::kCorrupt);
   EXPECT_NE(kept_again.status().message().find("already kept"), std::string::npos) << kept_again.status().message();
   std::vector<float> big(size_t(kFrameTokens + 1) * d);
   FrameHeader hb;
   hb.n_tokens = uint16_t(kFrameTokens + 1);
   hb.dtype = HopDType::kF32;
-  auto too_many = run_frame(*last, a, encode_frame(hb, std::span(reinterpret_cast<const uint8_t*>(big.data()), big.size() * 4)), rows);
+  auto too_many = run_frame(*last, a, encode_frame(hb, bytes_of(big, big.size())), rows);
   EXPECT_EQ(too_many.status().code(), Code::kOutOfRange);
 }
 

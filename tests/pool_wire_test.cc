@@ -549,7 +549,8 @@ TEST(FrameMalformed, UnknownFlag) {
 }
 
 TEST(FrameMalformed, MoreThanOneRowsTheHeadReads) {
-  for (uint8_t flags : {uint8_t(kFrameHeadReadsLast | kFrameHeadReadsNone), uint8_t(kFrameWantAllLogits | kFrameHeadReadsLast),
+  for (uint8_t flags : {uint8_t(kFrameHeadReadsLast | kFrameHeadReadsNone),
+                        uint8_t(kFrameWantAllLogits | kFrameHeadReadsLast),
                         uint8_t(kFrameWantAllLogits | kFrameHeadReadsNone | kFrameRowsKept)}) {
     Message m = sample_frame(1, HopDType::kF16, 16);
     m.payload[15] = flags;

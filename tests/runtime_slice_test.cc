@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "core/half.h"
-#include "runtime/local_model.h"
 #include "kept_rows.h"
+#include "runtime/local_model.h"
 #include "runtime/slice.h"
 #include "test_util.h"
 

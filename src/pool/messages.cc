@@ -241,7 +241,8 @@ Result<FrameView> decode_frame(const Message& m, const FrameLimits& limits) {
   const uint64_t want = uint64_t(rows) * limits.d_model * hop_dtype_size(h.dtype);
   f.data = r.rest();
   if (f.data.size() != want) {
-    return make_error(Code::kCorrupt, "frame carries {} bytes of hidden state; {} {} x {} wide x {} bytes ({}) = {} expected",
+    return make_error(Code::kCorrupt,
+                      "frame carries {} bytes of hidden state; {} {} x {} wide x {} bytes ({}) = {} expected",
                       f.data.size(), rows, (h.flags & kFrameRowsKept) ? "kept rows" : "tokens", limits.d_model,
                       hop_dtype_size(h.dtype), hop_dtype_name(h.dtype), want);
   }

@@ -67,7 +67,8 @@ inline constexpr uint8_t kFrameHeadReadsNone = 1u << 2;  // the host's head read
 // Set by the stage that ran the model's last layer on a kFrameHeadReads* frame: the data holds
 // only the rows the head reads (the last one, or none).
 inline constexpr uint8_t kFrameRowsKept = 1u << 3;
-inline constexpr uint8_t kFrameKnownFlags = kFrameWantAllLogits | kFrameHeadReadsLast | kFrameHeadReadsNone | kFrameRowsKept;
+inline constexpr uint8_t kFrameKnownFlags =
+    kFrameWantAllLogits | kFrameHeadReadsLast | kFrameHeadReadsNone | kFrameRowsKept;
 
 /// server -> client, first message on every connection.
 struct Challenge {

@@ -189,7 +189,8 @@ Status PoolPipeline::forward_chain(std::span<const int32_t> ids, int64_t pos0, S
   while (done < n_frames) {
     for (; sent < n_frames && sent - done < size_t(kFramesInFlight); ++sent) {
       const size_t first = sent * kFrameTokens, n = std::min<size_t>(kFrameTokens, ids.size() - first);
-      SHOAL_RETURN_IF_ERROR(send_frame(ids.subspan(first, n), pos0 + int64_t(first), kind, flags_of(sent + 1 == n_frames)));
+      const uint8_t flags = flags_of(sent + 1 == n_frames);
+      SHOAL_RETURN_IF_ERROR(send_frame(ids.subspan(first, n), pos0 + int64_t(first), kind, flags));
     }
     auto m = chain_.in->recv(kWatchSlice);
     if (!m.ok()) {

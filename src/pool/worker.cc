@@ -314,7 +314,8 @@ Result<Message> run_frame(Slice& slice, const Assign& a, const Message& m, int& 
   const int n = f.header.n_tokens;
   if (n > kFrameTokens) return make_error(Code::kOutOfRange, "frame of {} tokens (at most {})", n, kFrameTokens);
   if (f.header.flags & kFrameRowsKept)
-    return make_error(Code::kCorrupt, "frame with flags 0x{:02x}: its rows were already kept by the stage ending the model",
+    return make_error(Code::kCorrupt,
+                      "frame with flags 0x{:02x}: its rows were already kept by the stage ending the model",
                       f.header.flags);
   StepInput in;
   in.n = n;

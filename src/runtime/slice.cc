@@ -272,8 +272,8 @@ Status Slice::check_output(const StepOutput& out, int n) const {
     return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(out.hidden_dtype));
   if (out.keep_rows == -1) return Status::Ok();
   if (spec_.head || spec_.end != cfg_.n_layers)
-    return make_error(Code::kInvalidArgument, "only a slice without the head that ends the model keeps rows (layers {}-{} of {}{})",
-                      spec_.first, spec_.end - 1, cfg_.n_layers, spec_.head ? ", with the head" : "");
+    return make_error(Code::kInvalidArgument,
+                      "only a slice without the head that ends the model keeps rows (layers {}-{} of {}{})", spec_.first, spec_.end - 1, cfg_.n_layers, spec_.head ? ", with the head" : "");
   if (out.keep_rows < 0 || out.keep_rows > n)
     return make_error(Code::kInvalidArgument, "{} rows kept of a {}-token step", out.keep_rows, n);
   return Status::Ok();

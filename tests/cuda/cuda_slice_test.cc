@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "core/half.h"
-#include "runtime/local_model.h"
 #include "kept_rows.h"
+#include "runtime/local_model.h"
 #include "runtime/slice.h"
 #include "test_util.h"
 

@@ -5,7 +5,9 @@
 
 Creates OUT/corpus_gguf and OUT/corpus_safetensors with small hand-made valid files (every
 metadata type, nested arrays, several tensor types, custom alignment) plus the headers of
-fixture files cut to 16 KiB, so the fuzzer spends its time in the parsers, not in tensor data.
+fixture files cut to 16 KiB, so the fuzzer spends its time in the parsers, not in tensor data;
+and OUT/corpus_frame with pool records (frames of every flag combination the wire allows, a
+rewind, a ping) in frame_fuzz's input form: 4 bytes of settings, then the records.
 """
 import json
 import os
@@ -58,6 +60,29 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(js)) + js + b"\x01" * off
 
 
+def record(msg_type, payload):
+    # magic | version 1 | type | flags 0 | length | payload | checksum (frame_fuzz rewrites it)
+    return b"SHOL" + struct.pack("<HHII", 1, msg_type, 0, len(payload)) + payload + b"\0\0\0\0"
+
+
+def frame(pos, n_tokens, flags, dtype, rows, d_model):
+    # seq, pos, n-tokens, kind (prefill), flags, hop dtype (0 f32, 1 f16), reserved; then the rows
+    head = struct.pack("<QIHBBB3x", 7, pos, n_tokens, 0, flags, dtype)
+    return record(8, head + bytes(rows * d_model * (4 if dtype == 0 else 2)))
+
+
+def frame_seeds():
+    d = 8  # frame_fuzz: d_model = 1 + byte 1 % 16
+    settings = bytes([0x80 | 7, d - 1, 2, 8 - 1])  # fix checksums, feed 7 bytes at a time, context 129, frame
+    seeds = {}
+    for flags, rows in [(0, 3), (1, 3), (2, 3), (4, 3), (2 | 8, 1), (4 | 8, 0)]:
+        for dtype in (0, 1):
+            seeds[f"frame_flags{flags}_dtype{dtype}"] = settings + frame(5, 3, flags, dtype, rows, d)
+    seeds["frames_and_rewind"] = (settings + frame(0, 16, 4, 1, 16, d) + frame(16, 2, 2 | 8, 1, 1, d) +
+                                  record(9, struct.pack("<QI", 7, 3)) + record(10, struct.pack("<QQ", 1, 2)))
+    return seeds
+
+
 def main():
     fixtures = sys.argv[1] if len(sys.argv) > 1 else "../shared/fixtures"
     out = sys.argv[2] if len(sys.argv) > 2 else "fuzz"
@@ -65,6 +90,10 @@ def main():
     s = os.path.join(out, "corpus_safetensors")
     os.makedirs(g, exist_ok=True)
     os.makedirs(s, exist_ok=True)
+    fr = os.path.join(out, "corpus_frame")
+    os.makedirs(fr, exist_ok=True)
+    for name, data in frame_seeds().items():
+        open(os.path.join(fr, name), "wb").write(data)
     every = [("u8", 0, 7), ("i8", 1, -7), ("u16", 2, 700), ("i16", 3, -700), ("u32", 4, 7),
              ("i32", 5, -7), ("f32", 6, 0.5), ("bool", 7, 1), ("str", 8, "hello"),
              ("u64", 10, 2**40), ("i64", 11, -(2**40)), ("f64", 12, 0.25),
@@ -92,7 +121,7 @@ def main():
         data = open(os.path.join(fixtures, rel), "rb").read()
         n = struct.unpack_from("<Q", data)[0]
         open(os.path.join(s, rel.replace("/", "_")), "wb").write(data[: min(len(data), 8 + n + 64)])
-    print(f"seeds in {g} and {s}")
+    print(f"seeds in {g}, {s} and {fr}")
 
 
 if __name__ == "__main__":

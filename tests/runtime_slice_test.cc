@@ -64,24 +64,41 @@ TEST(Slice, ChainedSlicesEqualOneSlice) {
   EXPECT_EQ(std::memcmp(out.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0);
 }
 
+// stories260K on the CPU as one slice with every layer, the embedding and the head (s); load()
+// gives other slices of it.
+class WholeStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model_ = std::make_unique<LocalModel>(std::move(*m));
+    auto be = create_backend("cpu");
+    ASSERT_TRUE(be.ok());
+    backend_ = std::move(*be);
+    const ModelConfig& cfg = model_->config;
+    auto sl = Slice::load(*model_->file, cfg, model_->weights, SliceSpec{0, cfg.n_layers, true, true}, {}, *backend_);
+    ASSERT_TRUE(sl.ok()) << sl.status().to_string();
+    s = std::move(*sl);
+  }
+  /// Another slice of the same model on the same backend.
+  std::unique_ptr<Slice> load(const SliceSpec& spec) const {
+    auto sl = Slice::load(*model_->file, model_->config, model_->weights, spec, {}, *backend_);
+    EXPECT_TRUE(sl.ok()) << sl.status().to_string();
+    return sl.ok() ? std::move(*sl) : nullptr;
+  }
+  std::unique_ptr<LocalModel> model_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Slice> s;
+};
+
 // A slice that ends the model without the head (a pool's last worker) keeps only the rows the
 // host's head reads: keep_rows 1 gives the last row of the all-rows step, keep_rows 0 only fills
 // the cache; the head-only slice on the kept row gives the whole model's last logits.
-TEST(Slice, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok());
-  auto backend = create_backend("cpu");
-  ASSERT_TRUE(backend.ok());
-  const int L = m->config.n_layers, d = m->config.d_model;
-  const size_t V = size_t(m->config.vocab_size);
-  auto load = [&](SliceSpec spec) {
-    auto s = Slice::load(*m->file, m->config, m->weights, spec, {}, **backend);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    return s.ok() ? std::move(*s) : nullptr;
-  };
-  auto whole = load({0, L, true, true}), a = load({0, 2, true, false}), b = load({2, L, false, false});
-  auto head = load({L, L, false, true});
-  ASSERT_TRUE(whole && a && b && head);
+TEST_F(WholeStories, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
+  const int L = model_->config.n_layers, d = model_->config.d_model;
+  const size_t V = size_t(model_->config.vocab_size);
+  auto a = load({0, 2, true, false}), b = load({2, L, false, false}), head = load({L, L, false, true});
+  ASSERT_TRUE(a && b && head);
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66};
   const int n = int(ids.size());
   StepInput in;
@@ -89,7 +106,7 @@ TEST(Slice, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
   in.ids = ids.data();
   StepOutput ref;
   ref.mode = HeadMode::kLogitsAll;
-  ASSERT_TRUE(whole->forward(in, ref).ok());
+  ASSERT_TRUE(s->forward(in, ref).ok());
   const test::ChainedRows c = test::run_chained(*a, *b, ids, d);
   ASSERT_TRUE(c.st.ok()) << c.st.to_string();
   const std::vector<float>& mid = c.mid;
@@ -132,12 +149,8 @@ TEST(Slice, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
   }
 }
 
-TEST(Slice, KeepRowsOnlyWhereTheSliceEndsTheModelWithoutTheHead) {
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok());
-  auto backend = create_backend("cpu");
-  ASSERT_TRUE(backend.ok());
-  const int L = m->config.n_layers, d = m->config.d_model;
+TEST_F(WholeStories, KeepRowsOnlyWhereTheSliceEndsTheModelWithoutTheHead) {
+  const int L = model_->config.n_layers, d = model_->config.d_model;
   std::vector<float> x(size_t(4) * d, 0.25f), y(size_t(4) * d);
   const std::vector<int32_t> ids = {1, 403, 407, 261};
   struct Case {
@@ -150,8 +163,8 @@ TEST(Slice, KeepRowsOnlyWhereTheSliceEndsTheModelWithoutTheHead) {
                         Case{{2, L, false, false}, 5, "5 rows kept of a 4-token step"},
                         Case{{2, L, false, false}, -2, "-2 rows kept"}}) {
     SCOPED_TRACE(c.error);
-    auto s = Slice::load(*m->file, m->config, m->weights, c.spec, {}, **backend);
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    auto sl = load(c.spec);
+    ASSERT_TRUE(sl);
     StepInput in;
     in.n = 4;
     if (c.spec.embed) in.ids = ids.data();
@@ -159,36 +172,16 @@ TEST(Slice, KeepRowsOnlyWhereTheSliceEndsTheModelWithoutTheHead) {
     StepOutput out;
     out.hidden = y.data();
     out.keep_rows = c.keep;
-    const Status st = (*s)->forward(in, out);
+    const Status st = sl->forward(in, out);
     EXPECT_EQ(st.code(), Code::kInvalidArgument);
     EXPECT_NE(st.message().find(c.error), std::string::npos) << st.message();
-    EXPECT_EQ((*s)->n_past(), 0);
+    EXPECT_EQ(sl->n_past(), 0);
   }
 }
 
 // A head that reads only the last row skips the last layer's output projection and FFN for the
 // other rows (forward_layers' keep), and a chunk with no head skips them for all rows: the
 // logits of the last position must equal those of a step that computes every row.
-// stories260K on the CPU as one slice with every layer, the embedding and the head (s).
-class WholeStories : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    model_ = std::make_unique<LocalModel>(std::move(*m));
-    auto be = create_backend("cpu");
-    ASSERT_TRUE(be.ok());
-    backend_ = std::move(*be);
-    const ModelConfig& cfg = model_->config;
-    auto sl = Slice::load(*model_->file, cfg, model_->weights, SliceSpec{0, cfg.n_layers, true, true}, {}, *backend_);
-    ASSERT_TRUE(sl.ok()) << sl.status().to_string();
-    s = std::move(*sl);
-  }
-  std::unique_ptr<LocalModel> model_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Slice> s;
-};
-
 TEST_F(WholeStories, LastRowHeadsEqualTheAllRowsHead) {
   const size_t V = size_t(model_->config.vocab_size);
   // More than 8 tokens: on a GPU backend the prompt takes the GEMM path and the kept row the GEMV.

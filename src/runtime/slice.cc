@@ -268,12 +268,14 @@ int head_rows(HeadMode mode, int n) {
 Status Slice::check_output(const StepOutput& out, int n) const {
   if (spec_.head && out.mode == HeadMode::kTopKLast && (out.top_k < 1 || out.top_k > 256 || out.top_k > cfg_.vocab_size))
     return make_error(Code::kInvalidArgument, "top-k of {} (1..256 on the device path)", out.top_k);
+  if (!spec_.head && !out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
   if (!spec_.head && out.hidden_dtype != DType::kF32 && out.hidden_dtype != DType::kF16)
     return make_error(Code::kInvalidArgument, "hidden state of type {} (f32 or f16)", dtype_name(out.hidden_dtype));
   if (out.keep_rows == -1) return Status::Ok();
   if (spec_.head || spec_.end != cfg_.n_layers)
     return make_error(Code::kInvalidArgument,
-                      "only a slice without the head that ends the model keeps rows (layers {}-{} of {}{})", spec_.first, spec_.end - 1, cfg_.n_layers, spec_.head ? ", with the head" : "");
+                      "only a slice without the head that ends the model keeps rows (layers {}-{} of {}{})",
+                      spec_.first, spec_.end - 1, cfg_.n_layers, spec_.head ? ", with the head" : "");
   if (out.keep_rows < 0 || out.keep_rows > n)
     return make_error(Code::kInvalidArgument, "{} rows kept of a {}-token step", out.keep_rows, n);
   return Status::Ok();
@@ -401,7 +403,6 @@ Status Slice::forward(const StepInput& in, StepOutput& out) {
   n_past_ = in.pos0 + n;
   if (!spec_.head) {
     const int keep = kept_rows(n, out);
-    if (!out.hidden) return make_error(Code::kInvalidArgument, "no buffer for the hidden state");
     if (keep == 0) return be.synchronize();
     if (hop_f16) return be.to_host(out.hidden, hop_, uint64_t(keep) * uint64_t(d) * 2);
     return be.to_host(out.hidden, act_.x, uint64_t(keep) * uint64_t(d) * 4, uint64_t(n - keep) * uint64_t(d) * 4);

@@ -96,7 +96,7 @@ class Slice {
   /// Runs in.n (<= max_tokens) tokens. Positions must continue the cache: pos0 <= n_past() (a
   /// slice without layers caches nothing and takes any position).
   /// Errors: kOutOfRange (context full, batch too large), kInvalidArgument (bad ids, an output
-  /// check_output refuses, a hidden-state type other than f32 / f16), backend errors.
+  /// check_output refuses), backend errors.
   Status forward(const StepInput& in, StepOutput& out);
   /// Decoding chained on the device (a slice with the embedding and the head): feeds `id` at
   /// pos0, then each step's token (the argmax, or a draw on the device: Backend::sample) back as
@@ -131,9 +131,9 @@ class Slice {
   /// and each global matrix, after the load; logs how many BF16 matrices were held as F16.
   Status settle_weights();
   /// kInvalidArgument for a head output the device path cannot give (top-k outside 1..256 or
-  /// past the vocabulary), a hidden-state type other than f32 / f16 (slices without a head), or
-  /// keep_rows outside -1..n or set on a slice that has a head or does not end the model;
-  /// checked before an n-token step is recorded or replayed.
+  /// past the vocabulary), no hidden-state buffer or one of a type other than f32 / f16 (slices
+  /// without a head), or keep_rows outside -1..n or set on a slice that has a head or does not
+  /// end the model; checked before an n-token step is recorded or replayed.
   Status check_output(const StepOutput& out, int n) const;
   void run_head(int n, const StepOutput& out);
   /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).

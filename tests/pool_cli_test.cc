@@ -17,6 +17,8 @@ namespace shoal {
 namespace {
 
 using test::Child;
+using test::host_address;
+using test::join;
 using namespace std::chrono_literals;
 
 std::vector<int32_t> ids_of(const test::CommandResult& r) {
@@ -72,6 +74,26 @@ TEST(PoolCli, PrefillPrecisionIsAcceptedByRunAndTheLocalWorkers) {
   const auto bad = test::run_command(base + " --prefill-precision quarter 2>&1");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("--prefill-precision"), std::string::npos) << bad.out;
+}
+
+TEST(PoolCli, PoolFlagsAreCheckedWithoutAPool) {
+  // run and check alone (no --pool) refuse a malformed plan flag, and warn that a well-formed one
+  // changes nothing; the ids are those of the same run without it.
+  const std::string base = test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") +
+                           " -p 'Once upon a time' -n 4 -c 64 -t 1 --temp 0 --output-ids";
+  const auto want = ids_of(test::run_command(base + " 2>/dev/null"));
+  for (const char* bad : {" --split 0-x", " --layers-local many"}) {
+    const auto r = test::run_command(base + bad + " 2>&1");
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_NE(r.out.find(std::string(bad).substr(1, 8)), std::string::npos) << r.out;
+  }
+  const auto warned = test::run_command(base + " --split 0-4 2>&1 >/dev/null");
+  EXPECT_NE(warned.out.find("without --pool N (N > 1) they are ignored"), std::string::npos) << warned.out;
+  EXPECT_EQ(ids_of(test::run_command(base + " --split 0-4 2>/dev/null")), want);
+  const auto check = test::run_command(test::shoal_bin() + " check -m " + test::fixture("hf/llama") + " --reference " +
+                                       test::fixture("hf/llama/reference.safetensors") + " --layers-local x 2>&1");
+  EXPECT_EQ(check.status, 1);
+  EXPECT_NE(check.out.find("--layers-local 'x'"), std::string::npos) << check.out;
 }
 
 TEST(PoolCli, PromptLongerThanTheContextIsRefusedBeforeWorkersStart) {
@@ -144,22 +166,6 @@ INSTANTIATE_TEST_SUITE_P(Models, PoolCheck,
                                            CheckCase{"llama", "f16", 5e-3}, CheckCase{"qwen3", "f16", 5e-3}),
                          [](const auto& i) { return i.param.model + "_" + i.param.hop; });
 
-/// A `shoal host` on a free loopback port; returns its address (empty on failure).
-std::string host_address(Child& host) {
-  if (!host.wait_err(R"(room open on 127\.0\.0\.1:\d+)", 60s)) return "";
-  std::smatch m;
-  const std::string err = host.err();
-  std::regex_search(err, m, std::regex(R"(room open on (127\.0\.0\.1:\d+))"));
-  return m[1];
-}
-
-std::unique_ptr<Child> join(const std::string& address, const std::string& name, const std::string& secret,
-                            const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv = {test::shoal_bin(), "join", address, "--name", name, "-t", "1"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return Child::start(argv, {"SHOAL_SECRET=" + secret});
-}
-
 std::string stories_text(size_t i) {
   std::ifstream in(test::fixture("expected/stories260K_greedy.json"));
   return nlohmann::json::parse(in)["cases"][i]["generated_text"].get<std::string>();
@@ -203,7 +209,8 @@ TEST(PoolCli, KilledWorkerFailsTheRequestInTimeAndTheHostServesAgain) {
   EXPECT_NE(err.find("worker 'w2' is out of the pool"), std::string::npos) << err;
   EXPECT_TRUE(std::regex_search(err, std::regex(R"(w3\s+4-4)"))) << err;  // the new plan holds w3
   host->close_stdin();
-  EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
+  EXPECT_EQ(host->wait_exit(60s), 1) << host->err();  // one of its two prompts failed
+  EXPECT_NE(host->err().find("1 of 2 prompts failed"), std::string::npos) << host->err();
 }
 
 TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {

@@ -230,6 +230,12 @@ TEST(Planner, ForcedSplitInvalid) {
   o.split = *parse_split("0-3,4-11");
   o.layers_local = 5;
   expect_error(make_plan(in, o), Code::kInvalidArgument, "--layers-local 5 disagrees with the host's --split range 0-3");
+  PlanOptions alone;  // one device: the count is singular
+  alone.split = *parse_split("0-5,6-11");
+  expect_error(make_plan(uniform({dev("host", 20 * GiB, 100, true)}, 12), alone), Code::kInvalidArgument,
+               "--split has 2 ranges but the pool has 1 device");
+  EXPECT_EQ(make_plan(uniform({dev("host", 20 * GiB, 100, true)}, 12), alone).status().message().find("devices"),
+            std::string::npos);
 }
 
 TEST(Planner, ParseSplit) {

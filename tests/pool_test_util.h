@@ -1,5 +1,6 @@
 // Helpers for the pool's end-to-end tests: a child process whose stdin the test writes and whose
-// stdout and stderr it reads while it runs (a `shoal host` answering prompts, a `shoal join`).
+// stdout and stderr it reads while it runs (a `shoal host` answering prompts, a `shoal join`), and
+// the two ways tests start those.
 #pragma once
 
 #include <fcntl.h>
@@ -17,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "test_util.h"
 
 namespace shoal::test {
 
@@ -151,5 +154,22 @@ class Child {
   std::string out_, err_;
   std::thread reader_;
 };
+
+/// A `shoal host` on a free loopback port; returns its address (empty on failure).
+inline std::string host_address(Child& host) {
+  if (!host.wait_err(R"(room open on 127\.0\.0\.1:\d+)", 60s)) return "";
+  std::smatch m;
+  const std::string err = host.err();
+  std::regex_search(err, m, std::regex(R"(room open on (127\.0\.0\.1:\d+))"));
+  return m[1];
+}
+
+/// `shoal join ADDRESS --name NAME -t 1 EXTRA...` with the room secret in SHOAL_SECRET.
+inline std::unique_ptr<Child> join(const std::string& address, const std::string& name, const std::string& secret,
+                                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {shoal_bin(), "join", address, "--name", name, "-t", "1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return Child::start(argv, {"SHOAL_SECRET=" + secret});
+}
 
 }  // namespace shoal::test

@@ -338,6 +338,25 @@ TEST(Link, SilentPeerIsDetectedInTime) {
   expect_status(la.send(encode(Ping{})), Code::kUnavailable, "is not answering");
 }
 
+TEST(Link, ASilentPeerIsToldWhyItIsDroppedWhereAsked) {
+  for (bool tell : {false, true}) {
+    auto [a, b] = make_connection_pair();  // b reads nothing until a has given up on it
+    LinkOptions o = fast_link("worker 'w1'", 50ms, 300ms);
+    o.bye_to_silent_peer = tell;
+    Link la(std::move(a), o);
+    expect_status(la.recv(2s).status(), Code::kUnavailable, "is not answering");
+    std::string bye;  // what b finds once it wakes: pings, then (where asked) the bye
+    for (auto m = b->recv(200ms); m.ok(); m = b->recv(200ms)) {
+      if (m->type == MsgType::kBye) bye = decode<Bye>(*m)->reason;
+    }
+    if (tell) {
+      EXPECT_NE(bye.find("nothing heard from this peer for 0.3 s (limit 0.3 s)"), std::string::npos) << bye;
+    } else {
+      EXPECT_EQ(bye, "");
+    }
+  }
+}
+
 TEST(Link, PeerThatClosesIsDetectedAtOnce) {
   auto [a, b] = make_connection_pair();
   Link la(std::move(a), fast_link("w2", 1000ms, 5000ms));
@@ -357,7 +376,7 @@ TEST(Link, QueuedMessagesComeBeforeTheReason) {
   Link la(std::move(a), fast_link("w3"));
   EXPECT_EQ(decode<Rewind>(*la.recv(1s))->seq, 1u);
   EXPECT_EQ(decode<Rewind>(*la.recv(1s))->seq, 2u);
-  expect_status(la.recv(1s).status(), Code::kUnavailable, "w3 left: shutting down");
+  expect_status(la.recv(1s).status(), Code::kUnavailable, "w3 said bye: shutting down");
 }
 
 TEST(Link, CloseSaysBye) {
@@ -365,7 +384,7 @@ TEST(Link, CloseSaysBye) {
   Link la(std::move(a), fast_link("b"));
   Link lb(std::move(b), fast_link("host"));
   la.close("plan changed");
-  expect_status(lb.recv(1s).status(), Code::kUnavailable, "host left: plan changed");
+  expect_status(lb.recv(1s).status(), Code::kUnavailable, "host said bye: plan changed");
   expect_status(la.status(), Code::kUnavailable, "closed here: plan changed");
 }
 

@@ -87,6 +87,7 @@ int check(const CheckOptions& o) {
     pool = start_local_pool(flags, o.pool, /*tokenizer=*/false);
     if (!pool.ok()) return fail(pool.status());
   } else {
+    if (Status st = check_pool_flags_alone(o.pool); !st.ok()) return fail(st);
     auto opts = local_options(flags);
     if (!opts.ok()) return fail(opts.status());
     opts->tokenizer = false;

@@ -1,7 +1,10 @@
 // shoal host: open a room, wait for workers, plan, and answer prompts with the pool
 // (docs/protocol.md, "Host and worker"). The -p prompt, or one prompt per line on stdin.
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -10,6 +13,7 @@
 #include "app/common_options.h"
 #include "app/generate_text.h"
 #include "app/pool_flags.h"
+#include "app/signal_watch.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "pool/transport_tcp.h"
@@ -31,6 +35,17 @@ struct HostCmdOptions {
 };
 
 int host(const HostCmdOptions& o) {
+  // SIGINT / SIGTERM: say bye to the pool, then exit 128 + signo (the text so far is flushed).
+  // Watched before any thread starts.
+  std::mutex mu;  // open
+  pool::Host* open = nullptr;
+  SignalWatch signals([&](int sig) {
+    std::lock_guard lock(mu);
+    spdlog::warn("{}: the host stops{}", signal_name(sig), open ? "; saying bye to the pool" : "");
+    if (open) open->say_bye(fmt::format("the host was stopped ({})", signal_name(sig)));
+    std::fflush(stdout);
+    std::_Exit(128 + sig);
+  });
   auto opts = host_options(o.model, o.pool);
   if (!opts.ok()) return fail(opts.status());
   auto secret = room_secret(o.secret);
@@ -48,6 +63,18 @@ int host(const HostCmdOptions& o) {
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;
+  {
+    std::lock_guard lock(mu);
+    open = &host;
+  }
+  struct Closed {  // the host is gone before `signals` stops watching
+    std::mutex& mu;
+    pool::Host*& open;
+    ~Closed() {
+      std::lock_guard lock(mu);
+      open = nullptr;
+    }
+  } closed{mu, open};
   const Tokenizer& tok = *host.tokenizer();
   std::vector<int32_t> prompt_ids;  // a -p prompt is checked before waiting for workers
   if (!prompt.empty()) {
@@ -73,12 +100,19 @@ int host(const HostCmdOptions& o) {
   }
   spdlog::info("reading prompts from stdin, one per line");
   std::string line;
+  size_t n_prompts = 0, n_failed = 0;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
+    ++n_prompts;
     auto ids = encode_prompt(tok, line);
-    if (Status st = ids.ok() ? answer(*ids) : ids.status(); !st.ok()) spdlog::error("{}", st.to_string());  // stays up
+    if (Status st = ids.ok() ? answer(*ids) : ids.status(); !st.ok()) {
+      spdlog::error("{}", st.to_string());  // the host stays up for the next prompt
+      ++n_failed;
+    }
   }
-  return 0;
+  if (n_failed == 0) return 0;
+  spdlog::error("{} of {} prompts failed", n_failed, n_prompts);
+  return 1;
 }
 
 }  // namespace
@@ -95,7 +129,8 @@ CommandFn add_host_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1023));
   cmd->add_option("--mem", o->mem, "Memory the host lends for layers and head, e.g. 8G (default: what it has free)");
-  add_prompt_flags(cmd, o->gen, "Prompt text; without it, prompts are read from stdin, one per line");
+  add_prompt_flags(cmd, o->gen, "Prompt text; without it, prompts are read from stdin, one per line (exit status 1 "
+                  "if any of them failed)");
   return [o] { return host(*o); };
 }
 

@@ -1,10 +1,10 @@
 // shoal join: lend this machine's device to a pool (docs/protocol.md, "Host and worker").
-#include <csignal>
 #include <memory>
-#include <thread>
+#include <mutex>
 
 #include "app/commands.h"
 #include "app/pool_flags.h"
+#include "app/signal_watch.h"
 #include "core/log.h"
 #include "pool/transport_tcp.h"
 #include "pool/worker.h"
@@ -28,6 +28,17 @@ struct JoinOptions {
 };
 
 int join(const JoinOptions& o) {
+  // SIGINT / SIGTERM: leave the pool in order (the host hears a bye, not a silence). Watched
+  // before any thread starts.
+  std::mutex mu;  // running, stop_asked
+  pool::Worker* running = nullptr;
+  bool stop_asked = false;
+  SignalWatch signals([&](int sig) {
+    spdlog::info("{}: leaving the pool", signal_name(sig));
+    std::lock_guard lock(mu);
+    stop_asked = true;
+    if (running) running->stop();
+  });
   auto secret = room_secret(o.secret);
   if (!secret.ok()) return fail(secret.status());
   pool::WorkerOptions w;
@@ -48,19 +59,16 @@ int join(const JoinOptions& o) {
   w.hops.dead_after = pool::Millis(o.dead_after_ms);
   w.hops.ping_interval = pool::Millis(std::max(50, o.dead_after_ms / 4));
   pool::Worker worker(std::move(w), pool::tcp_network());
-  // SIGINT / SIGTERM: leave the pool in order (the host hears a bye, not a silence).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread signals([&] {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0 && sig != 0) worker.stop();
-  });
+  {
+    std::lock_guard lock(mu);
+    running = &worker;
+    if (stop_asked) worker.stop();
+  }
   const Status st = worker.run();
-  pthread_kill(signals.native_handle(), SIGTERM);  // wakes sigwait if no signal came
-  signals.join();
+  {
+    std::lock_guard lock(mu);
+    running = nullptr;
+  }
   return st.ok() ? 0 : fail(st);
 }
 

@@ -39,6 +39,7 @@ int run(const RunOptions& o) {
                                    [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
     return st.ok() ? 0 : fail(st);
   }
+  if (Status st = check_pool_flags_alone(o.pool); !st.ok()) return fail(st);
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());
   auto loaded = load_local_model(o.model.model, *opts);

@@ -29,6 +29,26 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
   cmd->add_option("--split", f.split, "Force the plan: layer ranges for the host, then the workers (0-3,4-7,8-11)");
 }
 
+namespace {
+
+// --layers-local and --split into o.layers_local and o.split. kInvalidArgument naming the flag.
+Status parse_plan_flags(const PoolFlags& p, pool::HostOptions& o) {
+  if (p.layers_local != "auto") {
+    char* end = nullptr;
+    const long n = std::strtol(p.layers_local.c_str(), &end, 10);
+    if (p.layers_local.empty() || *end != 0 || n < 0 || n > 65536) {
+      return make_error(Code::kInvalidArgument, "--layers-local '{}' (expected a layer count or auto)", p.layers_local);
+    }
+    o.layers_local = uint32_t(n);
+  }
+  if (!p.split.empty()) {
+    SHOAL_ASSIGN_OR_RETURN(o.split, pool::parse_split(p.split));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p) {
   SHOAL_ASSIGN_OR_RETURN(LocalModelOptions lo, local_options(m));
   pool::HostOptions o;
@@ -42,18 +62,17 @@ Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p) 
   o.hop_dtype = p.hop_dtype == "f32" ? pool::HopDType::kF32 : pool::HopDType::kF16;
   o.hops.dead_after = pool::Millis(p.dead_after_ms);
   o.hops.ping_interval = pool::Millis(std::max(50, p.dead_after_ms / 4));
-  if (p.layers_local != "auto") {
-    char* end = nullptr;
-    const long n = std::strtol(p.layers_local.c_str(), &end, 10);
-    if (p.layers_local.empty() || *end != 0 || n < 0 || n > 65536) {
-      return make_error(Code::kInvalidArgument, "--layers-local '{}' (expected a layer count or auto)", p.layers_local);
-    }
-    o.layers_local = uint32_t(n);
-  }
-  if (!p.split.empty()) {
-    SHOAL_ASSIGN_OR_RETURN(o.split, pool::parse_split(p.split));
-  }
+  SHOAL_RETURN_IF_ERROR(parse_plan_flags(p, o));
   return o;
+}
+
+Status check_pool_flags_alone(const PoolFlags& p) {
+  pool::HostOptions o;
+  SHOAL_RETURN_IF_ERROR(parse_plan_flags(p, o));
+  if (o.layers_local || !o.split.empty()) {
+    spdlog::warn("--layers-local and --split shape a pool's plan; without --pool N (N > 1) they are ignored");
+  }
+  return Status::Ok();
 }
 
 Result<std::string> room_secret(const std::string& flag) {

@@ -29,6 +29,11 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool);
 /// Errors: kInvalidArgument naming the bad flag value.
 Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p);
 
+/// For `run` / `check` without --pool (a pool of one): the pool flags are still checked as
+/// host_options() checks them (kInvalidArgument naming the flag), and --layers-local / --split,
+/// which shape a pool's plan, are named in a warning when set, since there is no plan to shape.
+Status check_pool_flags_alone(const PoolFlags& p);
+
 /// A host and its local worker processes; the host goes first (it says bye), then the workers.
 struct LocalPool {
   std::unique_ptr<pool::LocalWorkers> workers;

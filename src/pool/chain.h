@@ -5,6 +5,7 @@
 // (the receiver may still be loading its slice) and gives it out when the plan it names is claimed.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <list>
 #include <memory>
@@ -12,6 +13,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "pool/link.h"
 #include "pool/messages.h"
@@ -38,19 +42,36 @@ struct HopOptions {
 Result<std::unique_ptr<Link>> open_hop(Network& net, std::string_view address, std::string_view secret, uint64_t epoch,
                                        uint16_t from_stage, const std::string& name, const HopOptions& opts);
 
-/// Incoming hop connections, held until the plan they belong to claims them. Thread-safe.
+/// Hop connections a stage holds at most while they wait for their plan; more are refused.
+inline constexpr size_t kMaxHeldHops = 16;
+
+/// Incoming hop connections, held until the plan they belong to claims them. Thread-safe. A
+/// sweeper thread looks at every held hop every few milliseconds, whether or not a plan is waiting
+/// for one, and closes those that cannot serve: down links, no HOP_OPEN within connect_timeout, a
+/// first message that is not a HOP_OPEN, and hops of plans no newer than the last one claimed
+/// (stale, or a second hop for a plan that already has its own: each is told why with an ERROR).
+/// A hop of a newer plan waits, however long its stage takes to load.
 class HopInbox {
  public:
-  explicit HopInbox(HopOptions opts) : opts_(opts) {}
-  /// Takes an authenticated connection of role hop and starts answering its heartbeats.
+  explicit HopInbox(HopOptions opts);
+  /// clear(), then stops the sweeper.
+  ~HopInbox();
+  HopInbox(const HopInbox&) = delete;
+  HopInbox& operator=(const HopInbox&) = delete;
+
+  /// Takes an authenticated connection of role hop and starts answering its heartbeats. Refused
+  /// (ERROR kUnavailable, closed) when kMaxHeldHops are already held.
   void add(std::unique_ptr<Connection> conn);
-  /// The hop of plan `epoch` sent by stage `from_stage`. Hops of older plans are closed; a hop of
-  /// this plan from another stage gets an ERROR and is closed; hops of newer plans wait. Polls
-  /// `abort` (when given) and returns its error; kDeadlineExceeded after `timeout`.
+  /// The hop of plan `epoch` sent by stage `from_stage` (one take() at a time): its plan is then
+  /// claimed. A hop of this
+  /// plan from another stage gets an ERROR and is closed; hops of newer plans wait. Polls `abort`
+  /// (when given) and returns its error; kDeadlineExceeded after `timeout`.
   Result<std::unique_ptr<Link>> take(uint64_t epoch, uint16_t from_stage, Millis timeout,
                                      const std::function<Status()>& abort = {});
   /// Closes every held hop.
   void clear();
+  /// Hops held now (for tests and logs).
+  size_t held() const;
 
  private:
   struct Held {
@@ -58,9 +79,31 @@ class HopInbox {
     std::optional<HopOpen> open;  // once its HOP_OPEN arrived
     Clock::time_point since;
   };
+  struct Want {
+    uint64_t epoch;
+    uint16_t from_stage;
+  };
+  struct DroppedHop {
+    std::unique_ptr<Link> link;
+    Status why;         // the ERROR its sender is told; Ok: none
+    std::string quiet;  // else why it is closed
+  };
+  using Dropped = std::vector<DroppedHop>;
+  // One look at every held hop (mu_ held): reads HOP_OPENs, moves the hops that cannot serve into
+  // `drop`, and with `claim` takes out the hop want_ asks for (claimed_ is then its plan).
+  std::unique_ptr<Link> sweep(Dropped& drop, bool claim);
+  // Tells and closes (not under mu_: sends, and joins the links' threads).
+  static void close_dropped(Dropped& drop);
+  void sweep_loop();
+
   HopOptions opts_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // stop_
   std::list<Held> held_;
+  std::optional<Want> want_;   // the take() in progress
+  uint64_t claimed_ = 0;       // newest plan whose hop was taken
+  bool stop_ = false;
+  std::thread sweeper_;
 };
 
 }  // namespace shoal::pool

@@ -17,9 +17,9 @@ constexpr int kPlanAttempts = 4;  // plans tried in one ensure_plan() while work
 }  // namespace
 
 struct Host::Member {
-  uint64_t id = 0;
   Hello hello;
-  std::string name;     // unique in the room
+  std::string name;     // unique among the live members (a dead one's may be reused)
+  std::string peer;     // its control connection's address, "IP:PORT"
   std::string address;  // its hop listener, "IP:PORT"
   std::unique_ptr<Link> link;
 };
@@ -106,9 +106,13 @@ Host::~Host() {
   session_.reset();
   pipeline_.reset();
   hops_.clear();
+  say_bye("the host is shutting down");
+}
+
+void Host::say_bye(std::string_view reason) {
   std::lock_guard lock(mu_);
-  for (auto& m : members_) m->link->close("the host is shutting down");
-  for (auto& g : guests_) g->close("the host is shutting down");
+  for (auto& m : members_) m->link->close(reason);
+  for (auto& g : guests_) g->close(reason);
 }
 
 std::string Host::address() const { return room_->address(); }
@@ -178,11 +182,29 @@ void Host::admit(Arrival a) {
   LinkOptions lo;
   lo.ping_interval = opts_.hops.ping_interval;
   lo.dead_after = opts_.hops.dead_after;
+  lo.bye_to_silent_peer = true;  // control links: a worker frozen past dead_after learns why it is dropped
   lo.on_down = [this](const Status&) {
     changed_ = true;
     cv_.notify_all();
   };
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  if (a.role == PeerRole::kWorker) {
+    // A name is a worker's identity in plans and errors (its own logs use it too): a live member
+    // keeps it; one whose link is down is replaced (a worker restarted under its name), and
+    // drop_dead_members() logs it out of the pool at the next plan.
+    for (const auto& other : members_) {
+      if (other->name != hello->name || !other->link->is_up()) continue;
+      const Status taken = make_error(Code::kInvalidArgument,
+                                      "the name '{}' is taken by a live worker of the pool (from {}); start this "
+                                      "one with another --name",
+                                      hello->name, other->peer);
+      lock.unlock();
+      refuse(peer, taken);
+      (void)a.conn->send(encode(ErrorMsg::from(taken)));
+      a.conn->close();
+      return;
+    }
+  }
   if (a.role == PeerRole::kGuest) {
     lo.name = fmt::format("guest '{}'", hello->name);
     spdlog::info("guest '{}' joined from {}", hello->name, peer);
@@ -190,12 +212,9 @@ void Host::admit(Arrival a) {
     return;
   }
   auto mem = std::make_unique<Member>();
-  mem->id = next_member_id_++;
   mem->hello = *hello;
   mem->name = hello->name;
-  for (const auto& other : members_) {
-    if (other->name == mem->name) mem->name = fmt::format("{}#{}", hello->name, mem->id);
-  }
+  mem->peer = peer;
   mem->address = Address{addr->host, hello->data_port}.to_string();
   lo.name = fmt::format("worker '{}'", mem->name);
   mem->link = std::make_unique<Link>(std::move(a.conn), std::move(lo));

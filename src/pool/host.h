@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -97,6 +98,10 @@ class Host {
   std::vector<StageInfo> stages() const;
   /// Workers in the room now (alive or not yet noticed dead).
   size_t n_workers() const;
+  /// Says bye with `reason` to every member and guest and closes their links (thread-safe: for a
+  /// signal's thread just before the process exits). Workers leave when they hear it; the host
+  /// serves no more requests through them.
+  void say_bye(std::string_view reason);
   /// Peers refused so far (by the room, at hello, or at assignment) and the last reason.
   size_t refused() const;
   std::string last_refusal() const;
@@ -130,7 +135,6 @@ class Host {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Member>> members_;  // join order
   std::vector<std::unique_ptr<Link>> guests_;
-  uint64_t next_member_id_ = 1;
   size_t refused_ = 0;
   std::string last_refusal_;
 

@@ -103,8 +103,13 @@ void Link::run() {
       if (r.status().code() != Code::kDeadlineExceeded) return go_down(r.status().with_context(opts_.name), true);
       if (now >= dead_at) {
         const double silent = std::chrono::duration<double>(now - last_heard).count();
+        const double limit = opts_.dead_after.count() / 1000.0;
+        if (opts_.bye_to_silent_peer) {
+          (void)conn_->send(encode(Bye::from(
+              fmt::format("nothing heard from this peer for {:.1f} s (limit {:.1f} s): it is dropped", silent, limit))));
+        }
         return go_down(make_error(Code::kUnavailable, "{} is not answering (silent for {:.1f} s, limit {:.1f} s)",
-                                  opts_.name, silent, opts_.dead_after.count() / 1000.0),
+                                  opts_.name, silent, limit),
                        true);
       }
       continue;
@@ -128,7 +133,7 @@ void Link::run() {
       case MsgType::kBye: {
         auto bye = decode<Bye>(m);
         const std::string reason = bye.ok() ? bye->reason : bye.status().message();
-        return go_down(make_error(Code::kUnavailable, "{} left: {}", opts_.name, reason), true, /*orderly=*/true);
+        return go_down(make_error(Code::kUnavailable, "{} said bye: {}", opts_.name, reason), true, /*orderly=*/true);
       }
       default: {
         std::lock_guard lock(mu_);

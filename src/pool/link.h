@@ -23,6 +23,9 @@ struct LinkOptions {
   std::string name;            // who is on the other end, for errors
   Millis ping_interval{500};   // how often we ping
   Millis dead_after{2000};     // silence that counts as death
+  /// Say bye to a peer found silent, naming the silence, before closing (a frozen process reads
+  /// it when it wakes). Off where the sends could be stalled behind full buffers (hops).
+  bool bye_to_silent_peer = false;
   /// Called once, from the link's thread, when the link goes down (not after close()).
   std::function<void(const Status&)> on_down;
 };

@@ -165,8 +165,8 @@ Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Pre
   slots.insert(slots.end(), p.workers.begin(), p.workers.end());
   const auto& r = opts.split;
   if (r.size() > slots.size()) {
-    return make_error(Code::kInvalidArgument, "--split has {} ranges but the pool has {} devices{}", r.size(),
-                      slots.size(), host_holds ? "" : " besides the host (--layers-local 0)");
+    return make_error(Code::kInvalidArgument, "--split has {} ranges but the pool has {} device{}{}", r.size(),
+                      slots.size(), slots.size() == 1 ? "" : "s", host_holds ? "" : " besides the host (--layers-local 0)");
   }
   const uint32_t L = p.n_layers();
   for (size_t i = 0; i < r.size(); ++i) {

@@ -162,7 +162,7 @@ Status Worker::run() {
       if (m.status().code() == Code::kDeadlineExceeded) continue;
       stop_data("the worker stops");
       stop_ = true;
-      spdlog::info("the host went away: {}", m.status().message());
+      spdlog::info("leaving the pool: {}", m.status().message());
       return Status::Ok();
     }
     if (m->type == MsgType::kAssign) {

@@ -1,0 +1,99 @@
+// How peers leave a pool, end to end with processes over TCP loopback: a host stopped by SIGTERM
+// and a worker stopped by SIGINT say bye (the others hear why at once, not after a silence); a
+// worker frozen past --dead-after is dropped and, when it wakes, reads why; a worker's name stays
+// its own while it is alive, and a worker restarted under its name takes it back.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "pool_test_util.h"
+#include "test_util.h"
+
+namespace shoal {
+namespace {
+
+using test::Child;
+using namespace std::chrono_literals;
+
+/// `shoal host` for stories260K whose workers hold every layer, after `n_workers` joined.
+std::unique_ptr<Child> leave_host(const std::string& secret, int n_workers, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"),
+                                   "--listen", "127.0.0.1:0", "--workers", std::to_string(n_workers),
+                                   "--layers-local", "0", "-c", "128", "-n", "48", "--temp", "0", "-t", "1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return Child::start(argv, {"SHOAL_SECRET=" + secret});
+}
+
+std::string first_story() {
+  std::ifstream in(test::fixture("expected/stories260K_greedy.json"));
+  return nlohmann::json::parse(in)["cases"][0]["generated_text"].get<std::string>();
+}
+
+TEST(PoolLeave, StoppedPeersSayBye) {
+  const std::string secret = "leave-test-secret";
+  auto host = leave_host(secret, 2, {"--split", "0-2,3-4"});
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = test::join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' joined", 60s)) << host->err();
+  auto w2 = test::join(addr, "w2", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w2' ready for plan 1", 60s)) << host->err();
+
+  w2->kill(SIGINT);
+  EXPECT_EQ(w2->wait_exit(10s), 0) << w2->err();
+  EXPECT_TRUE(host->wait_err("worker 'w2' said bye: the worker stops", 10s)) << host->err();
+
+  host->kill(SIGTERM);
+  EXPECT_EQ(host->wait_exit(10s), 128 + SIGTERM) << host->err();
+  EXPECT_NE(host->err().find("SIGTERM: the host stops; saying bye to the pool"), std::string::npos) << host->err();
+  EXPECT_EQ(w1->wait_exit(10s), 0) << w1->err();
+  EXPECT_NE(w1->err().find("said bye: the host was stopped (SIGTERM)"), std::string::npos) << w1->err();
+}
+
+TEST(PoolLeave, AFrozenWorkerIsDroppedAndReadsWhyWhenItWakes) {
+  const std::string secret = "frozen-test-secret";
+  auto host = leave_host(secret, 1, {"--dead-after", "500"});
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = test::join(addr, "w1", secret, {"--dead-after", "500"});
+  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  w1->kill(SIGSTOP);
+  EXPECT_TRUE(host->wait_err("worker 'w1' is not answering", 10s)) << host->err();
+  w1->kill(SIGCONT);
+  EXPECT_EQ(w1->wait_exit(10s), 0) << w1->err();
+  EXPECT_NE(w1->err().find("said bye: nothing heard from this peer for"), std::string::npos) << w1->err();
+  host->close_stdin();
+  EXPECT_EQ(host->wait_exit(10s), 0) << host->err();
+}
+
+TEST(PoolLeave, ANameStaysWithItsLiveWorkerAndComesBackWithARestart) {
+  const std::string secret = "names-test-secret";
+  auto host = leave_host(secret, 1);
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto first = test::join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+
+  auto twin = test::join(addr, "w1", secret);  // the name is taken while the first one lives
+  EXPECT_EQ(twin->wait_exit(60s), 1) << twin->err();
+  EXPECT_NE(twin->err().find("the name 'w1' is taken by a live worker of the pool"), std::string::npos)
+      << twin->err();
+
+  first->kill(SIGKILL);
+  ASSERT_TRUE(host->wait_err("worker 'w1'.*closed the connection", 10s)) << host->err();
+  auto again = test::join(addr, "w1", secret);  // restarted under its name: it takes the name back
+  ASSERT_TRUE(host->wait_err("worker 'w1' joined(.|\n)*worker 'w1' joined", 60s)) << host->err();
+  host->write("Once upon a time\n");
+  ASSERT_TRUE(host->wait_out_text(first_story(), 60s)) << host->out() << host->err();
+  host->close_stdin();
+  EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
+  const std::string err = host->err();
+  EXPECT_NE(err.find("worker 'w1' is out of the pool"), std::string::npos) << err;
+  EXPECT_NE(err.find("worker 'w1' ready for plan 2"), std::string::npos) << err;
+  EXPECT_EQ(err.find("w1#"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,12 +1,18 @@
 // How peers leave a pool, end to end with processes over TCP loopback: a host stopped by SIGTERM
-// and a worker stopped by SIGINT say bye (the others hear why at once, not after a silence); a
+// and a worker stopped by SIGINT say bye (the others hear why at once, not after a silence), and a
+// second signal ends a host whose leaving is stuck; a
 // worker frozen past --dead-after is dropped and, when it wakes, reads why; a worker's name stays
 // its own while it is alive, and a worker restarted under its name takes it back.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <regex>
 
 #include "pool_test_util.h"
 #include "test_util.h"
@@ -42,6 +48,7 @@ TEST(PoolLeave, StoppedPeersSayBye) {
   ASSERT_TRUE(host->wait_err("worker 'w2' ready for plan 1", 60s)) << host->err();
 
   w2->kill(SIGINT);
+  w2->kill(SIGINT);  // at once: the same request twice (as `timeout` or a process group sends it)
   EXPECT_EQ(w2->wait_exit(10s), 0) << w2->err();
   EXPECT_TRUE(host->wait_err("worker 'w2' said bye: the worker stops", 10s)) << host->err();
 
@@ -50,6 +57,44 @@ TEST(PoolLeave, StoppedPeersSayBye) {
   EXPECT_NE(host->err().find("SIGTERM: the host stops; saying bye to the pool"), std::string::npos) << host->err();
   EXPECT_EQ(w1->wait_exit(10s), 0) << w1->err();
   EXPECT_NE(w1->err().find("said bye: the host was stopped (SIGTERM)"), std::string::npos) << w1->err();
+}
+
+TEST(PoolLeave, ASecondSignalEndsAHostStuckLeaving) {
+  // The host's stdout goes to a pipe nobody reads: once it is full, the first SIGTERM's handling
+  // (flush the text, then exit) is stuck; the second one must end the process anyway.
+  const std::string cmd = "exec 3> >(exec sleep 120 >/dev/null 2>&1); echo sleeper $! >&2; echo pid $$ >&2; exec " +
+                          test::shoal_bin() + " host -m " + test::fixture("models/stories260K.gguf") +
+                          " --listen 127.0.0.1:0 --workers 0 -c 128 -n 48 --temp 0 -t 1 >&3 3>&-";
+  auto host = Child::start({"/bin/bash", "-c", cmd}, {"SHOAL_SECRET=stuck"});
+  ASSERT_TRUE(host->wait_err(R"(pid (\d+))", 10s)) << host->err();
+  std::smatch m;
+  const std::string err = host->err();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(pid (\d+))")));
+  const pid_t pid = std::stoi(m[1]);
+  ASSERT_EQ(pid, host->pid());  // exec kept the shell's pid
+  ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(sleeper (\d+))")));
+  struct Sleeper {  // the pipe's reader that never reads: gone with the test
+    pid_t pid;
+    ~Sleeper() { ::kill(pid, SIGKILL); }
+  } sleeper{std::stoi(m[1])};
+  ASSERT_TRUE(host->wait_err("reading prompts from stdin", 60s)) << host->err();
+  {  // the smallest pipe (one page), so that a few stories fill it
+    const int fd = open(("/proc/" + std::to_string(pid) + "/fd/1").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_GT(fcntl(fd, F_SETPIPE_SZ, 4096), 0);
+    close(fd);
+  }
+  std::string prompts;
+  for (int i = 0; i < 200; ++i) prompts += "Once upon a time\n";  // ~40 KB of stories
+  host->write(prompts);
+  std::this_thread::sleep_for(3s);
+  host->kill(SIGTERM);
+  ASSERT_TRUE(host->wait_err("SIGTERM: the host stops", 10s)) << host->err();
+  EXPECT_EQ(host->wait_exit(1s), -1) << "exited although its stdout is full";
+  EXPECT_EQ(::kill(pid, 0), 0) << "still running, stuck";
+  host->kill(SIGTERM);
+  EXPECT_EQ(host->wait_exit(10s), -1);  // killed by the signal: no exit status
+  EXPECT_NE(::kill(pid, 0), 0) << "the second SIGTERM did not end it";
 }
 
 TEST(PoolLeave, AFrozenWorkerIsDroppedAndReadsWhyWhenItWakes) {

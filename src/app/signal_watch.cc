@@ -1,41 +1,70 @@
 #include "app/signal_watch.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
-#include <cstdio>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
-#include "core/log.h"
-
 namespace shoal::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A repeat within this long of the first signal is the same request delivered twice (`timeout`
+// signals the process and then its group; systemd, the main process and then its cgroup).
+constexpr std::chrono::milliseconds kRepeatWindow{500};
+
+// Ends the process by `sig`'s default action now: from the watcher thread, the only one that
+// takes the signal. No logger or stdio: the callback may hold their locks.
+[[noreturn]] void quit_now(int sig) {
+  const char* msg = sig == SIGINT ? "shoal: SIGINT again: quitting now\n" : "shoal: SIGTERM again: quitting now\n";
+  (void)!::write(STDERR_FILENO, msg, std::strlen(msg));
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  std::_Exit(128 + sig);  // (not reached: the default action of both is to terminate)
+}
+
+}  // namespace
 
 SignalWatch::SignalWatch(std::function<void(int)> on_signal) {
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-  thread_ = std::thread([this, fn = std::move(on_signal)] {
-    bool first = true;
+  watcher_ = std::thread([this, fn = std::move(on_signal)] {
+    Clock::time_point first;
     for (;;) {
       int sig = 0;
-      if (sigwait(&set_, &sig) != 0 || done_) return;
-      if (!first) {
-        spdlog::warn("{} again: quitting now", signal_name(sig));
-        std::fflush(stdout);
-        std::_Exit(128 + sig);
+      if (sigwait(&set_, &sig) != 0) continue;
+      std::lock_guard lock(mu_);
+      if (done_) return;  // the destructor's wake-up
+      if (!callback_.joinable()) {
+        first = Clock::now();
+        callback_ = std::thread(fn, sig);  // on its own thread: this one stays free for a second signal
+      } else if (Clock::now() - first >= kRepeatWindow) {
+        quit_now(sig);
       }
-      first = false;
-      fn(sig);
     }
   });
 }
 
 SignalWatch::~SignalWatch() {
-  done_ = true;
-  // Wakes sigwait (done_ is set: the thread returns without calling anything).
-  pthread_kill(thread_.native_handle(), SIGTERM);
-  thread_.join();
+  {
+    std::lock_guard lock(mu_);
+    done_ = true;
+  }
+  pthread_kill(watcher_.native_handle(), SIGTERM);  // blocked there: wakes sigwait, nothing else
+  watcher_.join();
+  if (callback_.joinable()) callback_.join();
 }
 
 const char* signal_name(int signo) {

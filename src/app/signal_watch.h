@@ -4,19 +4,20 @@
 
 #include <signal.h>
 
-#include <atomic>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 namespace shoal::app {
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread started after it) and
-/// runs `on_signal(signo)` on a thread of its own when the first of them arrives (sigwait: the
-/// callback is ordinary code, not a signal handler). A second signal while the first is being
-/// handled quits at once (exit status 128 + signo, stdout flushed). Construct it before any other
-/// thread starts, or those threads may still take the signal's default action. The destructor
-/// stops watching (the callback does not run afterwards) and joins the thread; it must not run
-/// while the callback does.
+/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread started after it) and,
+/// when the first of them arrives, runs `on_signal(signo)` on a thread of its own (sigwait: the
+/// callback is ordinary code, not a signal handler). A second one at least 0.5 s later ends the
+/// process at once by the signal's default action, even while the callback is stuck (a full stdout
+/// pipe, a peer that stopped reading); one sooner is taken for the same request delivered twice
+/// (`timeout`, a process group) and ignored. Construct it before any other thread starts, or those
+/// threads may still take the signal's default action. The destructor stops watching (no callback
+/// starts afterwards) and joins, waiting for a callback already running.
 class SignalWatch {
  public:
   explicit SignalWatch(std::function<void(int)> on_signal);
@@ -26,11 +27,13 @@ class SignalWatch {
 
  private:
   sigset_t set_{};
-  std::atomic<bool> done_{false};
-  std::thread thread_;
+  std::mutex mu_;  // done_, callback_
+  bool done_ = false;
+  std::thread watcher_;   // sigwait, for as long as the watch lives
+  std::thread callback_;  // on_signal, once the first signal came
 };
 
-/// "SIGINT", "SIGTERM" (or "signal N").
+/// "SIGINT", "SIGTERM" (others: "a signal").
 const char* signal_name(int signo);
 
 }  // namespace shoal::app

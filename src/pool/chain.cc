@@ -59,8 +59,11 @@ void HopInbox::add(std::unique_ptr<Connection> conn) {
   lo.ping_interval = opts_.ping_interval;
   lo.dead_after = opts_.dead_after;
   auto link = std::make_unique<Link>(std::move(conn), std::move(lo));
-  std::lock_guard lock(mu_);
-  held_.push_back(Held{std::move(link), std::nullopt, Clock::now()});
+  {
+    std::lock_guard lock(mu_);
+    held_.push_back(Held{std::move(link), std::nullopt, Clock::now()});
+  }
+  cv_.notify_all();  // the sweeper sleeps while nothing is held
 }
 
 size_t HopInbox::held() const {
@@ -151,7 +154,11 @@ void HopInbox::sweep_loop() {
       close_dropped(drop);  // sends and joins link threads: not under mu_
       lock.lock();
     }
-    cv_.wait_for(lock, kSweepSlice, [&] { return stop_; });
+    if (held_.empty()) {
+      cv_.wait(lock, [&] { return stop_ || !held_.empty(); });
+    } else {
+      cv_.wait_for(lock, kSweepSlice, [&] { return stop_; });
+    }
   }
 }
 

@@ -98,7 +98,7 @@ class HopInbox {
 
   HopOptions opts_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // stop_
+  std::condition_variable cv_;  // stop_, held_ no longer empty
   std::list<Held> held_;
   std::optional<Want> want_;   // the take() in progress
   uint64_t claimed_ = 0;       // newest plan whose hop was taken

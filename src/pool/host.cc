@@ -196,8 +196,9 @@ void Host::admit(Arrival a) {
       if (other->name != hello->name || !other->link->is_up()) continue;
       const Status taken = make_error(Code::kInvalidArgument,
                                       "the name '{}' is taken by a live worker of the pool (from {}); start this "
-                                      "one with another --name",
-                                      hello->name, other->peer);
+                                      "one with another --name, or, if that worker is gone, again after "
+                                      "{} ms (the host's --dead-after)",
+                                      hello->name, other->peer, opts_.hops.dead_after.count());
       lock.unlock();
       refuse(peer, taken);
       (void)a.conn->send(encode(ErrorMsg::from(taken)));

@@ -118,6 +118,7 @@ Status Worker::join() {
   SHOAL_ASSIGN_OR_RETURN(room_, Room::open(std::move(listener), std::move(ro)));
   accept_thread_ = std::thread([this] { accept_loop(); });
 
+  if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
   auto conn = net_.connect(opts_.host, opts_.hops.connect_timeout);
   if (!conn.ok()) return conn.status().with_context("joining the host");
   SHOAL_RETURN_IF_ERROR(auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
@@ -134,6 +135,7 @@ Status Worker::join() {
   h.capabilities = kCapHopF32 | kCapHopF16 | (opts_.keep_rows ? kCapKeepRows : 0);
   h.name = printable_text(opts_.name, kMaxNameLen);
   h.device_name = printable_text(backend_->name(), kMaxNameLen);
+  if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
   SHOAL_RETURN_IF_ERROR((*conn)->send(encode(h)));
   LinkOptions lo;
   lo.name = "the host at " + opts_.host;
@@ -146,8 +148,10 @@ Status Worker::join() {
 }
 
 Status Worker::run() {
+  if (stop_) return Status::Ok();  // stopped before it joined (a signal during start-up)
   Status st = join();
   if (!st.ok()) {
+    if (stop_) return Status::Ok();  // stopped while joining: leaving was asked for
     stop_ = true;
     return refuse(st);
   }

@@ -124,6 +124,26 @@ TEST(PoolCli, JoinRefusesThreadCountsOutOfRange) {
   }
 }
 
+TEST(PoolCli, JoinRefusesAMissingModelBeforeJoining) {
+  // Nothing listens on port 1: the model file is checked first, so that is the error.
+  const auto r = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() +
+                                   " join 127.0.0.1:1 -m /nonexistent/model.gguf -t 1 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("/nonexistent/model.gguf"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("joining the host"), std::string::npos) << r.out;
+}
+
+TEST(PoolCli, APlanThatCannotWorkIsNotRetried) {
+  // --layers-local 0 and no worker: the planner's error is the pool's, not a worker's; it is
+  // reported once per request, not after a burst of identical attempts.
+  const auto r = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() + " host -m " +
+                                   test::fixture("models/stories260K.gguf") +
+                                   " --listen 127.0.0.1:0 --workers 0 --layers-local 0 -p Once -n 4 -t 1 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("no worker is in the pool for layers 0-4"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("planning again"), std::string::npos) << r.out;
+}
+
 TEST(PoolCli, RunPrintsThePlan) {
   const auto r = test::run_command(test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") +
                                    " -p hi -n 2 -c 64 -t 1 --pool 3 2>&1 >/dev/null");

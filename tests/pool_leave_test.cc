@@ -59,6 +59,16 @@ TEST(PoolLeave, StoppedPeersSayBye) {
   EXPECT_NE(w1->err().find("said bye: the host was stopped (SIGTERM)"), std::string::npos) << w1->err();
 }
 
+TEST(PoolLeave, RunWithAPoolSaysByeWhenStopped) {
+  auto run = Child::start({test::shoal_bin(), "run", "-m", test::fixture("models/stories260K.gguf"), "-p", "Once",
+                           "-n", "1500", "-c", "2048", "--temp", "0", "-t", "1", "--pool", "3"});
+  ASSERT_TRUE(run->wait_err("worker 'local-2' ready for plan 1", 60s)) << run->err();
+  ASSERT_TRUE(run->wait_out(".{16}", 60s)) << run->err();  // generating
+  run->kill(SIGINT);
+  EXPECT_EQ(run->wait_exit(10s), 128 + SIGINT) << run->err();
+  EXPECT_NE(run->err().find("SIGINT: the host stops; saying bye to the pool"), std::string::npos) << run->err();
+}
+
 TEST(PoolLeave, ASecondSignalEndsAHostStuckLeaving) {
   // The host's stdout goes to a pipe nobody reads: once it is full, the first SIGTERM's handling
   // (flush the text, then exit) is stuck; the second one must end the process anyway.

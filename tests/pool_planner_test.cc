@@ -92,6 +92,15 @@ TEST(Planner, EnoughInTotalButNotInWholeLayers) {
   expect_error(make_plan(in), Code::kOutOfMemory, "not in whole contiguous layers per device");
 }
 
+TEST(Planner, LayersLocalIsNamedWhenItLeavesTooLittle) {
+  PlanInput in = uniform({dev("host", 20 * GiB, 100, true), dev("tiny", 1024, 100)}, 4);
+  PlanOptions o;
+  o.layers_local = 0;  // the host lends plenty, but may hold none of it
+  expect_error(make_plan(in, o), Code::kOutOfMemory,
+               "not in whole contiguous layers per device (--layers-local 0 keeps the host to 0 layers)");
+  EXPECT_TRUE(make_plan(in).ok());  // without it the host takes the layers
+}
+
 TEST(Planner, HostMustHoldEmbeddingAndHead) {
   PlanInput in = uniform({dev("host", GiB / 2, 100, true), dev("w", 40 * GiB, 100)}, 4);
   expect_error(make_plan(in), Code::kOutOfMemory, "the host 'host' lends 512.0 MiB but needs 1.00 GiB");

@@ -1,5 +1,6 @@
 // WeightLoader::add_matrices (a layer's q / k / v planned together): the same tensors as one add()
-// each, a fallback to add() for shapes it cannot group, and an error for mismatched spans.
+// each, a fallback to add() for shapes it cannot group, and an error for mismatched spans; a load
+// stopped by its progress callback.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -91,6 +92,26 @@ TEST_F(WeightLoaderTest, MatricesThatCannotShareABlockFallBackToOneAddEach) {
   EXPECT_EQ(t[0].rows(), infos[0]->shape[0]);
   EXPECT_EQ(t[1].n_elements(), infos[1]->n_elements());
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(bytes(b, t[i]), file_bytes(*m, *infos[i])) << infos[i]->name;
+  for (Tensor& x : t) b.free(x);
+}
+
+TEST_F(WeightLoaderTest, AProgressThatSaysStopEndsTheLoadAfterThatTensor) {
+  LocalModel* m = &model_;
+  Backend& b = *backend_;
+  const auto infos = layer0(*m, {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::array<Tensor, 3> t{};
+  WeightLoader a(*m->file, b);
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(a.add(*infos[i], WeightRole::kMatrix, t[i]).ok());
+  std::vector<uint64_t> seen;
+  const Status st = a.run([&](uint64_t done, uint64_t total) {
+    seen.push_back(done);
+    EXPECT_EQ(total, infos[0]->nbytes + infos[1]->nbytes + infos[2]->nbytes);
+    return seen.size() < 2;  // stop after the second tensor
+  });
+  test::expect_status(st, Code::kUnavailable, "the load was stopped after");
+  EXPECT_EQ(seen.size(), 2u);  // no third tensor was read
+  EXPECT_EQ(seen.back(), infos[0]->nbytes + infos[1]->nbytes);
   for (Tensor& x : t) b.free(x);
 }
 

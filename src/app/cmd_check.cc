@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "app/commands.h"
 #include "app/common_options.h"
 #include "app/pool_flags.h"
+#include "app/signal_watch.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "format/safetensors.h"
@@ -83,9 +85,13 @@ int check(const CheckOptions& o) {
                            "context (-c) has {}", need, T, G, flags.ctx));
   Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
   Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
+  std::optional<HostSignals> signals;  // with --pool: SIGINT / SIGTERM say bye to the pool
+  std::optional<HostSignals::Hold> held;
   if (o.pool.pool > 1) {
+    signals.emplace();  // before the pool's threads start
     pool = start_local_pool(flags, o.pool, /*tokenizer=*/false);
     if (!pool.ok()) return fail(pool.status());
+    held.emplace(*signals, *(*pool)->host);
   } else {
     if (Status st = check_pool_flags_alone(o.pool); !st.ok()) return fail(st);
     auto opts = local_options(flags);

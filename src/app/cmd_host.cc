@@ -1,10 +1,7 @@
 // shoal host: open a room, wait for workers, plan, and answer prompts with the pool
 // (docs/protocol.md, "Host and worker"). The -p prompt, or one prompt per line on stdin.
-#include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,17 +32,7 @@ struct HostCmdOptions {
 };
 
 int host(const HostCmdOptions& o) {
-  // SIGINT / SIGTERM: say bye to the pool, then exit 128 + signo (the text so far is flushed).
-  // Watched before any thread starts.
-  std::mutex mu;  // open
-  pool::Host* open = nullptr;
-  SignalWatch signals([&](int sig) {
-    std::lock_guard lock(mu);
-    spdlog::warn("{}: the host stops{}", signal_name(sig), open ? "; saying bye to the pool" : "");
-    if (open) open->say_bye(fmt::format("the host was stopped ({})", signal_name(sig)));
-    std::fflush(stdout);
-    std::_Exit(128 + sig);
-  });
+  HostSignals signals;  // SIGINT / SIGTERM: bye to the pool, exit 128 + signo; before any thread starts
   auto opts = host_options(o.model, o.pool);
   if (!opts.ok()) return fail(opts.status());
   auto secret = room_secret(o.secret);
@@ -63,18 +50,7 @@ int host(const HostCmdOptions& o) {
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;
-  {
-    std::lock_guard lock(mu);
-    open = &host;
-  }
-  struct Closed {  // the host is gone before `signals` stops watching
-    std::mutex& mu;
-    pool::Host*& open;
-    ~Closed() {
-      std::lock_guard lock(mu);
-      open = nullptr;
-    }
-  } closed{mu, open};
+  const HostSignals::Hold held(signals, host);
   const Tokenizer& tok = *host.tokenizer();
   std::vector<int32_t> prompt_ids;  // a -p prompt is checked before waiting for workers
   if (!prompt.empty()) {

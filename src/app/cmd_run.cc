@@ -8,6 +8,7 @@
 #include "app/common_options.h"
 #include "app/generate_text.h"
 #include "app/pool_flags.h"
+#include "app/signal_watch.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "runtime/session.h"
@@ -28,6 +29,7 @@ int run(const RunOptions& o) {
   const std::string& prompt = *text;
   const GenerateOptions go = o.gen.generate_options();
   if (o.pool.pool > 1) {
+    HostSignals signals;  // SIGINT / SIGTERM: bye to the pool, exit 128 + signo; before any thread starts
     std::vector<int32_t> ids;  // the prompt is checked before the workers load their layers
     auto lp = start_local_pool(o.model, o.pool, /*tokenizer=*/true, [&](pool::Host& h) -> Status {
       SHOAL_ASSIGN_OR_RETURN(ids, encode_prompt(*h.tokenizer(), prompt));
@@ -35,6 +37,7 @@ int run(const RunOptions& o) {
     });
     if (!lp.ok()) return fail(lp.status());
     pool::Host& host = *(*lp)->host;
+    const HostSignals::Hold held(signals, host);
     Status st = generate_to_stdout(*host.tokenizer(), ids, go, o.gen.output_ids,
                                    [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
     return st.ok() ? 0 : fail(st);

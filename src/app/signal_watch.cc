@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+
+#include "core/log.h"
+#include "pool/host.h"
 
 namespace shoal::app {
 namespace {
@@ -65,6 +69,25 @@ SignalWatch::~SignalWatch() {
   pthread_kill(watcher_.native_handle(), SIGTERM);  // blocked there: wakes sigwait, nothing else
   watcher_.join();
   if (callback_.joinable()) callback_.join();
+}
+
+HostSignals::HostSignals()
+    : watch_([this](int sig) {
+        std::lock_guard lock(mu_);
+        spdlog::warn("{}: the host stops{}", signal_name(sig), host_ ? "; saying bye to the pool" : "");
+        if (host_) host_->say_bye(fmt::format("the host was stopped ({})", signal_name(sig)));
+        std::fflush(stdout);
+        std::_Exit(128 + sig);
+      }) {}
+
+HostSignals::Hold::Hold(HostSignals& s, pool::Host& host) : s_(s) {
+  std::lock_guard lock(s_.mu_);
+  s_.host_ = &host;
+}
+
+HostSignals::Hold::~Hold() {
+  std::lock_guard lock(s_.mu_);
+  s_.host_ = nullptr;
 }
 
 const char* signal_name(int signo) {

@@ -1,5 +1,6 @@
-// SIGINT and SIGTERM for the long-running subcommands (`shoal host`, `shoal join`): they leave the
-// pool in order (a BYE to every peer) instead of vanishing into the peers' silence timeouts.
+// SIGINT and SIGTERM for the subcommands that take part in a pool (`shoal host`, `shoal join`,
+// `run` / `check --pool N`): they leave it in order (a BYE to every peer) instead of vanishing into
+// the peers' silence timeouts.
 #pragma once
 
 #include <signal.h>
@@ -7,6 +8,10 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+
+namespace shoal::pool {
+class Host;
+}  // namespace shoal::pool
 
 namespace shoal::app {
 
@@ -31,6 +36,30 @@ class SignalWatch {
   bool done_ = false;
   std::thread watcher_;   // sigwait, for as long as the watch lives
   std::thread callback_;  // on_signal, once the first signal came
+};
+
+/// The signals of a command that hosts a pool (`host`, `run --pool N`, `check --pool N`): on SIGINT
+/// or SIGTERM it says bye to every worker and guest through the host it holds (none yet: nothing
+/// to say), flushes stdout and exits 128 + signo. Construct it first, like a SignalWatch.
+class HostSignals {
+ public:
+  HostSignals();
+  /// While it lives (it must go before the host does), a signal says bye through `host`.
+  class Hold {
+   public:
+    Hold(HostSignals& s, pool::Host& host);
+    ~Hold();
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    HostSignals& s_;
+  };
+
+ private:
+  std::mutex mu_;  // host_
+  pool::Host* host_ = nullptr;
+  SignalWatch watch_;  // last: its callback uses the members above
 };
 
 /// "SIGINT", "SIGTERM" (others: "a signal").

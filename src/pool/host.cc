@@ -260,7 +260,9 @@ void Host::drop_dead_members() {
       changed_ = true;
     }
   }
-  for (auto& m : gone) spdlog::warn("worker '{}' is out of the pool: {}", m->name, m->link->status().message());
+  for (auto& m : gone) {  // (the peer tells it from a worker that rejoined under its name)
+    spdlog::warn("worker '{}' is out of the pool (joined from {}): {}", m->name, m->peer, m->link->status().message());
+  }
 }
 
 Status Host::ensure_plan() {
@@ -270,10 +272,11 @@ Status Host::ensure_plan() {
     pipeline_->clear_chain();  // it points at members' links: drop it before any member
     changed_ = false;
     drop_dead_members();
-    last = plan_once();
+    bool retry = false;
+    last = plan_once(retry);
     if (last.ok()) return replay();
-    if (last.code() == Code::kOutOfMemory || last.code() == Code::kInvalidArgument) {
-      changed_ = true;  // try again at the next request: the pool may have grown
+    if (!retry) {  // the planner's or the host's own failure: the same pool would fail the same way
+      changed_ = true;  // try again at the next request: the pool may have changed
       return last;
     }
     spdlog::warn("planning again: {}", last.to_string());
@@ -320,7 +323,8 @@ Status Host::wait_ready(Member& m, uint64_t epoch) {
   }
 }
 
-Status Host::plan_once() {
+Status Host::plan_once(bool& retry) {
+  retry = false;
   pipeline_->clear_chain();
   std::vector<Member*> workers;
   {
@@ -368,10 +372,11 @@ Status Host::plan_once() {
       stages_.push_back({m ? m->name : "host", s.first, s.n_layers, 0});
     }
   }
-  const bool alone = chain.empty();
-  SHOAL_RETURN_IF_ERROR(pipeline_->set_local(int(plan.stages[0].n_layers), alone));
-  if (alone) return Status::Ok();
+  const int n_local = int(plan.stages[0].n_layers);
+  if (chain.empty()) return pipeline_->set_local(n_local, /*alone=*/true);
 
+  // From here a failure may be a worker's: worth planning again without it.
+  retry = true;
   const uint16_t n_stages = uint16_t(plan.stages.size());
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& s = plan.stages[i + 1];
@@ -393,6 +398,11 @@ Status Host::plan_once() {
     a.model_name = printable_text(model_.file->path, kMaxModelNameLen);
     a.next_hop = i + 1 < chain.size() ? chain[i + 1]->address : room_->address();
     SHOAL_RETURN_IF_ERROR(chain[i]->link->send(encode(a)));
+  }
+  // The host loads its part while the workers load theirs (the assignments are out).
+  if (Status st = pipeline_->set_local(n_local, /*alone=*/false); !st.ok()) {
+    retry = false;
+    return st;
   }
   for (Member* m : chain) {
     Status st = wait_ready(*m, epoch);

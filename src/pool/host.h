@@ -7,9 +7,9 @@
 //                      link then carries heartbeats), a hop goes to the HopInbox;
 //   ensure_plan():     when the pool changed (a worker joined or died) or the chain broke: plans
 //                      (pool/planner.h) from the host's and the members' facts, prints the plan,
-//                      loads the host's part, sends ASSIGN to every worker of the plan, waits for
-//                      READY, dials the first worker and takes the hop back from the last; then
-//                      replays the session's cached tokens into the new chain;
+//                      sends ASSIGN to every worker of the plan, loads the host's part while they
+//                      load theirs, waits for READY, dials the first worker and takes the hop back
+//                      from the last; then replays the session's cached tokens into the new chain;
 //   generate():        ensure_plan() + Session::generate on the PoolPipeline.
 // A worker that refuses its assignment (wrong model file, cannot load) is dropped and the plan
 // is made again without it; one that dies during a request fails that request (the pipeline
@@ -113,7 +113,9 @@ class Host {
   void admit(Arrival a);
   void refuse(const std::string& who, const Status& why, bool log = true);  // counts and logs
   void drop_dead_members();
-  Status plan_once();
+  // One plan: plans, sends the assignments, loads the host's part meanwhile, waits for READY,
+  // builds the chain. `retry`: the failure involved a worker, so a new plan may succeed at once.
+  Status plan_once(bool& retry);
   Status wait_ready(Member& m, uint64_t epoch);
   Status replay();
 

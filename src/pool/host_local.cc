@@ -58,6 +58,9 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalW
     const pid_t pid = fork();
     if (pid < 0) return make_error(Code::kIoError, "fork for local worker {}: {}", i + 1, std::strerror(errno));
     if (pid == 0) {
+      sigset_t none;  // the host may block SIGINT / SIGTERM (its signal thread): the worker starts clean
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
       execve(o.exe.c_str(), argv.data(), envp.data());

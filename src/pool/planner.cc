@@ -103,21 +103,26 @@ std::string lent_list(const PlanInput& in, const Prepared& p) {
   return s;
 }
 
-Status not_enough_memory(const PlanInput& in, const Prepared& p) {
+Status not_enough_memory(const PlanInput& in, const PlanOptions& opts, const Prepared& p) {
+  // --layers-local limits the host whatever it lends: say so, or its share looks unused.
+  const std::string local = opts.layers_local ? fmt::format(" (--layers-local {} keeps the host to {} layer{})",
+                                                            *opts.layers_local, *opts.layers_local,
+                                                            *opts.layers_local == 1 ? "" : "s")
+                                              : "";
   uint64_t lent = 0;
   for (uint64_t c : p.cap) lent = c > std::numeric_limits<uint64_t>::max() - lent ? lent : lent + c;
   const uint64_t need = p.prefix.back();
   if (lent < need) {
     return make_error(Code::kOutOfMemory,
                       "plan: the model's {} layers need {} (and {} on the host for embedding and head); "
-                      "the pool lends {} for layers ({}): {} short",
+                      "the pool lends {} for layers ({}): {} short{}",
                       p.n_layers(), format_bytes(need), format_bytes(in.host_bytes), format_bytes(lent),
-                      lent_list(in, p), format_bytes(need - lent));
+                      lent_list(in, p), format_bytes(need - lent), local);
   }
   return make_error(Code::kOutOfMemory,
                     "plan: the pool lends {} for layers ({}), enough for the {} layers' {} in total but not "
-                    "in whole contiguous layers per device",
-                    format_bytes(lent), lent_list(in, p), p.n_layers(), format_bytes(need));
+                    "in whole contiguous layers per device{}",
+                    format_bytes(lent), lent_list(in, p), p.n_layers(), format_bytes(need), local);
 }
 
 // Fills stages, times, hops and guests from per-device layer counts along `chain`.
@@ -268,7 +273,7 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
                         "start a worker with `shoal join`",
                         *opts.layers_local, *opts.layers_local == 1 ? "" : "s", *opts.layers_local, L - 1);
     }
-    return not_enough_memory(in, p);
+    return not_enough_memory(in, opts, p);
   }
   std::vector<uint32_t> counts(k, 0);
   uint32_t l = L;

@@ -98,6 +98,9 @@ void Worker::accept_loop() {
 }
 
 Status Worker::join() {
+  // Its own copy (-m) is opened first: a missing or malformed file fails before joining, not at the
+  // first plan that gives this worker layers. (The host's path is only known from an assignment.)
+  if (!opts_.model.empty()) SHOAL_RETURN_IF_ERROR(open_own_model(opts_.model));
   BackendOptions bo;
   bo.threads = opts_.threads;
   bo.half_prefill = opts_.half_prefill;
@@ -190,16 +193,21 @@ Status Worker::run() {
   }
 }
 
+Status Worker::open_own_model(const std::string& path) {
+  auto m = open_model(path, /*with_tokenizer=*/false);
+  if (!m.ok()) return m.status().with_context("worker '" + opts_.name + "' opening " + path);
+  SHOAL_ASSIGN_OR_RETURN(model_identity_, model_identity(*m->file));
+  model_ = std::make_unique<LocalModel>(std::move(*m));
+  return Status::Ok();
+}
+
 Status Worker::load(const Assign& a) {
   if (!model_) {
     const std::string path = opts_.model.empty() ? a.model_name : opts_.model;
     if (path.empty()) {
       return make_error(Code::kInvalidArgument, "the host sent no model path and this worker was started without -m");
     }
-    auto m = open_model(path, /*with_tokenizer=*/false);
-    if (!m.ok()) return m.status().with_context("worker '" + opts_.name + "' opening " + path);
-    SHOAL_ASSIGN_OR_RETURN(model_identity_, model_identity(*m->file));
-    model_ = std::make_unique<LocalModel>(std::move(*m));
+    SHOAL_RETURN_IF_ERROR(open_own_model(path));
   }
   const ModelFile& f = *model_->file;
   const uint64_t hash = model_identity_;
@@ -227,7 +235,10 @@ Status Worker::load(const Assign& a) {
   so.kv_dtype = a.kv_dtype;
   so.max_tokens = kFrameTokens;
   const uint64_t before = model_->file->bytes_read();
-  auto s = Slice::load(*model_->file, cfg, model_->weights, spec, so, *backend_);
+  // A bar on stderr for a long load; the load stops when the worker is stopped or the host left.
+  LoadProgress bar = stderr_progress(fmt::format("worker '{}' loading", opts_.name));
+  auto progress = [&](uint64_t done, uint64_t total) { return bar(done, total) && !stop_ && control_->is_up(); };
+  auto s = Slice::load(*model_->file, cfg, model_->weights, spec, so, *backend_, progress);
   if (!s.ok()) return s.status().with_context(fmt::format("worker '{}' loading layers {}-{}", opts_.name, a.first_layer, a.last_layer));
   slice_ = std::move(*s);
   std::lock_guard lock(state_mu_);
@@ -242,7 +253,9 @@ Status Worker::handle_assign(const Assign& a) {
   spdlog::info("plan {}: layers {}-{} (stage {} of {}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer, a.stage,
                a.n_stages - 1, a.next_hop);
   const auto t0 = std::chrono::steady_clock::now();
-  if (Status st = load(a); !st.ok()) return refuse(st);
+  Status loaded = load(a);
+  if (stop_ || !control_->is_up()) return Status::Ok();  // asked to leave while loading: run() says why
+  if (!loaded.ok()) return refuse(loaded);
   const float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
   assign_ = a;
   label_ = fmt::format("worker '{}' (layers {}-{})", opts_.name, a.first_layer, a.last_layer);

@@ -1,11 +1,13 @@
 // A worker of the pool (`shoal join HOST:PORT`): lends one device, holds one contiguous layer range
 // and serves frames along the chain (docs/protocol.md, "Host and worker").
 //
-//   join:    create the backend, measure it (pool/worker_probe.h), open the hop listener, dial the
-//            host, prove the room secret (role worker), say HELLO;
-//   assign:  open the model (the worker's own -m copy, else the path the host sent), refuse with
+//   join:    open its own -m copy of the model (a missing or malformed file fails here), create
+//            the backend, measure it (pool/worker_probe.h), open the hop listener, dial the host,
+//            prove the room secret (role worker), say HELLO;
+//   assign:  open the model (the -m copy opened at join, else the path the host sent), refuse with
 //            ERROR kFailedPrecondition when its identity (file size + model_identity(): tensor index and sampled weights) differs
-//            from the host's, load only its own tensors (a Slice without embedding or head),
+//            from the host's, load only its own tensors (a Slice without embedding or head; a
+//            progress bar on stderr; the load stops when the worker is stopped or the host left),
 //            dial the next hop, say READY {bytes read from the file, seconds};
 //   serve:   a data thread takes the hop of this plan from the previous stage, runs each FRAME
 //            through the slice and forwards the result (only the hidden-state bytes are copied);
@@ -76,6 +78,7 @@ class Worker {
  private:
   Status join();
   Status handle_assign(const Assign& a);
+  Status open_own_model(const std::string& path);  // model_ and model_identity_
   Status load(const Assign& a);
   void serve(uint64_t epoch);
   Status serve_frame(const Message& m, Link& down);

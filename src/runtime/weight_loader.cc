@@ -116,7 +116,10 @@ Status WeightLoader::run(const LoadProgress& progress) {
     SHOAL_RETURN_IF_ERROR(backend_.upload_weight(dst, upload, dst.nbytes()).with_context(info.name));
     src.release(info.offset, info.nbytes);
     done += info.nbytes;
-    if (progress) progress(done, file_bytes_);
+    if (progress && !progress(done, file_bytes_)) {
+      return make_error(Code::kUnavailable, "the load was stopped after {:.1f} of {:.1f} MiB", done / 1048576.0,
+                        file_bytes_ / 1048576.0);
+    }
   }
   for (const auto& [dt, c] : conversions) {
     spdlog::info("converted {} {} tensors to Q8_0 at load: {:.1f} MiB in the file -> {:.1f} MiB in memory (+{:.1f} MiB)",
@@ -131,7 +134,7 @@ LoadProgress stderr_progress(std::string label) {
   auto last = std::make_shared<int>(-1);
   return [label = std::move(label), tty, last](uint64_t done, uint64_t total) {
     const int pct = total ? int(done * 100 / total) : 100;
-    if (pct == *last) return;
+    if (pct == *last) return true;
     if (tty) {
       constexpr int kWidth = 30;
       const int fill = pct * kWidth / 100;
@@ -144,6 +147,7 @@ LoadProgress stderr_progress(std::string label) {
       spdlog::info("{} {}% ({:.1f} of {:.1f} MiB)", label, pct, done / 1048576.0, total / 1048576.0);
     }
     *last = pct;
+    return true;
   };
 }
 

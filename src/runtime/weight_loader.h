@@ -21,8 +21,9 @@ enum class WeightRole {
   kVector,  // norms, biases, frequency tables: always F32
 };
 
-/// Called with (bytes done, bytes total) while loading.
-using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
+/// Called with (bytes done, bytes total) after each tensor while loading; returns false to stop the
+/// load there (the loader then fails with kUnavailable, "the load was stopped").
+using LoadProgress = std::function<bool(uint64_t done, uint64_t total)>;
 
 class WeightLoader {
  public:
@@ -41,7 +42,8 @@ class WeightLoader {
   Status add_matrices(std::span<const TensorInfo* const> infos, std::span<Tensor* const> dsts);
 
   /// Streams every planned tensor into place. Logs one line per converted dtype with the memory
-  /// cost. Errors: kIoError / kCorrupt from the source, backend upload errors.
+  /// cost. Errors: kIoError / kCorrupt from the source, backend upload errors, kUnavailable when
+  /// `progress` stopped it.
   Status run(const LoadProgress& progress = {});
 
   /// Bytes the planned tensors take on the backend.
@@ -71,7 +73,7 @@ class WeightLoader {
 };
 
 /// A progress bar on stderr for long loads ("loading  43% [#####.....] 1.2/2.8 GiB"); prints
-/// only when stderr is a terminal, else logs at 25% steps.
+/// only when stderr is a terminal, else logs at 25% steps. Never stops the load.
 LoadProgress stderr_progress(std::string label);
 
 }  // namespace shoal

@@ -83,10 +83,10 @@ int check(const CheckOptions& o) {
   if (const size_t need = T + (G > 0 ? G - 1 : 0); int64_t(need) > flags.ctx)  // before the load: it may take minutes
     return fail(make_error(Code::kOutOfRange, "the reference needs {} positions ({} prompt ids, {} generated); the "
                            "context (-c) has {}", need, T, G, flags.ctx));
+  std::optional<HostSignals> signals;  // with --pool: SIGINT / SIGTERM say bye to the pool (goes last)
   Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
   Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
-  std::optional<HostSignals> signals;  // with --pool: SIGINT / SIGTERM say bye to the pool
-  std::optional<HostSignals::Hold> held;
+  std::optional<HostSignals::Hold> held;  // (goes first)
   if (o.pool.pool > 1) {
     signals.emplace();  // before the pool's threads start
     pool = start_local_pool(flags, o.pool, /*tokenizer=*/false);

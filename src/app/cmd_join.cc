@@ -25,6 +25,7 @@ struct JoinOptions {
   std::string name;
   std::string data_listen;
   int dead_after_ms = 2000;
+  bool no_progress = false;
 };
 
 int join(const JoinOptions& o) {
@@ -56,6 +57,7 @@ int join(const JoinOptions& o) {
   w.mem_share = o.mem_share;
   w.name = o.name;
   w.data_listen = o.data_listen;
+  w.progress = !o.no_progress;
   w.hops.dead_after = pool::Millis(o.dead_after_ms);
   w.hops.ping_interval = pool::Millis(std::max(50, o.dead_after_ms / 4));
   pool::Worker worker(std::move(w), pool::tcp_network());
@@ -93,6 +95,7 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--name", o->name, "This worker's name in plans and errors (default: HOSTNAME-PID)");
   cmd->add_option("--data-listen", o->data_listen,
                   "Where the previous stage connects, HOST:PORT (default: the address that reaches the host, any port)");
+  cmd->add_flag("--no-progress", o->no_progress, "No load progress bar on stderr (the local pools' workers)");
   cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
       ->check(CLI::Range(100, 3600000));

@@ -22,6 +22,9 @@ struct Host::Member {
   std::string peer;     // its control connection's address, "IP:PORT"
   std::string address;  // its hop listener, "IP:PORT"
   std::unique_ptr<Link> link;
+  // ASSIGNs sent and not yet answered (READY or ERROR; the planning thread's). READY carries no
+  // plan epoch: while more than one is out, the first replies belong to plans given up on.
+  int unanswered = 0;
 };
 
 std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices) {
@@ -276,6 +279,7 @@ Status Host::ensure_plan() {
     last = plan_once(retry);
     if (last.ok()) return replay();
     if (!retry) {  // the planner's or the host's own failure: the same pool would fail the same way
+                   // (workers assigned before the host's load failed answer later: skipped then)
       changed_ = true;  // try again at the next request: the pool may have changed
       return last;
     }
@@ -305,6 +309,12 @@ Status Host::wait_ready(Member& m, uint64_t epoch) {
       if (r.status().code() == Code::kDeadlineExceeded) continue;
       return r.status();
     }
+    if ((r->type == MsgType::kReady || r->type == MsgType::kError) && m.unanswered > 1) {
+      --m.unanswered;  // the answer to an assignment of a plan given up on
+      spdlog::debug("worker '{}': a {} for an earlier plan, skipped", m.name, msg_type_name(r->type));
+      continue;
+    }
+    if (r->type == MsgType::kReady || r->type == MsgType::kError) m.unanswered = 0;
     if (r->type == MsgType::kReady) {
       SHOAL_ASSIGN_OR_RETURN(Ready ready, decode<Ready>(*r));
       std::lock_guard lock(mu_);
@@ -380,8 +390,10 @@ Status Host::plan_once(bool& retry) {
   const uint16_t n_stages = uint16_t(plan.stages.size());
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& s = plan.stages[i + 1];
-    while (chain[i]->link->recv(Millis(0)).ok()) {
-    }  // drop what a previous plan left (errors of a failed request)
+    // Drop what a previous plan left (errors of a failed request, answers to given-up plans).
+    for (auto r = chain[i]->link->recv(Millis(0)); r.ok(); r = chain[i]->link->recv(Millis(0))) {
+      if ((r->type == MsgType::kReady || r->type == MsgType::kError) && chain[i]->unanswered > 0) --chain[i]->unanswered;
+    }
     Assign a;
     a.plan_epoch = epoch;
     a.model_size = model_.file->file_size;
@@ -398,6 +410,7 @@ Status Host::plan_once(bool& retry) {
     a.model_name = printable_text(model_.file->path, kMaxModelNameLen);
     a.next_hop = i + 1 < chain.size() ? chain[i + 1]->address : room_->address();
     SHOAL_RETURN_IF_ERROR(chain[i]->link->send(encode(a)));
+    ++chain[i]->unanswered;
   }
   // The host loads its part while the workers load theirs (the assignments are out).
   if (Status st = pipeline_->set_local(n_local, /*alone=*/false); !st.ok()) {

@@ -49,7 +49,7 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalW
     std::vector<std::string> args = {"shoal", "--log-level", o.log_level, "join", o.host,
                                      "-m", o.model, "--device", o.device, "--name", fmt::format("local-{}", i + 1),
                                      "--dead-after", std::to_string(o.dead_after_ms),
-                                     "--mem-share", std::to_string(o.mem_share)};
+                                     "--mem-share", std::to_string(o.mem_share), "--no-progress"};
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (o.half_prefill) args.insert(args.end(), {"--prefill-precision", "half"});
     std::vector<char*> argv;

@@ -236,8 +236,13 @@ Status Worker::load(const Assign& a) {
   so.max_tokens = kFrameTokens;
   const uint64_t before = model_->file->bytes_read();
   // A bar on stderr for a long load; the load stops when the worker is stopped or the host left.
-  LoadProgress bar = stderr_progress(fmt::format("worker '{}' loading", opts_.name));
-  auto progress = [&](uint64_t done, uint64_t total) { return bar(done, total) && !stop_ && control_->is_up(); };
+  LoadProgress bar = opts_.progress ? stderr_progress(fmt::format("worker '{}' loading", opts_.name)) : LoadProgress{};
+  auto progress = [&](uint64_t done, uint64_t total) {
+    const bool go = !stop_ && control_->is_up();
+    if (bar) bar(done, total);
+    if (!go && bar && isatty(2)) std::fputc('\n', stderr);  // end the bar's line before the logs
+    return go;
+  };
   auto s = Slice::load(*model_->file, cfg, model_->weights, spec, so, *backend_, progress);
   if (!s.ok()) return s.status().with_context(fmt::format("worker '{}' loading layers {}-{}", opts_.name, a.first_layer, a.last_layer));
   slice_ = std::move(*s);

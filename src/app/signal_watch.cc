@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 #include <utility>
 
 #include "core/log.h"
@@ -24,8 +24,8 @@ constexpr std::chrono::milliseconds kRepeatWindow{500};
 // Ends the process by `sig`'s default action now: from the watcher thread, the only one that
 // takes the signal. No logger or stdio: the callback may hold their locks.
 [[noreturn]] void quit_now(int sig) {
-  const char* msg = sig == SIGINT ? "shoal: SIGINT again: quitting now\n" : "shoal: SIGTERM again: quitting now\n";
-  (void)!::write(STDERR_FILENO, msg, std::strlen(msg));
+  const std::string msg = std::string("shoal: ") + signal_name(sig) + " again: quitting now\n";
+  (void)!::write(STDERR_FILENO, msg.data(), msg.size());
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);

@@ -197,12 +197,13 @@ void bench_sweep(Backend& b, const Ceilings& c, int reps) {
 // Decode attention of one token at position `at` in caches of `ctx` rows (the keys attended:
 // at + 1), 32 query heads of 128 over kv_heads KV heads, 32 layers in one graph, planned for
 // at + 1 keys as a step of Slice is (plan_attention_keys) or, with `for_cache`, for the whole
-// cache; us per layer.
-double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cache, int kv_heads = 8) {
+// cache; us per layer. `cache`: the caches' dtype (F16 or Q8_0).
+double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cache, int kv_heads = 8,
+                    DType cache = DType::kF16) {
   std::vector<Tensor> kc, vc;
   for (int l = 0; l < 32; ++l) {
-    kc.push_back(act(b, DType::kF16, {ctx, int64_t(kv_heads) * 128}, uint64_t(2 * l + 1)));
-    vc.push_back(act(b, DType::kF16, {ctx, int64_t(kv_heads) * 128}, uint64_t(2 * l + 2)));
+    kc.push_back(act(b, cache, {ctx, int64_t(kv_heads) * 128}, uint64_t(2 * l + 1)));
+    vc.push_back(act(b, cache, {ctx, int64_t(kv_heads) * 128}, uint64_t(2 * l + 2)));
   }
   Tensor q = act(b, DType::kF32, {1, 4096}, 7), out = must(b.alloc(DType::kF32, {1, 4096}));
   Tensor pos = must(b.alloc(DType::kI32, {1}));
@@ -227,18 +228,22 @@ double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cach
   return ms * 1e3;
 }
 
-// GB/s and % of read of K + V rows of `keys` keys (kv_heads heads of 128) read in `us`.
-std::string attention_rate(const Ceilings& c, int64_t keys, double us, int kv_heads = 8) {
-  const double gbs = 2.0 * double(keys) * kv_heads * 128 * 2 / (us * 1e-6) / 1e9;
+// GB/s and % of read of K + V rows of `keys` keys (kv_heads heads of 128; `row_bytes` per head:
+// 256 for f16, 136 for Q8_0) read in `us`.
+std::string attention_rate(const Ceilings& c, int64_t keys, double us, int kv_heads = 8, int row_bytes = 256) {
+  const double gbs = 2.0 * double(keys) * kv_heads * row_bytes / (us * 1e-6) / 1e9;
   return fmt::format("{:.0f} | {:.0f}%", gbs, 100 * gbs / c.read_gbs);
 }
 
 void bench_attention(Backend& b, const Ceilings& c, int reps) {
-  std::printf("\n## Decode attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), f16 cache, 32 layers\n");
-  std::printf("| context | us / layer | GB/s (K+V read) | %% of read |\n|---|---|---|---|\n");
+  std::printf("\n## Decode attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), f16 / Q8_0 cache, 32 layers\n");
+  std::printf("| context | us / layer | GB/s (K+V read) | %% of read | us, Q8_0 cache | GB/s, Q8_0 | %% of read |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (int64_t ctx : {512, 513, 640, 4096, 32768}) {  // 513: the splits' second tile of keys
     const double us = attention_us(b, reps, ctx, ctx - 1, false);
-    std::printf("| %lld | %.2f | %s |\n", (long long)ctx, us, attention_rate(c, ctx, us).c_str());
+    const double q8 = attention_us(b, reps, ctx, ctx - 1, false, 8, DType::kQ8_0);
+    std::printf("| %lld | %.2f | %s | %.2f | %s |\n", (long long)ctx, us, attention_rate(c, ctx, us).c_str(), q8,
+                attention_rate(c, ctx, q8, 8, 136).c_str());
   }
   // A server's cache is sized for its longest request, so most steps attend to a part of it:
   // planned for the step's keys (as Slice does) or for the whole cache.
@@ -267,8 +272,8 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
 // n rows (what a prompt's layer does after its KV write), 8 calls in one graph; us per call and
 // the rate of the causal products (4 n (n + 1) / 2 head_dim FLOP per query head), exact and with
 // --prefill-precision half (q and p as one f16 part).
-double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n) {
-  Tensor kc = act(b, DType::kF16, {n, int64_t(kv) * 128}, 1), vc = act(b, DType::kF16, {n, int64_t(kv) * 128}, 2);
+double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n, DType cache = DType::kF16) {
+  Tensor kc = act(b, cache, {n, int64_t(kv) * 128}, 1), vc = act(b, cache, {n, int64_t(kv) * 128}, 2);
   Tensor q = act(b, DType::kF32, {n, int64_t(heads) * 128}, 3);
   Tensor out = must(b.alloc(DType::kF32, {n, int64_t(heads) * 128}));
   Tensor pos = must(b.alloc(DType::kI32, {n}));
@@ -290,9 +295,9 @@ double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n) 
 
 void bench_prefill_attention(Backend& b, Backend& half, int reps) {
   std::printf("\n## Prefill attention (causal, f16 cache, head_dim 128), one call\n");
-  std::printf("(us, 1 / 2 sets: the key tiles taken by one set of warps or shared by two, forced)\n");
-  std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, 1 set | us, 2 sets | us, half | TFLOP/s, half |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf("(us, 1 / 2 sets: the key tiles taken by one set of warps or shared by two, forced; Q8_0: a Q8_0 cache)\n");
+  std::printf("| heads (q / kv) | tokens | us | TFLOP/s | us, 1 set | us, 2 sets | us, half | TFLOP/s, half | us, Q8_0 |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   for (auto [heads, kv] : {std::pair{32, 8}, std::pair{16, 8}})
     for (int64_t n : {64, 128, 256, 512, 1024, 2048, 4096}) {
       const double us = prefill_attention_us(b, reps, heads, kv, n);
@@ -303,9 +308,10 @@ void bench_prefill_attention(Backend& b, Backend& half, int reps) {
       }
       probe::set_prefill_halves(0);
       const double half_us = prefill_attention_us(half, reps, heads, kv, n);
+      const double q8_us = prefill_attention_us(b, reps, heads, kv, n, DType::kQ8_0);
       const double tflop = 4.0 * double(n) * double(n + 1) / 2 * 128 * heads / 1e12;
-      std::printf("| %d / %d | %lld | %.2f | %.0f | %.2f | %.2f | %.2f | %.0f |\n", heads, kv, (long long)n, us,
-                  tflop / (us * 1e-6), forced[0], forced[1], half_us, tflop / (half_us * 1e-6));
+      std::printf("| %d / %d | %lld | %.2f | %.0f | %.2f | %.2f | %.2f | %.0f | %.2f |\n", heads, kv, (long long)n, us,
+                  tflop / (us * 1e-6), forced[0], forced[1], half_us, tflop / (half_us * 1e-6), q8_us);
     }
   std::fflush(stdout);
 }

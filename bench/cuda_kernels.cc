@@ -228,10 +228,10 @@ double attention_us(Backend& b, int reps, int64_t ctx, int64_t at, bool for_cach
   return ms * 1e3;
 }
 
-// GB/s and % of read of K + V rows of `keys` keys (kv_heads heads of 128; `row_bytes` per head:
-// 256 for f16, 136 for Q8_0) read in `us`.
-std::string attention_rate(const Ceilings& c, int64_t keys, double us, int kv_heads = 8, int row_bytes = 256) {
-  const double gbs = 2.0 * double(keys) * kv_heads * row_bytes / (us * 1e-6) / 1e9;
+// GB/s and % of read of K + V rows of `keys` keys (kv_heads heads of 128 values of `cache`) read
+// in `us`.
+std::string attention_rate(const Ceilings& c, int64_t keys, double us, int kv_heads = 8, DType cache = DType::kF16) {
+  const double gbs = 2.0 * double(keys) * kv_heads * double(*dtype_bytes(cache, 128)) / (us * 1e-6) / 1e9;
   return fmt::format("{:.0f} | {:.0f}%", gbs, 100 * gbs / c.read_gbs);
 }
 
@@ -243,7 +243,7 @@ void bench_attention(Backend& b, const Ceilings& c, int reps) {
     const double us = attention_us(b, reps, ctx, ctx - 1, false);
     const double q8 = attention_us(b, reps, ctx, ctx - 1, false, 8, DType::kQ8_0);
     std::printf("| %lld | %.2f | %s | %.2f | %s |\n", (long long)ctx, us, attention_rate(c, ctx, us).c_str(), q8,
-                attention_rate(c, ctx, q8, 8, 136).c_str());
+                attention_rate(c, ctx, q8, 8, DType::kQ8_0).c_str());
   }
   // A server's cache is sized for its longest request, so most steps attend to a part of it:
   // planned for the step's keys (as Slice does) or for the whole cache.

@@ -146,8 +146,8 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
     "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 0 --device cuda:0 --prefill-precision half 2>&1 |
       tee -a "$LOGS/bench-$shape-$type.log"
     while read -r line; do note "bench $shape $type: $line"; done < <(grep -E '\| (pp|tg)[0-9]+( \(half\))? \|' "$LOGS/bench-$shape-$type.log")
-    # The first model again with a Q8_0 KV cache (half the cache bytes; the same tensor-core
-    # attention kernels on integer tiles and scales).
+    # The first model again with a Q8_0 KV cache (half the cache bytes; its attention runs the
+    # tiled CUDA-core kernel: docs/cuda.md v42).
     if [ "$st" = "${BENCH_MODELS%% *}" ]; then
       "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 128 --device cuda:0 --kv q8_0 >"$LOGS/bench-$shape-$type-kv-q8_0.log" 2>&1
       while read -r line; do note "bench $shape $type --kv q8_0: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$LOGS/bench-$shape-$type-kv-q8_0.log")

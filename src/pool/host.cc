@@ -309,12 +309,14 @@ Status Host::wait_ready(Member& m, uint64_t epoch) {
       if (r.status().code() == Code::kDeadlineExceeded) continue;
       return r.status();
     }
-    if ((r->type == MsgType::kReady || r->type == MsgType::kError) && m.unanswered > 1) {
-      --m.unanswered;  // the answer to an assignment of a plan given up on
-      spdlog::debug("worker '{}': a {} for an earlier plan, skipped", m.name, msg_type_name(r->type));
-      continue;
+    if (const bool answer = r->type == MsgType::kReady || r->type == MsgType::kError; answer) {
+      if (m.unanswered > 1) {
+        --m.unanswered;  // the answer to an assignment of a plan given up on
+        spdlog::debug("worker '{}': a {} for an earlier plan, skipped", m.name, msg_type_name(r->type));
+        continue;
+      }
+      m.unanswered = 0;
     }
-    if (r->type == MsgType::kReady || r->type == MsgType::kError) m.unanswered = 0;
     if (r->type == MsgType::kReady) {
       SHOAL_ASSIGN_OR_RETURN(Ready ready, decode<Ready>(*r));
       std::lock_guard lock(mu_);

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -88,16 +89,31 @@ TEST(PoolLeave, ASecondSignalEndsAHostStuckLeaving) {
     ~Sleeper() { ::kill(pid, SIGKILL); }
   } sleeper{std::stoi(m[1])};
   ASSERT_TRUE(host->wait_err("reading prompts from stdin", 60s)) << host->err();
-  {  // the smallest pipe (one page), so that a few stories fill it
-    const int fd = open(("/proc/" + std::to_string(pid) + "/fd/1").c_str(), O_WRONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    EXPECT_GT(fcntl(fd, F_SETPIPE_SZ, 4096), 0);
-    close(fd);
-  }
+  // The smallest pipe (one page), so that a few stories fill it.
+  const int fd = open(("/proc/" + std::to_string(pid) + "/fd/1").c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct Close {
+    int fd;
+    ~Close() { close(fd); }
+  } close_fd{fd};
+  const int size = fcntl(fd, F_SETPIPE_SZ, 4096);
+  ASSERT_GT(size, 0);
   std::string prompts;
   for (int i = 0; i < 200; ++i) prompts += "Once upon a time\n";  // ~40 KB of stories
   host->write(prompts);
-  std::this_thread::sleep_for(3s);
+  // Until the pipe is full: its unread bytes (FIONREAD, from either end) stop growing for a
+  // second, the host's next write blocked (a write that does not fit the page's rest waits for
+  // an empty one, so a full pipe may hold less than its size). A fixed wait was too short on a
+  // loaded machine: the stories were not yet written, and the first SIGTERM ended the host.
+  int queued = 0, last = -1;
+  auto since = std::chrono::steady_clock::now();
+  for (auto t0 = since; std::chrono::steady_clock::now() - t0 < 60s;) {
+    ASSERT_EQ(ioctl(fd, FIONREAD, &queued), 0);
+    if (queued != last) last = queued, since = std::chrono::steady_clock::now();
+    if (queued > 0 && std::chrono::steady_clock::now() - since >= 1s) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GE(queued, size / 2) << "the host's stdout never filled: " << host->err();
   host->kill(SIGTERM);
   ASSERT_TRUE(host->wait_err("SIGTERM: the host stops", 10s)) << host->err();
   EXPECT_EQ(host->wait_exit(1s), -1) << "exited although its stdout is full";

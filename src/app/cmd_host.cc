@@ -1,5 +1,6 @@
 // shoal host: open a room, wait for workers, plan, and answer prompts with the pool
 // (docs/protocol.md, "Host and worker"). The -p prompt, or one prompt per line on stdin.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <span>
@@ -82,6 +83,7 @@ int host(const HostCmdOptions& o) {
     ++n_prompts;
     auto ids = encode_prompt(tok, line);
     if (Status st = ids.ok() ? answer(*ids) : ids.status(); !st.ok()) {
+      if (std::ferror(stdout)) return fail(st);  // no later answer could be read either
       spdlog::error("{}", st.to_string());  // the host stays up for the next prompt
       ++n_failed;
     }

@@ -1,6 +1,8 @@
 #include "app/generate_text.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "app/common_options.h"
 #include "core/log.h"
@@ -39,19 +41,29 @@ Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::stri
   return ids;
 }
 
+Status stdout_status() {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = errno;
+  if (flushed && !std::ferror(stdout)) return Status::Ok();
+  return make_error(Code::kIoError, "writing the output to stdout: {}", e ? std::strerror(e) : "a write failed");
+}
+
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
                           bool output_ids, const GenerateFn& generate) {
   spdlog::info("prompt: {} tokens", ids.size());
   StreamDecoder stream(tok);
   GenerateStats st;
+  Status written;  // the first failed write stops the generation
   auto out = generate(ids, go, [&](int32_t id) {
     if (!output_ids) {
       const std::string text = stream.push(id);
       std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
+      written = stdout_status();
     }
-    return true;
+    return written.ok();
   }, &st);
+  if (!written.ok()) return written;
   if (!out.ok()) {
     if (!output_ids) std::printf("\n");
     std::fflush(stdout);
@@ -66,7 +78,7 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
   }
-  std::fflush(stdout);
+  SHOAL_RETURN_IF_ERROR(stdout_status());
   spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s){}",
                st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
                st.decode_s, st.decode_s > 0 && st.n_generated > 1 ? (st.n_generated - 1) / st.decode_s : 0.0,

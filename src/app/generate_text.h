@@ -40,8 +40,13 @@ Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::stri
 using GenerateFn = std::function<Result<std::vector<int32_t>>(std::span<const int32_t>, const GenerateOptions&,
                                                               const TokenCallback&, GenerateStats*)>;
 
+/// Flushes stdout. Errors: kIoError when that or an earlier write to it failed (a full disk, a
+/// closed pipe where SIGPIPE is ignored), naming the cause.
+Status stdout_status();
+
 /// Generates from `ids`, streaming the text to stdout (or, with output_ids, printing the ids as one
-/// JSON array), ending with a newline; logs the prompt and decode speed on stderr.
+/// JSON array), ending with a newline; logs the prompt and decode speed on stderr. Errors: the
+/// generator's; stdout_status()'s, the generation stopped at the first failed write.
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
                           bool output_ids, const GenerateFn& generate);
 

@@ -1,10 +1,12 @@
 // shoal: run one large language model across a pool of machines (or one).
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "app/commands.h"
+#include "app/generate_text.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {
@@ -35,7 +37,20 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging(log_level);
   for (auto& [name, fn] : commands) {
-    if (app.got_subcommand(name)) return fn();
+    if (!app.got_subcommand(name)) continue;
+    int rc = 1;
+    try {
+      rc = fn();
+    } catch (const std::exception& e) {  // fmt::print throws where a write to stdout fails
+      std::fprintf(stderr, "shoal %s: %s\n", name.c_str(), e.what());
+      return 1;
+    }
+    // Output that did not reach stdout (a full disk) fails the command.
+    if (const shoal::Status st = shoal::app::stdout_status(); rc == 0 && !st.ok()) {
+      std::fprintf(stderr, "shoal %s: %s\n", name.c_str(), st.to_string().c_str());
+      return 1;
+    }
+    return rc;
   }
   return 1;
 }

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -76,6 +77,10 @@ void MappedFile::release(uint64_t offset, uint64_t n) const {
 }
 
 Result<std::string> read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // (an ifstream opens it and reads nothing)
+    return make_error(Code::kInvalidArgument, "'{}' is a directory, not a file", path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status(errno == ENOENT ? Code::kNotFound : Code::kIoError,

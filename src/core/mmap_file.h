@@ -34,7 +34,8 @@ class MappedFile {
   std::string path_;
 };
 
-/// Reads a whole (small) file into a string. Errors: kNotFound, kIoError.
+/// Reads a whole (small) file into a string. Errors: kNotFound, kIoError, kInvalidArgument (a
+/// directory).
 Result<std::string> read_file(const std::string& path);
 
 }  // namespace shoal

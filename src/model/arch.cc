@@ -88,6 +88,21 @@ const TensorInfo* WeightMap::find(std::string_view canonical) const {
   return it == map_.end() ? nullptr : it->second;
 }
 
+Status WeightMap::layers_within(int n_layers) const {
+  constexpr std::string_view kBlk = "blk.";
+  for (const auto& [name, info] : map_) {
+    if (!std::string_view(name).starts_with(kBlk)) continue;
+    int layer = -1;
+    const char* first = name.data() + kBlk.size();
+    const auto [p, ec] = std::from_chars(first, name.data() + name.size(), layer);
+    if (ec == std::errc() && p < name.data() + name.size() && *p == '.' && layer >= n_layers) {
+      return make_error(Code::kCorrupt, "tensor '{}' belongs to layer {}, but the model has {} layers (its layer count "
+                        "disagrees with its tensors)", info->name, layer, n_layers);
+    }
+  }
+  return Status::Ok();
+}
+
 Result<const TensorInfo*> WeightMap::get(std::string_view canonical) const {
   const TensorInfo* t = find(canonical);
   if (!t) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", canonical);

@@ -55,6 +55,10 @@ class WeightMap {
   Result<const TensorInfo*> get(std::string_view canonical) const;
   void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
   size_t size() const { return map_.size(); }
+  /// Every layer tensor ("blk.N.*") belongs to a layer below n_layers. Errors: kCorrupt naming one
+  /// that does not (a layer count that disagrees with the tensors, as llama.cpp refuses
+  /// a GGUF whose tensor count is not what its block_count asks for).
+  Status layers_within(int n_layers) const;
 
  private:
   std::unordered_map<std::string, const TensorInfo*> map_;

@@ -1,0 +1,82 @@
+// The commands' output and input files: a write to stdout that fails (a full disk: /dev/full)
+// fails the command with the cause on stderr instead of an exit status of 0, a prompt file that is
+// a directory is refused, and a GGUF whose layer count disagrees with its tensors does not open.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "runtime/local_model.h"
+#include "test_util.h"
+
+namespace shoal {
+namespace {
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+/// Runs `shoal ARGS` with stdout on /dev/full; CommandResult::out holds its stderr.
+test::CommandResult to_full_disk(const std::string& args) {
+  return test::run_command(test::shoal_bin() + " " + args + " 2>&1 >/dev/full");
+}
+
+TEST(AppOutput, AFullDiskFailsTheCommand) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string m = "-m " + q(test::fixture("models/stories260K.gguf"));
+  const std::string cases[] = {
+      "inspect " + q(test::fixture("models/stories260K.gguf")),
+      "--log-level warn run " + m + " -p Once -n 4 --temp 0",
+      "--log-level warn run " + m + " -p Once -n 4 --temp 0 --output-ids",
+      "--log-level warn tokenize " + m + " -p Once",
+  };
+  for (const std::string& c : cases) {
+    SCOPED_TRACE(c);
+    const auto r = to_full_disk(c);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
+  }
+}
+
+TEST(AppOutput, ADirectoryAsThePromptFileIsRefused) {
+  const std::string dir = ::testing::TempDir();
+  const auto r = test::run_command(test::shoal_bin() + " --log-level warn run -m " +
+                                   q(test::fixture("models/stories260K.gguf")) + " -n 4 -f " + q(dir) + " 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+}
+
+TEST(AppOutput, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
+  // stories260K has 5 layers; its llama.block_count (a UINT32) patched to 4 leaves blk.4.* over.
+  std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "llama.block_count";
+  auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  ASSERT_NE(at, bytes.end());
+  const size_t type_at = size_t(at - bytes.begin()) + key.size();
+  uint32_t type = 0, value = 0;
+  std::memcpy(&type, &bytes[type_at], 4);
+  std::memcpy(&value, &bytes[type_at + 4], 4);
+  ASSERT_EQ(type, 4u);  // GGUF_TYPE_UINT32
+  ASSERT_EQ(value, 5u);
+  value = 4;
+  std::memcpy(&bytes[type_at + 4], &value, 4);
+  const std::string path = ::testing::TempDir() + "stories_block_count_4.gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  auto m = open_model(path, /*with_tokenizer=*/false);
+  std::remove(path.c_str());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kCorrupt);
+  EXPECT_NE(m.status().message().find("layer 4, but the model has 4 layers"), std::string::npos)
+      << m.status().to_string();
+}
+
+}  // namespace
+}  // namespace shoal

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   CLI::App app{"shoal: one language model across a pool of machines (one machine is a pool of one)"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
+  app.set_version_flag("--version", std::string("shoal ") + SHOAL_VERSION, "Print the version and exit");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "stderr log level: trace, debug, info, warn (or warning), error, critical, off")
@@ -34,6 +36,23 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_host_command(app));
   reg(shoal::app::add_join_command(app));
 
+  // A first word that names no command (CLI11 would only say that one is required).
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("-")) continue;
+    bool known = false;
+    std::string names;
+    for (const auto& [name, fn] : commands) known |= a == name, names += (names.empty() ? "" : ", ") + name;
+    if (!known) {
+      std::fprintf(stderr, "shoal: '%s' is not a command (commands: %s; see shoal --help)\n", argv[i], names.c_str());
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
+    break;
+  }
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging(log_level);
   for (auto& [name, fn] : commands) {

@@ -1,6 +1,7 @@
-// The commands' output and input files: a write to stdout that fails (a full disk: /dev/full)
-// fails the command with the cause on stderr instead of an exit status of 0, a prompt file that is
-// a directory is refused, and a GGUF whose layer count disagrees with its tensors does not open.
+// The command line's edges: a write to stdout that fails (a full disk: /dev/full) fails the
+// command with the cause on stderr instead of an exit status of 0, a prompt file that is a
+// directory is refused, a GGUF whose layer count disagrees with its tensors does not open, a word
+// that names no command is named as such, and --version prints the version.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +26,7 @@ test::CommandResult to_full_disk(const std::string& args) {
   return test::run_command(test::shoal_bin() + " " + args + " 2>&1 >/dev/full");
 }
 
-TEST(AppOutput, AFullDiskFailsTheCommand) {
+TEST(AppCli, AFullDiskFailsTheCommand) {
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   const std::string m = "-m " + q(test::fixture("models/stories260K.gguf"));
   const std::string cases[] = {
@@ -42,7 +43,7 @@ TEST(AppOutput, AFullDiskFailsTheCommand) {
   }
 }
 
-TEST(AppOutput, ADirectoryAsThePromptFileIsRefused) {
+TEST(AppCli, ADirectoryAsThePromptFileIsRefused) {
   const std::string dir = ::testing::TempDir();
   const auto r = test::run_command(test::shoal_bin() + " --log-level warn run -m " +
                                    q(test::fixture("models/stories260K.gguf")) + " -n 4 -f " + q(dir) + " 2>&1");
@@ -50,7 +51,7 @@ TEST(AppOutput, ADirectoryAsThePromptFileIsRefused) {
   EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
 }
 
-TEST(AppOutput, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
+TEST(AppCli, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
   // stories260K has 5 layers; its llama.block_count (a UINT32) patched to 4 leaves blk.4.* over.
   std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -76,6 +77,18 @@ TEST(AppOutput, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
   EXPECT_EQ(m.status().code(), Code::kCorrupt);
   EXPECT_NE(m.status().message().find("layer 4, but the model has 4 layers"), std::string::npos)
       << m.status().to_string();
+}
+
+TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
+  for (const std::string args : {"serve", "--log-level warn rn -m x"}) {
+    SCOPED_TRACE(args);
+    const auto r = test::run_command(test::shoal_bin() + " " + args + " 2>&1");
+    EXPECT_EQ(r.status, 109);  // CLI11's ExtrasError
+    EXPECT_NE(r.out.find("is not a command (commands: run, "), std::string::npos) << r.out;
+  }
+  const auto v = test::run_command(test::shoal_bin() + " --version");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_EQ(v.out.rfind("shoal ", 0), 0u) << v.out;
 }
 
 }  // namespace

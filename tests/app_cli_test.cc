@@ -1,7 +1,8 @@
 // The command line's edges: a write to stdout that fails (a full disk: /dev/full) fails the
 // command with the cause on stderr instead of an exit status of 0, a prompt file that is a
 // directory is refused, a GGUF whose layer count disagrees with its tensors does not open, a word
-// that names no command is named as such, and --version prints the version.
+// that names no command is named as such, --version prints the version, a failed run prints
+// nothing on stdout, and `host` reads CRLF prompt lines as LF ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,6 +90,26 @@ TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
   const auto v = test::run_command(test::shoal_bin() + " --version");
   EXPECT_EQ(v.status, 0);
   EXPECT_EQ(v.out.rfind("shoal ", 0), 0u) << v.out;
+}
+
+TEST(AppCli, AFailedRunPrintsNothingOnStdout) {
+  const auto r = test::run_command(test::shoal_bin() + " --log-level off run -m " +
+                                   q(test::fixture("models/stories260K.gguf")) + " -c 2 -p 'Once upon a time'");
+  EXPECT_EQ(r.status, 1);  // the prompt does not fit the context
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(AppCli, HostReadsCrlfPromptLinesAsLfOnes) {
+  auto ids = [](const std::string& line_end) {
+    return test::run_command("printf 'Once upon a time" + line_end + "' | SHOAL_SECRET=crlf " + test::shoal_bin() +
+                             " --log-level off host -m " + q(test::fixture("models/stories260K.gguf")) +
+                             " --workers 0 --listen 127.0.0.1:0 -n 8 --temp 0 -t 1 --output-ids");
+  };
+  const auto lf = ids("\\n"), crlf = ids("\\r\\n");
+  EXPECT_EQ(lf.status, 0);
+  EXPECT_EQ(crlf.status, 0);
+  EXPECT_EQ(lf.out.rfind("[432, 383, 286", 0), 0u) << lf.out;  // expected/stories260K_greedy.json
+  EXPECT_EQ(crlf.out, lf.out);
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ int host(const HostCmdOptions& o) {
   std::string line;
   size_t n_prompts = 0, n_failed = 0;
   while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF lines
     if (line.empty()) continue;
     ++n_prompts;
     auto ids = encode_prompt(tok, line);

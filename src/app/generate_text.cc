@@ -55,9 +55,11 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
   StreamDecoder stream(tok);
   GenerateStats st;
   Status written;  // the first failed write stops the generation
+  bool any = false;  // text written (a failure then ends its line)
   auto out = generate(ids, go, [&](int32_t id) {
     if (!output_ids) {
       const std::string text = stream.push(id);
+      any |= !text.empty();
       std::fwrite(text.data(), 1, text.size(), stdout);
       written = stdout_status();
     }
@@ -65,7 +67,7 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
   }, &st);
   if (!written.ok()) return written;
   if (!out.ok()) {
-    if (!output_ids) std::printf("\n");
+    if (any) std::printf("\n");
     std::fflush(stdout);
     return out.status();
   }

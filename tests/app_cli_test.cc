@@ -42,6 +42,17 @@ TEST(AppCli, AFullDiskFailsTheCommand) {
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
   }
+  // Over 4 KiB at once (glibc writes such a chunk itself, drops it where that fails, and a later
+  // flush succeeds): the cause still named.
+  const std::string path = ::testing::TempDir() + "app_cli_long_prompt.txt";
+  {
+    std::ofstream f(path, std::ios::binary);
+    for (int i = 0; i < 800; ++i) f << "Once upon a time ";
+  }
+  const auto r = to_full_disk("--log-level warn tokenize " + m + " -f " + q(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
 }
 
 TEST(AppCli, ADirectoryAsThePromptFileIsRefused) {
@@ -93,9 +104,15 @@ TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
 }
 
 TEST(AppCli, AFailedRunPrintsNothingOnStdout) {
+  const std::string err = ::testing::TempDir() + "app_cli_failed_run.err";
   const auto r = test::run_command(test::shoal_bin() + " --log-level off run -m " +
-                                   q(test::fixture("models/stories260K.gguf")) + " -c 2 -p 'Once upon a time'");
-  EXPECT_EQ(r.status, 1);  // the prompt does not fit the context
+                                   q(test::fixture("models/stories260K.gguf")) + " -c 2 -p 'Once upon a time' 2>" +
+                                   q(err));
+  std::ifstream in(err);
+  const std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(err.c_str());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(why.find("raise -c"), std::string::npos) << why;  // the prompt does not fit the context
   EXPECT_EQ(r.out, "");
 }
 

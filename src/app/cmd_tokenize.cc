@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "app/commands.h"
+#include "app/generate_text.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "tokenizer/tokenizer.h"
@@ -55,7 +56,10 @@ CommandFn add_tokenize_command(CLI::App& app) {
       return 1;
     }
     const std::vector<int32_t> ids = (*tok)->encode(text, o->bos, o->special);
-    std::fputs(fmt::format("[{}]\n", fmt::join(ids, ", ")).c_str(), stdout);
+    if (Status st = write_stdout(fmt::format("[{}]\n", fmt::join(ids, ", "))); !st.ok()) {
+      spdlog::error("tokenize: {}", st.to_string());
+      return 1;
+    }
     return 0;
   };
 }

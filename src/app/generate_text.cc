@@ -41,11 +41,20 @@ Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::stri
   return ids;
 }
 
-Status stdout_status() {
+Status stdout_status() { return write_stdout({}); }
+
+Status write_stdout(std::string_view text) {
+  // (glibc writes a large chunk at once and drops it where that fails, so a later fflush
+  // succeeds: errno is taken from whichever call fails.)
   errno = 0;
-  const bool flushed = std::fflush(stdout) == 0;
-  const int e = errno;
-  if (flushed && !std::ferror(stdout)) return Status::Ok();
+  const bool wrote = text.empty() || std::fwrite(text.data(), 1, text.size(), stdout) == text.size();
+  int e = errno;
+  if (wrote) {
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    if (!flushed) e = errno;
+    if (flushed && !std::ferror(stdout)) return Status::Ok();
+  }
   return make_error(Code::kIoError, "writing the output to stdout: {}", e ? std::strerror(e) : "a write failed");
 }
 
@@ -60,8 +69,7 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
     if (!output_ids) {
       const std::string text = stream.push(id);
       any |= !text.empty();
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      written = stdout_status();
+      written = write_stdout(text);
     }
     return written.ok();
   }, &st);
@@ -74,13 +82,10 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
   if (output_ids) {
     std::string json = "[";
     for (size_t i = 0; i < out->size(); ++i) json += fmt::format("{}{}", i ? ", " : "", (*out)[i]);
-    std::printf("%s]\n", json.c_str());
+    SHOAL_RETURN_IF_ERROR(write_stdout(json + "]\n"));
   } else {
-    const std::string rest = stream.flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::printf("\n");
+    SHOAL_RETURN_IF_ERROR(write_stdout(stream.flush() + "\n"));
   }
-  SHOAL_RETURN_IF_ERROR(stdout_status());
   spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s){}",
                st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
                st.decode_s, st.decode_s > 0 && st.n_generated > 1 ? (st.n_generated - 1) / st.decode_s : 0.0,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -43,6 +44,8 @@ using GenerateFn = std::function<Result<std::vector<int32_t>>(std::span<const in
 /// Flushes stdout. Errors: kIoError when that or an earlier write to it failed (a full disk, a
 /// closed pipe where SIGPIPE is ignored), naming the cause.
 Status stdout_status();
+/// Writes `text` to stdout and flushes it. Errors: as stdout_status(), the failing call's cause.
+Status write_stdout(std::string_view text);
 
 /// Generates from `ids`, streaming the text to stdout (or, with output_ids, printing the ids as one
 /// JSON array), ending with a newline; logs the prompt and decode speed on stderr. Errors: the

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace shoal {
 
@@ -86,10 +85,14 @@ Result<std::string> read_file(const std::string& path) {
     return Status(errno == ENOENT ? Code::kNotFound : Code::kIoError,
                   fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return make_error(Code::kIoError, "cannot read '{}'", path);
-  return ss.str();
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {  // (read sets badbit on a read error;
+    text.append(buf, size_t(in.gcount()));                //  `ss << rdbuf()` hid it)
+    if (!in) break;
+  }
+  if (in.bad()) return make_error(Code::kIoError, "cannot read '{}': {}", path, std::strerror(errno));
+  return text;
 }
 
 }  // namespace shoal

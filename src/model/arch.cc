@@ -90,17 +90,21 @@ const TensorInfo* WeightMap::find(std::string_view canonical) const {
 
 Status WeightMap::layers_within(int n_layers) const {
   constexpr std::string_view kBlk = "blk.";
+  int top = -1;
+  const TensorInfo* top_info = nullptr;
   for (const auto& [name, info] : map_) {
     if (!std::string_view(name).starts_with(kBlk)) continue;
     int layer = -1;
     const char* first = name.data() + kBlk.size();
     const auto [p, ec] = std::from_chars(first, name.data() + name.size(), layer);
-    if (ec == std::errc() && p < name.data() + name.size() && *p == '.' && layer >= n_layers) {
-      return make_error(Code::kCorrupt, "tensor '{}' belongs to layer {}, but the model has {} layers (its layer count "
-                        "disagrees with its tensors)", info->name, layer, n_layers);
+    if (ec == std::errc() && p < name.data() + name.size() && *p == '.' && layer >= n_layers &&
+        (layer > top || (layer == top && info->name < top_info->name))) {
+      top = layer, top_info = info;
     }
   }
-  return Status::Ok();
+  if (!top_info) return Status::Ok();
+  return make_error(Code::kCorrupt, "tensor '{}' belongs to layer {}, but the model has {} layers (its layer count "
+                    "disagrees with its tensors)", top_info->name, top, n_layers);
 }
 
 Result<const TensorInfo*> WeightMap::get(std::string_view canonical) const {

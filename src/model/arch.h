@@ -55,8 +55,8 @@ class WeightMap {
   Result<const TensorInfo*> get(std::string_view canonical) const;
   void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
   size_t size() const { return map_.size(); }
-  /// Every layer tensor ("blk.N.*") belongs to a layer below n_layers. Errors: kCorrupt naming one
-  /// that does not (a layer count that disagrees with the tensors, as llama.cpp refuses
+  /// Every layer tensor ("blk.N.*") belongs to a layer below n_layers. Errors: kCorrupt naming the
+  /// highest-layer one that does not (a layer count that disagrees with the tensors, as llama.cpp refuses
   /// a GGUF whose tensor count is not what its block_count asks for).
   Status layers_within(int n_layers) const;
 

@@ -13,7 +13,7 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   SHOAL_ASSIGN_OR_RETURN(m.arch, find_architecture(*m.file));
   SHOAL_ASSIGN_OR_RETURN(m.config, load_model_config(*m.file));
   SHOAL_ASSIGN_OR_RETURN(m.weights, map_weights(*m.file, *m.arch));
-  SHOAL_RETURN_IF_ERROR(m.weights.layers_within(m.config.n_layers));
+  if (Status st = m.weights.layers_within(m.config.n_layers); !st.ok()) return st.with_context(path);
   if (with_tokenizer) {
     auto tok = load_tokenizer(*m.file);
     if (!tok.ok()) return tok.status().with_context("loading the tokenizer of " + path);

@@ -2,7 +2,6 @@
 #include <cstdio>
 #include <exception>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,19 +35,19 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_host_command(app));
   reg(shoal::app::add_join_command(app));
 
-  // A first word that names no command (CLI11 would only say that one is required).
+  // A first word that names no command (CLI11 would only say that one is required); the values
+  // of global options (--log-level X) are skipped.
   for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--log-level") {
-      ++i;
+    const std::string a = argv[i];
+    if (a.starts_with("-")) {
+      const CLI::Option* opt = app.get_option_no_throw(a);
+      if (opt && opt->get_items_expected_min() > 0) ++i;
       continue;
     }
-    if (a.starts_with("-")) continue;
-    bool known = false;
-    std::string names;
-    for (const auto& [name, fn] : commands) known |= a == name, names += (names.empty() ? "" : ", ") + name;
-    if (!known) {
-      std::fprintf(stderr, "shoal: '%s' is not a command (commands: %s; see shoal --help)\n", argv[i], names.c_str());
+    if (app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == a; }).empty()) {
+      std::string names;
+      for (const auto& [name, fn] : commands) names += (names.empty() ? "" : ", ") + name;
+      std::fprintf(stderr, "shoal: '%s' is not a command (commands: %s; see shoal --help)\n", a.c_str(), names.c_str());
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
     break;

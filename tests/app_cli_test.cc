@@ -2,7 +2,8 @@
 // command with the cause on stderr instead of an exit status of 0, a prompt file that is a
 // directory is refused, a GGUF whose layer count disagrees with its tensors does not open, a word
 // that names no command is named as such, --version prints the version, a failed run prints
-// nothing on stdout, and `host` reads CRLF prompt lines as LF ones.
+// nothing on stdout, `host` reads CRLF prompt lines as LF ones, integer flags are decimal integers
+// (named as such when they are not), and --log-level may follow the command's name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/local_model.h"
@@ -127,6 +129,31 @@ TEST(AppCli, HostReadsCrlfPromptLinesAsLfOnes) {
   EXPECT_EQ(crlf.status, 0);
   EXPECT_EQ(lf.out.rfind("[432, 383, 286", 0), 0u) << lf.out;  // expected/stories260K_greedy.json
   EXPECT_EQ(crlf.out, lf.out);
+}
+
+TEST(AppCli, IntegerFlagsAreDecimalIntegers) {
+  const std::string run = test::shoal_bin() + " run -m " + q(test::fixture("models/stories260K.gguf")) + " -p x -n ";
+  const std::pair<std::string, std::string> bad[] = {
+      {"abc", "--n-predict: 'abc' is not an integer"},
+      {"5x", "--n-predict: '5x' is not an integer"},
+      {"''", "--n-predict: '' is not an integer"},
+      {"' 5'", "--n-predict: ' 5' is not an integer"},
+      {"-5", "--n-predict: -5 is not in [-1, 16777216]"},
+      {"99999999999999999999", "--n-predict: 99999999999999999999 is not in [-1, 16777216]"},
+  };
+  for (const auto& [value, message] : bad) {
+    SCOPED_TRACE(value);
+    const auto r = test::run_command(run + value + " 2>&1");
+    EXPECT_EQ(r.status, 105);  // CLI11's ValidationError
+    EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
+  }
+  // A leading zero is decimal (CLI11 alone would read 010 as octal 8), and --log-level may follow
+  // the command: nothing but the ids on stdout and stderr together.
+  const auto r = test::run_command(test::shoal_bin() + " run -m " + q(test::fixture("models/stories260K.gguf")) +
+                                   " -p 'Once upon a time' -n 010 --temp 0 --output-ids --log-level off 2>&1");
+  EXPECT_EQ(r.status, 0);
+  // expected/stories260K_greedy.json's first 10 generated ids
+  EXPECT_EQ(r.out, "[432, 383, 286, 261, 376, 298, 315, 421, 395, 317]\n");
 }
 
 }  // namespace

@@ -101,13 +101,13 @@ CommandFn add_bench_command(CLI::App& app) {
   add_model_flags(cmd, o->model, "f16");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the prefill test (pp)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+      ->transform(int_range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (tg), after the prompt")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+      ->transform(int_range(0, 1 << 20));
   cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (the median is reported)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->transform(int_range(1, 1000));
   return [o] { return bench(*o); };
 }
 

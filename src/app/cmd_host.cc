@@ -106,7 +106,7 @@ CommandFn add_host_command(CLI::App& app) {
   cmd->add_option("--secret", o->secret, "The room secret workers must know (default: $SHOAL_SECRET)");
   cmd->add_option("--workers", o->workers, "Workers to wait for before the first plan (0: start alone)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1023));
+      ->transform(int_range(0, 1023));
   cmd->add_option("--mem", o->mem, "Memory the host lends for layers and head, e.g. 8G (default: what it has free)");
   add_prompt_flags(cmd, o->gen, "Prompt text; without it, prompts are read from stdin, one per line (exit status 1 "
                   "if any of them failed)");

@@ -85,20 +85,20 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: one per hardware thread)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024));  // (as the other commands: a thread each is not free)
+      ->transform(int_range(0, 1024));  // (as the other commands: a thread each is not free)
   add_prefill_precision_flag(cmd, o->prefill_precision);
   cmd->add_option("--mem", o->mem, "Memory lent to the pool, e.g. 8G (default: what the device has free)");
   cmd->add_option("--mem-share", o->mem_share,
                   "Without --mem, lend 1/N of the free memory (N processes sharing one device, as --pool starts them)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->transform(int_range(1, 1024));
   cmd->add_option("--name", o->name, "This worker's name in plans and errors (default: HOSTNAME-PID)");
   cmd->add_option("--data-listen", o->data_listen,
                   "Where the previous stage connects, HOST:PORT (default: the address that reaches the host, any port)");
   cmd->add_flag("--no-progress", o->no_progress, "No load progress bar on stderr (the local pools' workers)");
   cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
-      ->check(CLI::Range(100, 3600000));
+      ->transform(int_range(100, 3600000));
   return [o] { return join(*o); };
 }
 

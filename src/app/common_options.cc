@@ -29,6 +29,21 @@ CLI::Validator finite_range(double lo, double hi) {
       fmt::format("in [{}, {}]", lo, hi));
 }
 
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc::result_out_of_range) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
+        if (ec != std::errc() || ptr != end || text.empty()) return "'" + text + "' is not an integer";
+        if (v < lo || v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
+        text = std::to_string(v);  // CLI11 would read a leading 0 as octal
+        return {};
+      },
+      fmt::format("in [{}, {}]", lo, hi));
+}
+
 namespace {
 
 // --seed's text as a decimal number in [-1, 2^63 - 1], or nullopt. Parsed here, not by CLI11,
@@ -49,14 +64,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
       ->capture_default_str();
   cmd->add_option("-t,--threads", f.threads, "CPU threads (0: one per hardware thread)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+      ->transform(int_range(0, 1024));
   cmd->add_option("-c,--ctx-size", f.ctx, "Context length in tokens (0: the model's, at most 4096)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 24));
+      ->transform(int_range(0, 1 << 24));
   cmd->add_option("--kv", f.kv, "KV cache type: f32, f16 or q8_0")->capture_default_str();
   cmd->add_option("-b,--batch-size", f.batch, "Prompt tokens processed per step (prefill chunk)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->transform(int_range(1, 4096));
   add_prefill_precision_flag(cmd, f.prefill_precision);
 }
 
@@ -92,7 +107,7 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
       ->check(finite_range(0, 1000));
   cmd->add_option("--top-k", p.top_k, "Keep the K most likely tokens (0: off)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 30));
+      ->transform(int_range(0, 1 << 30));
   cmd->add_option("--top-p", p.top_p, "Keep the smallest set of tokens whose probability reaches P (1: off)")
       ->capture_default_str()
       ->check(finite_range(0, 1));
@@ -104,7 +119,7 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
       ->check(finite_range(1e-6, 1000));
   cmd->add_option("--repeat-last-n", p.repeat_last_n, "How many recent tokens the repeat penalty looks at")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 24));
+      ->transform(int_range(0, 1 << 24));
   // llama.cpp's convention: -1 (the default) asks for a random seed, and so does 4294967295
   // (kRandomSeed).
   cmd->add_option_function<std::string>(

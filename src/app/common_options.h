@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/local_model.h"
@@ -32,6 +33,11 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p);
 
 /// A CLI11 check that the number is finite and within [lo, hi] (CLI::Range lets NaN through).
 CLI::Validator finite_range(double lo, double hi);
+
+/// A CLI11 check that the text is a decimal integer (no sign but '-', no spaces) within [lo, hi];
+/// says "'x' is not an integer" where CLI::Range would say "Value x not in range". Rewrites the
+/// text in plain decimal, so use it with ->transform (CLI11 reads "010" as octal).
+CLI::Validator int_range(int64_t lo, int64_t hi);
 
 /// Prints "shoal: <message>" to stderr and returns exit status 1.
 int fail(const Status& s);

@@ -27,7 +27,7 @@ void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_h
   cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file")->excludes(prompt);
   cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()
-      ->check(CLI::Range(-1, 1 << 24));
+      ->transform(int_range(-1, 1 << 24));
   add_sampling_flags(cmd, f.sampling);
   cmd->add_flag("--output-ids", f.output_ids, "Print the generated token ids as one JSON array instead of text");
 }

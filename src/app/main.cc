@@ -16,10 +16,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("shoal ") + SHOAL_VERSION, "Print the version and exit");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
-                 "stderr log level: trace, debug, info, warn (or warning), error, critical, off")
+                 "stderr log level: trace, debug, info, warn (or warning), error, critical, off (before or after the command)")
       ->capture_default_str()
       ->transform(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"},
                                 CLI::ignore_case));
+
+  app.fallthrough();  // global options after the command's name too (inherited by each subcommand)
 
   // Each add_* call adds one subcommand (the newest) and returns what runs it.
   std::vector<std::pair<std::string, shoal::app::CommandFn>> commands;

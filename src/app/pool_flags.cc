@@ -16,14 +16,14 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
   if (local_pool) {
     cmd->add_option("--pool", f.pool, "Run as a pool of N local processes: the host and N-1 workers on loopback")
         ->capture_default_str()
-        ->check(CLI::Range(1, 64));
+        ->transform(int_range(1, 64));
   }
   cmd->add_option("--hop-dtype", f.hop_dtype, "Hidden states between stages: f16 (half the bytes) or f32 (exact)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_option("--dead-after", f.dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
-      ->check(CLI::Range(100, 3600000));
+      ->transform(int_range(100, 3600000));
   cmd->add_option("--layers-local", f.layers_local, "Layers the host holds itself: N, or auto (the planner chooses)")
       ->capture_default_str();
   cmd->add_option("--split", f.split, "Force the plan: layer ranges for the host, then the workers (0-3,4-7,8-11)");

@@ -362,6 +362,15 @@ TEST(PoolHost, ForcedSplitAndLayersLocalAreApplied) {
   }
   {
     HostOptions o = host_opts(stories());
+    o.split = {{0, 1}, {3, 4}};  // a split the model refuses whatever joins: refused at open, before any wait
+    auto h = Host::open(o, tcp_network());
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), Code::kInvalidArgument) << h.status().to_string();
+    EXPECT_NE(h.status().message().find("--split leaves layers 2-2 to nobody"), std::string::npos)
+        << h.status().to_string();
+  }
+  {
+    HostOptions o = host_opts(stories());
     o.layers_local = 3;  // and no workers: layers 3-4 have nowhere to go
     auto h = Host::open(o, tcp_network());
     ASSERT_TRUE(h.ok());

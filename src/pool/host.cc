@@ -59,6 +59,7 @@ Result<uint64_t> head_bytes(const ModelConfig& cfg, const WeightMap& weights, bo
 Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   if (opts.secret.empty()) return make_error(Code::kInvalidArgument, "the room secret is empty");
   SHOAL_ASSIGN_OR_RETURN(LocalModel model, open_model(opts.model, opts.tokenizer));
+  if (!opts.split.empty()) SHOAL_RETURN_IF_ERROR(check_split(opts.split, uint32_t(model.config.n_layers)));  // before any worker
   SHOAL_ASSIGN_OR_RETURN(const uint64_t identity, model_identity(*model.file));
   BackendOptions bo;
   bo.threads = opts.threads;

@@ -163,17 +163,11 @@ Plan build_plan(const PlanInput& in, const PlanOptions& opts, const Prepared& p,
   return plan;
 }
 
-Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Prepared& p) {
-  const bool host_holds = !(opts.layers_local && *opts.layers_local == 0);
-  std::vector<size_t> slots;
-  if (host_holds) slots.push_back(p.host);
-  slots.insert(slots.end(), p.workers.begin(), p.workers.end());
-  const auto& r = opts.split;
-  if (r.size() > slots.size()) {
-    return make_error(Code::kInvalidArgument, "--split has {} ranges but the pool has {} device{}{}", r.size(),
-                      slots.size(), slots.size() == 1 ? "" : "s", host_holds ? "" : " besides the host (--layers-local 0)");
-  }
-  const uint32_t L = p.n_layers();
+}  // namespace
+
+Status check_split(const std::vector<LayerRange>& r, uint32_t n_layers) {
+  const uint32_t L = n_layers;
+  if (r.empty()) return make_error(Code::kInvalidArgument, "--split has no ranges");
   for (size_t i = 0; i < r.size(); ++i) {
     if (r[i].first > r[i].last) {
       return make_error(Code::kInvalidArgument, "--split range {}-{} runs backwards", r[i].first, r[i].last);
@@ -193,6 +187,22 @@ Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Pre
   if (r.back().last != L - 1) {
     return make_error(Code::kInvalidArgument, "--split leaves layers {}-{} to nobody", r.back().last + 1, L - 1);
   }
+  return Status();
+}
+
+namespace {
+
+Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Prepared& p) {
+  const bool host_holds = !(opts.layers_local && *opts.layers_local == 0);
+  std::vector<size_t> slots;
+  if (host_holds) slots.push_back(p.host);
+  slots.insert(slots.end(), p.workers.begin(), p.workers.end());
+  const auto& r = opts.split;
+  if (r.size() > slots.size()) {
+    return make_error(Code::kInvalidArgument, "--split has {} ranges but the pool has {} device{}{}", r.size(),
+                      slots.size(), slots.size() == 1 ? "" : "s", host_holds ? "" : " besides the host (--layers-local 0)");
+  }
+  SHOAL_RETURN_IF_ERROR(check_split(r, p.n_layers()));
   if (opts.layers_local && host_holds && r[0].last + 1 != *opts.layers_local) {
     return make_error(Code::kInvalidArgument, "--layers-local {} disagrees with the host's --split range {}-{}",
                       *opts.layers_local, r[0].first, r[0].last);

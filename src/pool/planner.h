@@ -86,6 +86,11 @@ struct Plan {
 /// kOutOfMemory when the pool cannot hold the model, with the bytes needed and lent per device.
 Result<Plan> make_plan(const PlanInput& in, const PlanOptions& opts = {});
 
+/// Checks a forced split's shape against the model: ranges in order that run forwards, neither
+/// overlap nor leave a gap, and cover layers 0 .. n_layers - 1. kInvalidArgument naming the range.
+/// (make_plan checks this too; a host checks it before it waits for workers.)
+Status check_split(const std::vector<LayerRange>& ranges, uint32_t n_layers);
+
 /// Parses "--split 0-3,4-7,8-11" ("5" alone is 5-5). kInvalidArgument naming the bad item.
 Result<std::vector<LayerRange>> parse_split(std::string_view text);
 

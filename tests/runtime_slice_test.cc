@@ -1,5 +1,6 @@
 // Slices: a layer range reads only its own tensors; chained slices equal one whole slice; heads
-// that read only the last row equal one that reads every row.
+// that read only the last row equal one that reads every row; slices sharing a backend never
+// share a step recording, and a slice drops its recordings before it frees their buffers.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -7,7 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/half.h"
 #include "kept_rows.h"
 #include "runtime/local_model.h"
@@ -31,6 +37,70 @@ TEST(Slice, LoadsOnlyItsOwnTensors) {
       expected += t.nbytes;
   EXPECT_EQ(m->file->bytes_read() - before, expected);
   EXPECT_EQ((*slice)->file_bytes(), expected);
+}
+
+/// The CPU backend, logging what a graph backend (CUDA) would see: each run_graph's (owner, key),
+/// each drop_graphs, and each free of a buffer.
+class RecordingBackend : public CpuBackend {
+ public:
+  RecordingBackend() : CpuBackend(BackendOptions{1, false, false}) {}
+  Status run_graph(uint64_t key, const std::function<void()>& record, uint64_t owner) override {
+    steps.insert({owner, key});
+    log.push_back("run " + std::to_string(owner));
+    return CpuBackend::run_graph(key, record, owner);
+  }
+  void drop_graphs(uint64_t owner) override { log.push_back("drop " + std::to_string(owner)); }
+  void free(Tensor& t) override {
+    if (log.empty() || log.back() != "free") log.push_back("free");
+    CpuBackend::free(t);
+  }
+  std::set<std::pair<uint64_t, uint64_t>> steps;
+  std::vector<std::string> log;
+};
+
+TEST(Slice, SlicesOnOneBackendNeverShareAStepRecording) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok());
+  RecordingBackend be;
+  const int L = m->config.n_layers, d = m->config.d_model;
+  // The whole model and its second half: same step sizes and head outputs, so the same step keys
+  // (a CUDA backend keyed by the step alone replayed the whole model's graph for the half).
+  auto whole = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, L, true, true}, {}, be);
+  auto a = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, 2, true, false}, {}, be);
+  auto b = Slice::load(*m->file, m->config, m->weights, SliceSpec{2, L, false, true}, {}, be);
+  ASSERT_TRUE(whole.ok() && a.ok() && b.ok());
+  const std::set<uint64_t> owners = {(*whole)->graph_owner(), (*a)->graph_owner(), (*b)->graph_owner()};
+  EXPECT_EQ(owners.size(), 3u);
+  EXPECT_EQ(owners.count(0), 0u);  // 0 is for callers without an owner
+  const std::vector<int32_t> ids = {1, 403, 407};
+  StepInput in;
+  in.n = int(ids.size());
+  in.ids = ids.data();
+  StepOutput logits;
+  logits.mode = HeadMode::kLogitsAll;
+  ASSERT_TRUE((*whole)->forward(in, logits).ok());
+  std::vector<float> hidden(ids.size() * size_t(d));
+  StepOutput mid;
+  mid.hidden = hidden.data();
+  ASSERT_TRUE((*a)->forward(in, mid).ok());
+  StepInput hop;
+  hop.n = in.n;
+  hop.hidden = hidden.data();
+  ASSERT_TRUE((*b)->forward(hop, logits).ok());
+  std::set<uint64_t> ran;
+  for (const auto& [owner, key] : be.steps) ran.insert(owner);
+  EXPECT_EQ(ran, owners);
+  // A slice replaced (a worker's new plan): its recordings are dropped before its first free, and
+  // its successor at the same layers records under a new owner.
+  const uint64_t gone = (*b)->graph_owner();
+  be.log.clear();
+  b->reset();
+  ASSERT_EQ(be.log.size(), 2u);
+  EXPECT_EQ(be.log[0], "drop " + std::to_string(gone));
+  EXPECT_EQ(be.log[1], "free");
+  auto b2 = Slice::load(*m->file, m->config, m->weights, SliceSpec{2, L, false, true}, {}, be);
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ(owners.count((*b2)->graph_owner()), 0u);
 }
 
 TEST(Slice, ChainedSlicesEqualOneSlice) {

@@ -259,14 +259,21 @@ class Backend {
 
   // ---- whole-step recording -------------------------------------------------------------------
   /// Runs `record` (a sequence of ops). A backend with graphs (CUDA) records it the first time a
-  /// `key` is seen and replays the recording afterwards; the ops must then depend on changing
-  /// inputs only through tensor contents (ids, positions), never through host values.
-  virtual Status run_graph(uint64_t key, const std::function<void()>& record) {
+  /// (`owner`, `key`) pair is seen and replays the recording afterwards; the ops must then depend
+  /// on changing inputs only through tensor contents (ids, positions), never through host values.
+  /// `owner` names whose buffers the recording uses (a Slice: Slice::graph_owner), so that two
+  /// owners' steps never share a recording and drop_graphs(owner) can end them.
+  virtual Status run_graph(uint64_t key, const std::function<void()>& record, uint64_t owner = 0) {
+    (void)key;
+    (void)owner;
     record();
     return Status::Ok();
   }
-  /// Drops recordings (after buffers were reallocated).
+  /// Drops every recording (after buffers were reallocated).
   virtual void reset_graphs() {}
+  /// Drops the recordings made under `owner`; call it before the buffers they use are freed
+  /// (a recording replayed after that would read freed memory).
+  virtual void drop_graphs(uint64_t owner) { (void)owner; }
   /// Says that the ops recorded next are a step of n_tokens tokens whose attention calls read at
   /// most `keys` cache rows (n tokens at position p: p + n), so a backend may plan attention for
   /// that length rather than for the whole cache (CUDA: one thread-block cluster per KV head for

@@ -1,6 +1,7 @@
 #include "runtime/slice.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <span>
 #include <vector>
@@ -82,7 +83,13 @@ Result<Tensor> Slice::alloc(std::initializer_list<int64_t> shape, DType dtype) {
 }
 
 Slice::~Slice() {
+  backend_.drop_graphs(graph_owner_);  // they use these buffers
   for (Tensor& t : owned_) backend_.free(t);
+}
+
+uint64_t Slice::next_graph_owner() {
+  static std::atomic<uint64_t> next{1};  // 0: callers without an owner (benchmarks, tests)
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
@@ -365,7 +372,7 @@ uint64_t Slice::step_key(const StepInput& in, const StepOutput& out, bool chaine
 
 Status Slice::run_step(uint64_t key, int64_t keys, int n, const std::function<void()>& record) {
   const int plan = backend_.plan_attention_keys(keys, n);
-  const Status ran = backend_.run_graph(key | (uint64_t(plan & 0xff) << 48), record);
+  const Status ran = backend_.run_graph(key | (uint64_t(plan & 0xff) << 48), record, graph_owner_);
   backend_.plan_attention_keys(0, 0);  // ops outside a step plan for the whole cache
   return ran;
 }

@@ -119,6 +119,9 @@ class Slice {
   const SliceOptions& options() const { return opts_; }
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return backend_; }
+  /// The owner its steps are recorded under (Backend::run_graph): unique in the process, so a
+  /// slice never replays another's recording; the destructor drops them before freeing buffers.
+  uint64_t graph_owner() const { return graph_owner_; }
   /// Bytes of weights this slice holds on its backend, and bytes it read from the file.
   uint64_t weight_bytes() const { return weight_bytes_; }
   uint64_t file_bytes() const { return file_bytes_; }
@@ -151,12 +154,14 @@ class Slice {
   /// Enqueues a step's ops: embedding (or hop conversion), the layers, the head, the hop out.
   void record_step(const StepInput& in, const StepOutput& out);
   Result<Tensor> alloc(std::initializer_list<int64_t> shape, DType dtype = DType::kF32);
+  static uint64_t next_graph_owner();
 
   ModelConfig cfg_;
   SliceSpec spec_;
   SliceOptions opts_;
   Backend& backend_;
   std::vector<Tensor> owned_;  // everything allocated, freed in the destructor
+  const uint64_t graph_owner_ = next_graph_owner();
   std::vector<LayerWeights> layers_;
   GlobalWeights global_;
   std::vector<LayerCache> cache_;

@@ -1,10 +1,13 @@
 // A pool's last worker on CUDA (a slice that ends the model without the head) keeps only the rows
 // the host's head reads: keep_rows 1 gives the CPU reference's last row of the all-rows step (f32
-// and f16 hops), keep_rows 0 only fills the cache and writes nothing. stories260K.
+// and f16 hops), keep_rows 0 only fills the cache and writes nothing. Slices sharing one CUDA
+// backend (the pool's host; a worker given a new plan) never replay each other's step graphs, and
+// a slice's graphs go with it. stories260K.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "backend/cuda/cuda_probe.h"
 #include "core/half.h"
 #include "kept_rows.h"
 #include "runtime/local_model.h"
@@ -59,6 +62,73 @@ TEST(CudaSliceTest, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
   std::vector<float> got16(static_cast<size_t>(d));
   for (int i = 0; i < d; ++i) got16[size_t(i)] = f16_to_f32(kept16[size_t(i)]);
   expect_last_row(got16, 2e-3f);
+}
+
+TEST(CudaSliceTest, SlicesOnOneBackendKeepTheirOwnGraphs) {
+  auto gpu = create_backend("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = create_backend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const int L = m->config.n_layers, d = m->config.d_model, V = m->config.vocab_size;
+  auto load = [&](SliceSpec spec, Backend& be) {
+    auto s = Slice::load(*m->file, m->config, m->weights, spec, {}, be);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  // The CPU reference: the first two layers give the hidden state, the rest the logits.
+  auto a = load({0, 2, true, false}, **cpu), ref = load({2, L, false, true}, **cpu);
+  ASSERT_TRUE(a && ref);
+  auto logits_of = [&](Slice& s, const StepInput& in) {
+    StepOutput o;
+    o.mode = HeadMode::kLogitsAll;
+    s.rewind(0);
+    const Status st = s.forward(in, o);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(o.logits.size(), size_t(in.n) * size_t(V));
+    return o.logits;
+  };
+  auto hidden_of = [&](const std::vector<int32_t>& ids) {
+    std::vector<float> h(ids.size() * size_t(d));
+    StepInput in;
+    in.n = int(ids.size());
+    in.ids = ids.data();
+    StepOutput o;
+    o.hidden = h.data();
+    a->rewind(0);
+    EXPECT_TRUE(a->forward(in, o).ok());
+    return h;
+  };
+  auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1.0f + std::fabs(want[i]))) << i;
+  };
+  // The whole model on the GPU records a 3-token step; then the second half, whose step has the
+  // same size and head output, runs on another prompt's hidden state: it must record its own.
+  auto whole = load({0, L, true, true}, **gpu);
+  ASSERT_TRUE(whole);
+  const std::vector<int32_t> ids = {1, 403, 407}, other = {1, 261, 378};
+  StepInput in;
+  in.n = 3;
+  in.ids = ids.data();
+  (void)logits_of(*whole, in);
+  const std::vector<float> h = hidden_of(other);
+  StepInput hop;
+  hop.n = 3;
+  hop.hidden = h.data();
+  const std::vector<float> want = logits_of(*ref, hop);
+  auto half = load({2, L, false, true}, **gpu);
+  ASSERT_TRUE(half);
+  expect_near(logits_of(*half, hop), want);
+  expect_near(logits_of(*half, hop), want);  // replayed
+  // Replaced (a worker's new plan): its graphs go with it, the new slice records its own.
+  const int64_t held = cuda_probe::recorded_graphs(**gpu);
+  half.reset();
+  EXPECT_LT(cuda_probe::recorded_graphs(**gpu), held);
+  auto again = load({2, L, false, true}, **gpu);
+  ASSERT_TRUE(again);
+  expect_near(logits_of(*again, hop), want);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 
 namespace shoal {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& opts);
   ~CpuBackend() override;

@@ -474,19 +474,26 @@ Status CudaBackend::synchronize() {
   return error_;
 }
 
-Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record) {
+Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record, uint64_t owner) {
   if (capturing_) {  // nested: part of the outer recording
     record();
     return Status::Ok();
   }
   if (failed()) return error_;
   if (!use_device()) return error_;
-  auto it = graphs_.find(key);
+  auto it = graphs_.find({owner, key});
   if (it == graphs_.end()) {
     // Relaxed mode: scratch buffers may be allocated (never freed) while recording.
     SHOAL_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     capturing_ = true;
-    record();
+    try {
+      record();
+    } catch (...) {  // (bad_alloc) the stream must not stay in capture mode
+      capturing_ = false;
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
+      throw;
+    }
     capturing_ = false;
     cudaGraph_t graph = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
@@ -498,7 +505,7 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record)
     const cudaError_t ei = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     if (!note(ei, "cudaGraphInstantiate")) return error_;
-    it = graphs_.emplace(key, exec).first;
+    it = graphs_.emplace(std::make_pair(owner, key), exec).first;
   }
   note(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
   return error_;
@@ -515,6 +522,19 @@ void CudaBackend::reset_graphs() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
   for (void* p : retired_) cudaFree(p);
+  retired_.clear();
+}
+
+void CudaBackend::drop_graphs(uint64_t owner) {
+  auto first = graphs_.lower_bound({owner, 0});
+  auto last = graphs_.lower_bound({owner + 1, 0});
+  if (first == last) return;
+  use_device();
+  note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (drop_graphs)");
+  for (auto it = first; it != last; ++it) note(cudaGraphExecDestroy(it->second), "cudaGraphExecDestroy");
+  graphs_.erase(first, last);
+  if (!graphs_.empty()) return;
+  for (void* p : retired_) cudaFree(p);  // scratch outgrown while graphs used it
   retired_.clear();
 }
 

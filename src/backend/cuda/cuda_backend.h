@@ -17,7 +17,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <map>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -102,9 +104,13 @@ class CudaBackend final : public Backend {
   /// (glu.y is left unwritten) nor read again by a split. Otherwise the composed default.
   void gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut& glu, const MatmulOut& down) override;
 
-  /// Captures `record` into a CUDA graph the first time `key` is seen, replays it afterwards.
-  Status run_graph(uint64_t key, const std::function<void()>& record) override;
+  /// Captures `record` into a CUDA graph the first time (`owner`, `key`) is seen, replays it
+  /// afterwards.
+  Status run_graph(uint64_t key, const std::function<void()>& record, uint64_t owner = 0) override;
   void reset_graphs() override;
+  /// Waits for the stream, then destroys the graphs recorded under `owner` (and the retired
+  /// scratch buffers once no graph is left).
+  void drop_graphs(uint64_t owner) override;
   /// Decode attention's plan for steps of at most `keys` keys (cuda::attention_keys_bound):
   /// class 1 plans for that bound, class 0 for the whole cache (also for steps of more than
   /// kGemvMaxTokens tokens, whose prefill plan does not depend on it).
@@ -314,7 +320,7 @@ class CudaBackend final : public Backend {
   // alloc_weights' blocks: weight -> its block, block -> weights not yet freed.
   std::unordered_map<void*, void*> weight_block_;
   std::unordered_map<void*, size_t> weight_blocks_;
-  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+  std::map<std::pair<uint64_t, uint64_t>, cudaGraphExec_t> graphs_;  // (owner, key) -> graph
   bool capturing_ = false;
   int64_t attn_keys_ = 0;  // AttnArgs::max_keys of the ops recorded next (plan_attention_keys)
   /// Records the device bytes of `ts` as written by the op just launched (ops_); an empty tensor

@@ -3,6 +3,8 @@
 # `device` tool): builds Shoal in Release with the CUDA backend (sm_90 only, to save compile
 # time), runs every GPU test (label gpu), the CUDA kernel benchmarks, `shoal check` on the HF
 # fixtures and stories260K greedy decoding with --device cuda:0, and prints a short table last.
+# Exit status 1 if the build, a GPU test, a `shoal check`, the greedy text or a pool comparison
+# failed, or if no GPU test ran (all skipped: no device visible); benchmarks are figures only.
 #
 #   SHOAL_FIXTURES=/path/to/fixtures scripts/gpu-check.sh
 #
@@ -50,10 +52,20 @@ fi
 
 # GPU tests: tests/cuda/*_test.cc (ctest label gpu), linked into one executable.
 fails=0
+fail() { fails=$((fails + 1)); note "$1"; }
+[ -x "$BUILD/tests/shoal_gpu_tests" ] || fail "test: FAILED (no $BUILD/tests/shoal_gpu_tests)"
+# Tests that ran, not skipped, in a gtest log.
+ran_tests() {
+  local passed skipped
+  passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$1" | grep -oE '[0-9]+$' || true)
+  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$1" | grep -oE '[0-9]+$' || true)
+  echo $(( ${passed:-0} - ${skipped:-0} ))
+}
 for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   if timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$t" --gtest_color=no >"$LOGS/$name.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
+  if [ "$r" = ok ] && [ "$(ran_tests "$LOGS/$name.log")" -le 0 ]; then r="FAILED (no test ran: no device?)"; fails=$((fails + 1)); fi
   counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/$name.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
   [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$LOGS/$name.log" | head -30
   note "test $name: $r ($counts)"
@@ -64,6 +76,7 @@ done
 if [ -x "$BUILD/tests/shoal_gpu_tests" ]; then
   if SHOAL_CUDA_CLUSTERS=0 timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$BUILD/tests/shoal_gpu_tests" --gtest_color=no \
        --gtest_filter='*Attention*' >"$LOGS/attention_no_clusters.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
+  if [ "$r" = ok ] && [ "$(ran_tests "$LOGS/attention_no_clusters.log")" -le 0 ]; then r="FAILED (no test ran)"; fails=$((fails + 1)); fi
   counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/attention_no_clusters.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
   [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|Expected|nerr|trace' "$LOGS/attention_no_clusters.log" | head -30
   note "test attention, SHOAL_CUDA_CLUSTERS=0: $r ($counts)"
@@ -76,16 +89,20 @@ if [ -x "$SHOAL" ]; then
     for form in hf gguf; do
       m="$FIX/hf/$arch"; [ "$form" = gguf ] && m="$m/model-bf16.gguf"
       for kv in f32; do
-        out=$("$SHOAL" --log-level warn check -m "$m" --reference "$FIX/hf/$arch/reference.safetensors" \
-              --device cuda:0 --kv "$kv" 2>&1 | tail -3 | tr '\n' ' ')
-        note "shoal check $arch $form kv=$kv cuda:0: $out"
+        full=$("$SHOAL" --log-level warn check -m "$m" --reference "$FIX/hf/$arch/reference.safetensors" \
+               --device cuda:0 --kv "$kv" 2>&1); rc=$?
+        out=$(tail -3 <<<"$full" | tr '\n' ' ')
+        if [ "$rc" = 0 ]; then note "shoal check $arch $form kv=$kv cuda:0: $out"
+        else fail "shoal check $arch $form kv=$kv cuda:0: FAILED (exit $rc): $out"; fi
       done
     done
     # The HF folder again with its BF16 weights kept as BF16 (three bf16 activation parts, the
     # BF16 stacked and fused paths), which settle_weights would otherwise hold as F16.
-    out=$(SHOAL_CUDA_BF16_AS_F16=0 "$SHOAL" --log-level warn check -m "$FIX/hf/$arch" \
-          --reference "$FIX/hf/$arch/reference.safetensors" --device cuda:0 --kv f32 2>&1 | tail -3 | tr '\n' ' ')
-    note "shoal check $arch hf kv=f32 cuda:0, BF16 kept (SHOAL_CUDA_BF16_AS_F16=0): $out"
+    full=$(SHOAL_CUDA_BF16_AS_F16=0 "$SHOAL" --log-level warn check -m "$FIX/hf/$arch" \
+           --reference "$FIX/hf/$arch/reference.safetensors" --device cuda:0 --kv f32 2>&1); rc=$?
+    out=$(tail -3 <<<"$full" | tr '\n' ' ')
+    if [ "$rc" = 0 ]; then note "shoal check $arch hf kv=f32 cuda:0, BF16 kept (SHOAL_CUDA_BF16_AS_F16=0): $out"
+    else fail "shoal check $arch hf kv=f32 cuda:0, BF16 kept: FAILED (exit $rc): $out"; fi
     # The HF folder with one 16-bit activation part in the prefill products (the fixtures' BF16
     # weights, held as F16 by settle_weights unless SHOAL_CUDA_BF16_AS_F16=0): the
     # error llama.cpp-style numerics give, for the record (the default tolerance may refuse it).
@@ -102,7 +119,7 @@ if [ -x "$SHOAL" ]; then
     got=$("$SHOAL" --log-level off run -m "$FIX/models/stories260K.gguf" -p "Once upon a time" -n 48 --temp 0 \
           --device cuda:0 2>&1)
     if [ -n "$want" ] && [ "$got" = "$want" ]; then note "stories260K greedy cuda:0: equal to the fixture"
-    else note "stories260K greedy cuda:0: DIFFERS: got '$got'"; fi
+    else fail "stories260K greedy cuda:0: DIFFERS: got '$got'"; fi
   fi
 fi
 
@@ -115,12 +132,15 @@ if [ -x "$SHOAL" ]; then
     base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "$POOL_PROMPT" -n 24 -c 256 --temp 0 --device cuda:0 --output-ids)
     one=$("${base[@]}" 2>&1 | tail -1)
     two=$("${base[@]}" --pool 2 --hop-dtype f32 2>&1 | tail -1)
-    if [ -n "$one" ] && [ "$one" = "$two" ]; then note "pool of 2 on cuda:0, f32 hops, $m: same ids as one process"
-    else note "pool of 2 on cuda:0, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
+    if [[ "$one" == "["*"]" ]] && [ "$one" = "$two" ]; then note "pool of 2 on cuda:0, f32 hops, $m: same ids as one process"
+    else fail "pool of 2 on cuda:0, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
   done
+  # (The fixture is llama.cpp's text with an f16 cache, so a Q8_0 cache may differ; only a failed
+  # run fails the check.)
   q8=$("$SHOAL" --log-level off run -m "$FIX/models/stories260K.gguf" -p "Once upon a time" -n 48 --temp 0 \
-       --device cuda:0 --kv q8_0 2>&1)
-  note "stories260K greedy cuda:0 --kv q8_0: $( [ "$q8" = "${want:-}" ] && echo "equal to the fixture" || echo "'$q8'")"
+       --device cuda:0 --kv q8_0 2>&1); rc=$?
+  if [ "$rc" != 0 ]; then fail "stories260K greedy cuda:0 --kv q8_0: FAILED (exit $rc): '$q8'"
+  else note "stories260K greedy cuda:0 --kv q8_0: $( [ "$q8" = "${want:-}" ] && echo "equal to the fixture" || echo "'$q8'")"; fi
 fi
 
 # Benchmarks (figures, not pass/fail).
@@ -159,5 +179,6 @@ fi
 echo
 echo "## gpu-check summary"
 printf '%s\n' "${SUMMARY[@]}"
+[ "$fails" = 0 ] && echo "gpu-check: every check passed" || echo "gpu-check: $fails check(s) FAILED"
 [ -f "$LOGS/cuda_kernels.log" ] && grep -A9 -E '^## (Ceilings|Prefill attention|Decode step)' "$LOGS/cuda_kernels.log"
 exit $((fails > 0))

@@ -1,6 +1,7 @@
 // Slices: a layer range reads only its own tensors; chained slices equal one whole slice; heads
 // that read only the last row equal one that reads every row; slices sharing a backend never
-// share a step recording, and a slice drops its recordings before it frees their buffers.
+// share a step recording, and a slice drops its recordings before it frees their buffers; a
+// device backend refuses a slice larger than its free memory before allocating anything.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -101,6 +102,47 @@ TEST(Slice, SlicesOnOneBackendNeverShareAStepRecording) {
   auto b2 = Slice::load(*m->file, m->config, m->weights, SliceSpec{2, L, false, true}, {}, be);
   ASSERT_TRUE(b2.ok());
   EXPECT_EQ(owners.count((*b2)->graph_owner()), 0u);
+}
+
+/// The CPU backend posing as a device (kind kCuda) with `free` bytes free; counts allocations.
+class SmallDevice : public CpuBackend {
+ public:
+  explicit SmallDevice(uint64_t free) : CpuBackend(BackendOptions{1, false, false}), free_(free) {}
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return "small:0"; }
+  uint64_t free_memory() const override { return free_; }
+  Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override {
+    ++allocs;
+    return CpuBackend::alloc(dtype, shape);
+  }
+  Result<Tensor> alloc_weight(DType dtype, std::initializer_list<int64_t> shape) override {
+    ++allocs;
+    return CpuBackend::alloc_weight(dtype, shape);
+  }
+  int allocs = 0;
+
+ private:
+  uint64_t free_;
+};
+
+TEST(Slice, ADeviceRefusesASliceLargerThanItsFreeMemoryBeforeAllocating) {
+  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+  ASSERT_TRUE(m.ok());
+  SliceOptions so;
+  so.n_ctx = 2048;
+  so.kv_dtype = DType::kF16;
+  SmallDevice small(1 << 20);
+  auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, 5, true, true}, so, small);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kOutOfMemory);
+  // 5 layers x (K + V) x 2048 positions x 4 KV heads x 8 dims x 2 bytes = 1.25 MiB.
+  for (const char* part : {"this slice (layers 0-4, the embedding, the head) needs ", " on small:0 (",
+                           "1.25 MiB of KV cache for 2048 positions in F16) but it has 1.00 MiB free"})
+    EXPECT_NE(s.status().message().find(part), std::string::npos) << s.status().to_string();
+  EXPECT_EQ(small.allocs, 0);
+  SmallDevice roomy(uint64_t(1) << 30);
+  auto ok = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, 5, true, true}, so, roomy);
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
 TEST(Slice, ChainedSlicesEqualOneSlice) {

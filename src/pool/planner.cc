@@ -296,15 +296,6 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
 
 }  // namespace
 
-std::string format_bytes(uint64_t n) {
-  if (n < 1024) return fmt::format("{} B", n);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = double(n) / 1024;
-  size_t u = 0;
-  while (v >= 1024 && u + 1 < std::size(units)) v /= 1024, ++u;
-  return fmt::format("{:.{}f} {}", v, v < 10 ? 2 : 1, units[u]);
-}
-
 Result<Plan> make_plan(const PlanInput& in, const PlanOptions& opts) {
   SHOAL_ASSIGN_OR_RETURN(Prepared p, prepare(in, opts));
   if (!opts.split.empty()) return plan_forced(in, opts, p);

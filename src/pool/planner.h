@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/log.h"
 #include "core/status.h"
 
 namespace shoal::pool {
@@ -94,7 +95,6 @@ Status check_split(const std::vector<LayerRange>& ranges, uint32_t n_layers);
 /// Parses "--split 0-3,4-7,8-11" ("5" alone is 5-5). kInvalidArgument naming the bad item.
 Result<std::vector<LayerRange>> parse_split(std::string_view text);
 
-/// "1.5 GiB", "300 MiB", "512 B".
-std::string format_bytes(uint64_t n);
+using shoal::format_bytes;  // core/log.h
 
 }  // namespace shoal::pool

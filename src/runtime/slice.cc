@@ -74,6 +74,48 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
 
 uint64_t kv_row_bytes(DType kv, int64_t width) { return dtype_bytes(kv, width).value_or(0); }
 
+// A device backend (CUDA): the slice's weights and KV cache against the device's free memory,
+// before anything is allocated, so that a slice too large is refused with the whole need rather
+// than by the tensor that would have hit the limit (half the model loaded). Activation buffers and
+// the backend's own scratch are left out (small; an allocation that fails still names its size).
+// CPU backends are not checked: their free memory (MemAvailable) ignores swap and mmap'd pages.
+Status check_device_fits(const ModelConfig& cfg, const WeightMap& weights, const SliceSpec& spec,
+                         const SliceOptions& opts, Backend& backend) {
+  if (backend.kind() == DeviceKind::kCpu) return Status::Ok();
+  SHOAL_ASSIGN_OR_RETURN(const std::vector<uint64_t> per_layer, layer_bytes(cfg, weights, opts.n_ctx, opts.kv_dtype));
+  uint64_t kv = 0, need = 0;
+  for (int l = spec.first; l < spec.end; ++l) {
+    const LayerConfig& L = cfg.layers[size_t(l)];
+    kv += 2 * uint64_t(opts.n_ctx) * kv_row_bytes(opts.kv_dtype, int64_t(L.n_kv_heads) * L.head_dim);
+    need += per_layer[size_t(l)];
+  }
+  auto add = [&](const char* name, WeightRole role) -> Status {
+    const TensorInfo* t = weights.find(name);
+    if (!t) return Status::Ok();
+    SHOAL_ASSIGN_OR_RETURN(const DType dt, WeightLoader::backend_dtype(t->dtype, role, t->name));
+    need += dtype_bytes(dt, t->n_elements()).value_or(0);
+    return Status::Ok();
+  };
+  if (spec.embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));
+  if (spec.head) {
+    SHOAL_RETURN_IF_ERROR(add("output_norm.weight", WeightRole::kVector));
+    SHOAL_RETURN_IF_ERROR(add("output_norm.bias", WeightRole::kVector));
+    if (!cfg.tied_embeddings) SHOAL_RETURN_IF_ERROR(add("output.weight", WeightRole::kMatrix));
+    else if (!spec.embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));
+  }
+  const uint64_t free_bytes = backend.free_memory();
+  if (need <= free_bytes) return Status::Ok();
+  std::string what = spec.first < spec.end ? fmt::format("layers {}-{}", spec.first, spec.end - 1) : "no layers";
+  if (spec.embed) what += ", the embedding";
+  if (spec.head) what += ", the head";
+  return make_error(Code::kOutOfMemory,
+                    "this slice ({}) needs {} on {} ({} of weights, {} of KV cache for {} positions in {}) but it has {} "
+                    "free; "
+                    "lower -c, take --kv q8_0, or spread the model over a pool",
+                    what, format_bytes(need), backend.name(), format_bytes(need - kv), format_bytes(kv), opts.n_ctx,
+                    dtype_name(opts.kv_dtype), format_bytes(free_bytes));
+}
+
 }  // namespace
 
 Result<Tensor> Slice::alloc(std::initializer_list<int64_t> shape, DType dtype) {
@@ -245,6 +287,7 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
     return make_error(Code::kInvalidArgument, "context {} / batch {} must be positive", opts.n_ctx, opts.max_tokens);
   if (opts.kv_dtype != DType::kF32 && opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kQ8_0)
     return make_error(Code::kInvalidArgument, "KV cache type {} is not supported (f32, f16, q8_0)", dtype_name(opts.kv_dtype));
+  SHOAL_RETURN_IF_ERROR(check_device_fits(cfg, weights, spec, opts, backend));
   std::unique_ptr<Slice> s(new Slice(cfg, spec, opts, backend));
   WeightLoader loader(file, backend);
   SHOAL_RETURN_IF_ERROR(s->plan_weights(loader, weights));

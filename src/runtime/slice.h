@@ -85,7 +85,9 @@ struct StepOutput {
 class Slice {
  public:
   /// Allocates every buffer, then streams this slice's tensors in (and only those).
-  /// Errors: kNotFound (a tensor missing, named), kUnsupported, kOutOfMemory, kIoError,
+  /// Errors: kNotFound (a tensor missing, named), kUnsupported, kOutOfMemory (on a device
+  /// backend, before any allocation: the slice's weights and KV cache against the free memory,
+  /// both named; else the allocation that failed, with its size and the free memory), kIoError,
   /// kUnavailable (`progress` stopped the load).
   static Result<std::unique_ptr<Slice>> load(ModelFile& file, const ModelConfig& cfg, const WeightMap& weights,
                                              const SliceSpec& spec, const SliceOptions& opts, Backend& backend,

@@ -193,7 +193,14 @@ bool CudaBackend::use_device() {
 
 uint64_t CudaBackend::free_memory() const {
   size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) cudaSetDevice(device_);
+  if (const cudaError_t e = cudaMemGetInfo(&free_b, &total_b); e != cudaSuccess) {
+    cudaGetLastError();
+    spdlog::warn("{}: cudaMemGetInfo says {} ({}); counting no free memory", name_, cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+    return 0;
+  }
   return free_b;
 }
 
@@ -203,7 +210,11 @@ Result<void*> CudaBackend::device_malloc(uint64_t bytes, const char* what) {
   if (e == cudaSuccess) return p;
   cudaGetLastError();  // clear the allocation error so it does not surface at a later launch
   size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
+  const bool known = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+  cudaGetLastError();
+  if (e == cudaErrorMemoryAllocation && !known)
+    return make_error(Code::kOutOfMemory, "{}: cannot allocate {} bytes ({:.1f} MiB) on {} (free memory unknown)",
+                      what, bytes, double(bytes) / 1048576.0, name_);
   if (e == cudaErrorMemoryAllocation)
     return make_error(Code::kOutOfMemory,
                       "{}: cannot allocate {} bytes ({:.1f} MiB) on {}: {:.1f} MiB free of {:.1f} MiB", what, bytes,
@@ -250,6 +261,7 @@ Result<Tensor> CudaBackend::alloc_weight(DType dtype, std::initializer_list<int6
   Tensor t = Tensor::make(nullptr, dtype, shape);
   SHOAL_ASSIGN_OR_RETURN(const WeightLayout l, weight_layout(t));
   if (!use_device()) return error_;
+  if (is_repacked(dtype)) SHOAL_RETURN_IF_ERROR(ensure_repack_buffers());
   const std::string what = fmt::format("{} weight {}", dtype_name(dtype), t.shape_string());
   SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(l.bytes, what.c_str()));
   place_weight(t, l, p);
@@ -272,6 +284,7 @@ Result<std::vector<Tensor>> CudaBackend::alloc_weights(DType dtype, std::span<co
     total += cuda::align_up(std::max<uint64_t>(l.bytes, 1), 256);
   }
   if (!use_device()) return error_;
+  if (is_repacked(dtype)) SHOAL_RETURN_IF_ERROR(ensure_repack_buffers());
   const std::string what = fmt::format("{} {} weights of {} bytes", out.size(), dtype_name(dtype), total);
   SHOAL_ASSIGN_OR_RETURN(void* block, device_malloc(total, what.c_str()));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -301,16 +314,21 @@ void CudaBackend::free(Tensor& t) {
   t.aux = nullptr;
 }
 
+Status CudaBackend::ensure_repack_buffers() {
+  if (raw_[0] && raw_[1]) return Status::Ok();
+  for (auto& r : raw_) {
+    if (r) continue;
+    SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(kStagingHalf, "repacking buffer"));
+    r = static_cast<uint8_t*>(p);
+  }
+  return Status::Ok();
+}
+
 Status CudaBackend::stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack) {
   const bool q4 = repack && repack->dtype == DType::kQ4_0;
   const uint64_t block_bytes = repack ? uint64_t(dtype_info(repack->dtype).type_size) : 1;
   const uint64_t chunk = kStagingHalf / block_bytes * block_bytes;
-  if (repack && !raw_[0]) {
-    for (auto& r : raw_) {
-      SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(kStagingHalf, "repacking buffer"));
-      r = static_cast<uint8_t*>(p);
-    }
-  }
+  if (repack) SHOAL_RETURN_IF_ERROR(ensure_repack_buffers());
   for (uint64_t off = 0; off < n; off += chunk) {
     const uint64_t len = std::min(chunk, n - off);
     const int h = next_half_;

@@ -221,6 +221,9 @@ class CudaBackend final : public Backend {
   /// Copies n host bytes to device memory through the pinned staging halves (double-buffered).
   /// With `q4` / `q8` set, the bytes are GGUF blocks repacked into quants/scales instead.
   Status stage_upload(const uint8_t* src, uint64_t n, uint8_t* dst, const Tensor* repack);
+  /// The two repacking buffers (raw_), allocated with the first Q8_0 / Q4_0 weight, before the
+  /// weights fill the device (an upload after them could not get its 64 MiB).
+  Status ensure_repack_buffers();
   cuda::WeightRef weight_ref(const Tensor& w) const;
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
   /// part when `half` (one_part).

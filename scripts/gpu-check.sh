@@ -18,7 +18,8 @@
 #   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings + decode steps) or "off"
 #   SHOAL_GPU_MODELS    shape:type pairs for `shoal bench` (default with "full": llama3-8b:q4_0
 #                       llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16; with "quick": none)
-#   SHOAL_GPU_TEST_TIMEOUT  seconds per test executable (default 300)
+#   SHOAL_GPU_TEST_TIMEOUT  seconds per shard of the test executable (default 400)
+#   SHOAL_GPU_TEST_SHARDS   test processes at once (default: half the cores, at most 8)
 #   OUT                 if set, full logs go there
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,36 +51,54 @@ else
   fi
 fi
 
-# GPU tests: tests/cuda/*_test.cc (ctest label gpu), linked into one executable.
+# GPU tests: tests/cuda/*_test.cc (ctest label gpu), linked into one executable, run as
+# SHOAL_GPU_TEST_SHARDS processes at once (gtest sharding; default: half the cores, at most 8):
+# most of their time is the CPU reference, single-threaded.
 fails=0
 fail() { fails=$((fails + 1)); note "$1"; }
 [ -x "$BUILD/tests/shoal_gpu_tests" ] || fail "test: FAILED (no $BUILD/tests/shoal_gpu_tests)"
-# Tests that ran, not skipped, in a gtest log.
-ran_tests() {
-  local passed skipped
-  passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$1" | grep -oE '[0-9]+$' || true)
-  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$1" | grep -oE '[0-9]+$' || true)
-  echo $(( ${passed:-0} - ${skipped:-0} ))
+cores=$(nproc)
+SHARDS=${SHOAL_GPU_TEST_SHARDS:-$(( cores / 2 > 8 ? 8 : (cores / 2 < 1 ? 1 : cores / 2) ))}
+# run_sharded LOG COMMAND...: COMMAND in SHARDS processes (GTEST_SHARD_INDEX), each under the
+# timeout; their logs one after the other in LOG. Status 0 if every shard passed.
+run_sharded() {
+  local log=$1 i rc=0
+  shift
+  local pids=()
+  for ((i = 0; i < SHARDS; i++)); do
+    GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout "${SHOAL_GPU_TEST_TIMEOUT:-400}" "$@" >"$log.shard$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  for ((i = 0; i < SHARDS; i++)); do cat "$log.shard$i"; rm -f "$log.shard$i"; done >"$log"
+  return $rc
+}
+# "N passed, N failed, N skipped" over the shards of a gtest log.
+gtest_counts() {
+  awk '/^\[  PASSED  \] [0-9]+/ {p += $4} /^\[  SKIPPED \] [0-9]+/ {s += $4} /^\[  FAILED  \] [0-9]+ tests?,/ {f += $4}
+       END {printf "%d passed, %d failed, %d skipped", p - 0, f - 0, s - 0}' "$1"
+}
+# Whether most tests ran: more passed than skipped (a machine without a device skips them all).
+most_ran() { awk '/^\[  PASSED  \] [0-9]+/ {p += $4} /^\[  SKIPPED \] [0-9]+/ {s += $4} END {exit !(p > s)}' "$1"; }
+# gpu_tests NAME LOG COMMAND...: runs, counts, notes.
+gpu_tests() {
+  local name=$1 log=$2 r=ok
+  shift 2
+  t0=$(date +%s)
+  run_sharded "$log" "$@" || r=FAILED
+  if [ "$r" = ok ] && ! most_ran "$log"; then r="FAILED (most tests skipped: no device?)"; fi
+  [ "$r" = ok ] || { fails=$((fails + 1)); grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$log" | head -30; }
+  note "test $name: $r ($(gtest_counts "$log"); $SHARDS shards, $(( $(date +%s) - t0 )) s)"
 }
 for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
   [ -x "$t" ] || continue
-  name=$(basename "$t")
-  if timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$t" --gtest_color=no >"$LOGS/$name.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
-  if [ "$r" = ok ] && [ "$(ran_tests "$LOGS/$name.log")" -le 0 ]; then r="FAILED (no test ran: no device?)"; fails=$((fails + 1)); fi
-  counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/$name.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
-  [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$LOGS/$name.log" | head -30
-  note "test $name: $r ($counts)"
-  grep -E '^\[----------\] [0-9]+ tests? from .* \(' "$LOGS/$name.log" | sed 's/^\[----------\] /   /' || true
+  gpu_tests "$(basename "$t")" "$LOGS/$(basename "$t").log" "$t" --gtest_color=no
 done
 # The attention tests again without thread-block clusters: decode splits combined by a kernel
 # (the path of pre-sm_90 devices).
 if [ -x "$BUILD/tests/shoal_gpu_tests" ]; then
-  if SHOAL_CUDA_CLUSTERS=0 timeout "${SHOAL_GPU_TEST_TIMEOUT:-300}" "$BUILD/tests/shoal_gpu_tests" --gtest_color=no \
-       --gtest_filter='*Attention*' >"$LOGS/attention_no_clusters.log" 2>&1; then r=ok; else r=FAILED; fails=$((fails + 1)); fi
-  if [ "$r" = ok ] && [ "$(ran_tests "$LOGS/attention_no_clusters.log")" -le 0 ]; then r="FAILED (no test ran)"; fails=$((fails + 1)); fi
-  counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/attention_no_clusters.log" | sed 's/\[ *//; s/ *\] */ /' | tr '\n' ' ')
-  [ "$r" = ok ] || grep -E '^\[  FAILED  \]|Failure|Expected|nerr|trace' "$LOGS/attention_no_clusters.log" | head -30
-  note "test attention, SHOAL_CUDA_CLUSTERS=0: $r ($counts)"
+  gpu_tests "attention, SHOAL_CUDA_CLUSTERS=0" "$LOGS/attention_no_clusters.log" \
+    env SHOAL_CUDA_CLUSTERS=0 "$BUILD/tests/shoal_gpu_tests" --gtest_color=no --gtest_filter='*Attention*'
 fi
 
 # End to end with --device cuda:0: logits against the HF references, greedy stories260K.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <vector>
 #ifdef SHOAL_CUDA_TIMELINE
 #include <cstdio>
@@ -230,6 +231,32 @@ Result<ChainTimes> time_chain_ms(Backend& b, const std::function<void()>& record
   return t;
 }
 
+namespace {
+
+// Plain Q8_0 rows (GGUF blocks: a Q8_0 KV cache [rows, cols]): random f32 rows quantized by the
+// backend's kv_write (the same tensor as K and V cache).
+Status fill_q8_rows(CudaBackend& b, Tensor& t, uint64_t seed, float scale) {
+  SHOAL_ASSIGN_OR_RETURN(Tensor src, b.alloc(DType::kF32, {t.rows(), t.cols()}));
+  auto pos = b.alloc(DType::kI32, {t.rows()});
+  if (!pos.ok()) {
+    b.free(src);
+    return pos.status();
+  }
+  std::vector<int32_t> rows(static_cast<size_t>(t.rows()));
+  std::iota(rows.begin(), rows.end(), 0);
+  Status st = fill(src.data, src.n_elements(), cuda::FillKind::kF32, seed, scale, b.stream());
+  if (st.ok()) st = b.to_device(*pos, rows.data(), rows.size() * 4, 0);
+  if (st.ok()) {
+    b.kv_write(t, t, src, src, *pos);
+    st = b.synchronize();
+  }
+  b.free(src);
+  b.free(*pos);
+  return st;
+}
+
+}  // namespace
+
 Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
   CudaBackend* cb = as_cuda(b);
   if (!cb) return make_error(Code::kInvalidArgument, "fill_random needs a CUDA backend, got {}", b.name());
@@ -244,8 +271,10 @@ Status fill_random(Backend& b, Tensor& t, uint64_t seed, float scale) {
     case DType::kBF16:
       return fill(t.data, n, cuda::FillKind::kBF16, seed, scale, s);
     case DType::kQ8_0:
+      if (!t.aux && t.shape.size() == 2) return fill_q8_rows(*cb, t, seed, scale);
+      [[fallthrough]];
     case DType::kQ4_0:
-      if (!t.aux) break;  // only repacked weights: plain Q8_0 blocks need valid scales inline
+      if (!t.aux) break;  // repacked weights, or the plain Q8_0 rows above
     {
       const bool q4 = t.dtype == DType::kQ4_0;
       const int64_t quant_bytes = int64_t(cuda::scale_offset(q4, t.rows(), t.cols()));

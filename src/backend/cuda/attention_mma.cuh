@@ -6,6 +6,11 @@
 // updates an online softmax (Milakov & Gimelshein 2018) whose row statistics live in the 4 lanes
 // of a quad, and adds P V with P taken straight from the score accumulators as A fragments.
 //
+// Q8_0 caches (GGUF blocks of 32 values along a head: f16 d, 32 int8) are staged as they are
+// (load_tile_q8) and converted per tile into f16 tiles of the integers q (exact) and f32 scales
+// per (key, block) (convert_q8_tiles); a step then scales each block's partial scores by its key's
+// K scale, and P by its key's V scale per 32-dimension block of the output (tile_step's kQ8).
+//
 // Exactness (the CPU reference is f32): K and V are f16 in the cache, so exact as MMA operands;
 // q (times the softmax scale) and p are split into f16 hi + lo (22 significant bits), each
 // product takes two MMAs with f32 accumulation, so results match the f32 computation to ~2^-22
@@ -26,6 +31,7 @@
 #include <cstdint>
 
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/quant_mma.cuh"
 
 namespace shoal::cuda::attn_mma {
 
@@ -111,6 +117,76 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
   }
 }
 
+/// Q8_0 cache rows of one KV head (head_dim D): bytes per row, its pitch in the staging tile
+/// (16-byte multiple, with room for one word past the row's end), and the 32-value blocks.
+template <int D>
+constexpr int q8_row_bytes() {
+  return D / 32 * 34;
+}
+template <int D>
+constexpr int q8_pitch() {
+  return (q8_row_bytes<D>() + 4 + 15) / 16 * 16;
+}
+template <int D>
+constexpr int q8_blocks() {
+  return D / 32;
+}
+
+/// load_tile for Q8_0 caches: the raw rows of keys k0 .. k0 + 63 of one KV head (kg / vg: the
+/// head's first block in row 0; rows `row_bytes` apart) into k_dst / v_dst [kKeys][q8_pitch],
+/// 8-byte pieces (4 where a row is not a multiple of 8 bytes: head_dim 64); rows past `hi`
+/// become zeros, only keys in [from, to) are issued.
+template <int D, int kThreads>
+__device__ __forceinline__ void load_tile_q8(uint8_t* k_dst, uint8_t* v_dst, const uint8_t* kg, const uint8_t* vg,
+                                             int64_t row_bytes, int k0, int hi, int from = INT_MIN,
+                                             int to = INT_MAX) {
+  constexpr int RB = q8_row_bytes<D>(), P = RB % 8 == 0 ? 8 : 4, kPieces = RB / P, RP = q8_pitch<D>();
+#pragma unroll 1
+  for (int i = int(threadIdx.x); i < kKeys * kPieces; i += kThreads) {
+    const int j = i / kPieces, e = (i % kPieces) * P;
+    if (k0 + j < from || k0 + j >= to) continue;
+    const bool ok = k0 + j <= hi;
+    const int64_t off = (ok ? int64_t(k0 + j) * row_bytes : 0) + e;
+    cp_async_or_zero<P>(k_dst + j * RP + e, kg + off, ok);
+    cp_async_or_zero<P>(v_dst + j * RP + e, vg + off, ok);
+  }
+}
+
+/// The staged Q8_0 rows of `tiles` consecutive tiles (kq / vq [tiles * kKeys][q8_pitch]) as f16
+/// tiles of their integers q (k_dst / v_dst [tiles * kKeys][pitch]: exact) and f32 scales d
+/// (ksc / vsc [tiles * kKeys][q8_blocks]), by all kThreads threads of the block; zero rows give
+/// q = 0, d = 0. The caller puts a block barrier before (the copies landed) and after.
+template <int D, int kThreads>
+__device__ __forceinline__ void convert_q8_tiles(const uint8_t* kq, const uint8_t* vq, __half* k_dst, __half* v_dst,
+                                                 float* ksc, float* vsc, int tiles) {
+  constexpr int NB = q8_blocks<D>(), RP = q8_pitch<D>(), DP = pitch<D>();
+  const int items = tiles * kKeys * NB;  // (row, block) pairs of K, then of V
+#pragma unroll 1
+  for (int i = int(threadIdx.x); i < 2 * items; i += kThreads) {
+    const bool is_v = i >= items;
+    const int r = is_v ? i - items : i, j = r / NB, b = r % NB;
+    const uint8_t* src = (is_v ? vq : kq) + j * RP + b * 34;  // (2-byte aligned: rows 16, blocks 34)
+    (is_v ? vsc : ksc)[r] = __half2float(*reinterpret_cast<const __half*>(src));
+    // The 32 quants start at src + 2: 4-byte aligned for odd blocks, 2 bytes past it for even ones.
+    const int mis = (b * 34 + 2) & 3;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(src + 2 - mis);
+    const unsigned sel = mis ? 0x5432u : 0x3210u;
+    uint32_t h[16];
+    uint32_t cur = w[0];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t next = w[k + 1];  // (within the row's pitch)
+      const uint32_t x = __byte_perm(cur, next, sel) ^ 0x80808080u;  // q + 128 per byte
+      h[2 * k] = hsub2(__byte_perm(x, k1024, 0x5150), k1152);      // 1024 + (q + 128) - 1152
+      h[2 * k + 1] = hsub2(__byte_perm(x, k1024, 0x5352), k1152);
+      cur = next;
+    }
+    uint4* dst = reinterpret_cast<uint4*>((is_v ? v_dst : k_dst) + j * DP + b * 32);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dst[k] = make_uint4(h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]);
+  }
+}
+
 /// Whether n-tile n of a step over NT * 8 keys is computed (full = false: the first NT / 2 only).
 template <int NT>
 __device__ __forceinline__ bool tile_live(int n, bool full) {
@@ -175,15 +251,49 @@ __device__ __forceinline__ void qk_sum(const float (&acc)[kChains][NT][4], float
         s[n][e] = acc[0][n][e];
 }
 
+/// The A fragments (hi + lo) of P for the 16 keys kk of a step from the probabilities s
+/// (softmax_pv's layout): rows g / g + 8 of keys 0..7, then of keys 8..15; with kScaled each
+/// value times its key's factor dk[keys 8..15][key 2c + 1] (Q8_0 V scales).
+template <int NT, bool kScaled>
+__device__ __forceinline__ void p_fragments(const float (&s)[NT][4], int kk, const float (&dk)[2][2],
+                                            uint32_t (&ah)[4], uint32_t (&al)[4]) {
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const float* src = s[2 * kk + (f >> 1)] + (f & 1) * 2;
+    const float x0 = kScaled ? src[0] * dk[f >> 1][0] : src[0], x1 = kScaled ? src[1] * dk[f >> 1][1] : src[1];
+    ah[f] = half2_bits(x0, x1);
+    const float2 h = bits_half2(ah[f]);
+    al[f] = half2_bits(x0 - h.x, x1 - h.y);
+  }
+}
+
+/// O's n-tiles [d_first, d_end) (8 dimensions each, pairs) += P V for the 16 keys kk of a step,
+/// P as A fragments ah / al (al unused with kOnePart), V's rows at vt (shared, pitch<D>()).
+template <int D, bool kOnePart>
+__device__ __forceinline__ void pv_products(const __half* vt, int kk, const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                            int d_first, int d_end, RowState<D>& st) {
+  constexpr int DP = pitch<D>();
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = d_first; d < d_end; d += 2) {
+    uint32_t b[4];
+    ldmatrix_x4<true>(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * DP + d * 8 + (lane >> 4) * 8);
+    mma(st.o[d], ah, b[0], b[1]);
+    if constexpr (!kOnePart) mma(st.o[d], al, b[0], b[1]);
+    mma(st.o[d + 1], ah, b[2], b[3]);
+    if constexpr (!kOnePart) mma(st.o[d + 1], al, b[2], b[3]);
+  }
+}
+
 /// The rest of a step after the scores (qk_pair, qk_sum): keys key0 + ... outside
 /// [r_lo[r], r_hi[r]] of row r masked, softcap (when > 0), online softmax into st, then
 /// O += P V with V's rows at vt (shared, pitch<D>()). Template flags and full / hi_rows / mask
 /// as tile_step.
-template <int D, int NT, bool kSoftcap, bool kLog2, bool kOnePart>
+template <int D, int NT, bool kSoftcap, bool kLog2, bool kOnePart, bool kQ8 = false>
 __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s)[NT][4], const int (&r_lo)[2],
                                            const int (&r_hi)[2], float softcap, RowState<D>& st, bool full,
-                                           bool hi_rows, bool mask) {
-  constexpr int DP = pitch<D>(), DT = D / 8;
+                                           bool hi_rows, bool mask, const float* vd = nullptr) {
+  constexpr int DT = D / 8;
   const int lane = threadIdx.x & 31, c = lane & 3;
   auto live = [&](int n) { return tile_live<NT>(n, full); };
   // Softcap, mask (a branch for the whole warp), online softmax. s[n][e]: row g (e < 2) or g + 8,
@@ -247,21 +357,21 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
   for (int kk = 0; kk < NT / 2; ++kk) {
     if (!live(2 * kk)) continue;
     uint32_t ah[4], al[4];
+    if constexpr (kQ8) {
+      // V holds the integers q; each 32-dimension block b of the output takes P times its keys'
+      // scales d_b (lane (g, c): keys 2c, 2c + 1 and 8 + 2c, 9 + 2c of the 16).
+      constexpr int NB = q8_blocks<D>();
+      const float* d0 = vd + (kk * 16 + 2 * c) * NB;
+      const float* d1 = d0 + 8 * NB;
 #pragma unroll
-    for (int f = 0; f < 4; ++f) {  // rows g / g + 8 of keys 0..7, then of keys 8..15
-      const float* src = s[2 * kk + (f >> 1)] + (f & 1) * 2;
-      ah[f] = half2_bits(src[0], src[1]);
-      const float2 h = bits_half2(ah[f]);
-      al[f] = half2_bits(src[0] - h.x, src[1] - h.y);
-    }
-#pragma unroll
-    for (int d = 0; d < DT; d += 2) {
-      uint32_t b[4];
-      ldmatrix_x4<true>(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * DP + d * 8 + (lane >> 4) * 8);
-      mma(st.o[d], ah, b[0], b[1]);
-      if constexpr (!kOnePart) mma(st.o[d], al, b[0], b[1]);
-      mma(st.o[d + 1], ah, b[2], b[3]);
-      if constexpr (!kOnePart) mma(st.o[d + 1], al, b[2], b[3]);
+      for (int b = 0; b < NB; ++b) {
+        const float dk[2][2] = {{d0[b], d0[NB + b]}, {d1[b], d1[NB + b]}};
+        p_fragments<NT, true>(s, kk, dk, ah, al);
+        pv_products<D, kOnePart>(vt, kk, ah, al, 4 * b, 4 * b + 4, st);
+      }
+    } else {
+      p_fragments<NT, false>(s, kk, {}, ah, al);
+      pv_products<D, kOnePart>(vt, kk, ah, al, 0, DT, st);
     }
   }
 }
@@ -286,19 +396,47 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 /// mask = false: every key of the step lies in every row's range (r_lo / r_hi are not read): the
 /// prefill kernel's tiles below the diagonal skip the mask's compares (with full = false the
 /// skipped n-tiles are still masked).
+/// kQ8: kt / vt hold the integers q of Q8_0 rows (convert_q8_tiles) and kd / vd the scales of
+/// the step's keys ([key][q8_blocks]): each k-step pair (a 32-value block b) sums its scores
+/// apart and adds them times the key's K scale d_b; P is multiplied by the V scales per block
+/// of the output (softmax_pv). The products stay exact; the scales add one f32 rounding each.
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
-          bool kOnePart = false>
+          bool kOnePart = false, bool kQ8 = false>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],
                                           const uint32_t (&ql)[D / 16][4], const int (&r_lo)[2], const int (&r_hi)[2],
                                           float softcap, RowState<D>& st, bool full = true,
-                                          bool hi_rows = true, bool mask = true) {
+                                          bool hi_rows = true, bool mask = true, const float* kd = nullptr,
+                                          const float* vd = nullptr) {
   float acc[kChains][NT][4], s[NT][4];
-  qk_zero(acc);
+  if constexpr (kQ8) {
+    constexpr int NB = q8_blocks<D>();
+    const int c = threadIdx.x & 3;
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ks += 2)
-    qk_pair<D, NT, kChains, kOnePart>(kt, ks, qh[ks], ql[ks], qh[ks + 1], ql[ks + 1], acc, full);
-  qk_sum(acc, s);
-  softmax_pv<D, NT, kSoftcap, kLog2, kOnePart>(vt, key0, s, r_lo, r_hi, softcap, st, full, hi_rows, mask);
+    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 2) {
+      float blk[NT][4];
+      qk_zero(acc);
+      qk_pair<D, NT, kChains, kOnePart>(kt, ks, qh[ks], ql[ks], qh[ks + 1], ql[ks + 1], acc, full);
+      qk_sum(acc, blk);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        if (!tile_live<NT>(n, full)) continue;
+        const float d0 = kd[(n * 8 + 2 * c) * NB + ks / 2], d1 = kd[(n * 8 + 2 * c + 1) * NB + ks / 2];
+        s[n][0] = fmaf(d0, blk[n][0], s[n][0]);
+        s[n][1] = fmaf(d1, blk[n][1], s[n][1]);
+        s[n][2] = fmaf(d0, blk[n][2], s[n][2]);
+        s[n][3] = fmaf(d1, blk[n][3], s[n][3]);
+      }
+    }
+  } else {
+    qk_zero(acc);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 2)
+      qk_pair<D, NT, kChains, kOnePart>(kt, ks, qh[ks], ql[ks], qh[ks + 1], ql[ks + 1], acc, full);
+    qk_sum(acc, s);
+  }
+  softmax_pv<D, NT, kSoftcap, kLog2, kOnePart, kQ8>(vt, key0, s, r_lo, r_hi, softcap, st, full, hi_rows, mask, vd);
 }
 
 }  // namespace shoal::cuda::attn_mma

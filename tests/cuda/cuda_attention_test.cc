@@ -146,7 +146,7 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
 
 TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
-  // attention kernel (f16 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
+  // attention kernel (f16 or Q8_0 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
   // from the cache (2000 in a cluster's split of 256 keys from 1792, planned for 1792 keys: its
   // tile 3; 8000 in one from 7936 with the combine: its tile 1), or, with positions that are
@@ -183,7 +183,13 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, {700}, 1.0f, 701},   // a cluster in a large cache
       {32, 8, 128, 128, false, true, 0, DType::kF16, 4096, {1790, 1791}, 1.0f, 1792},  // a cluster, its most keys
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
-      {16, 8, 128, 128, false, true, 0, DType::kQ8_0, 1024, {576, 577}},       // composed: the tensor-core kernel
+      // Q8_0 caches: the step's rows quantized in the prologue, into the cache and the staged rows.
+      {16, 8, 128, 128, false, true, 0, DType::kQ8_0, 1024, {576, 577}},
+      {12, 4, 64, 32, true, true, 64, DType::kQ8_0, 512, {511}},                // head_dim 64, window, last row
+      {8, 8, 128, 128, false, true, 0, DType::kQ8_0, 2048, {2000, 2001}, 1.0f, 1792},  // a later tile
+      {16, 8, 128, 64, false, true, 0, DType::kQ8_0, 256, {40, 45, 60}},         // not contiguous
+      {32, 8, 128, 128, false, true, 0, DType::kQ8_0, 1024, {630}},             // 2-tile splits: its tile 1
+      {16, 8, 128, 128, false, true, 0, DType::kQ8_0, 4096, {700}},             // the combine
   };
   for (const Case& c : cases) {
     const int64_t n = int64_t(c.pos.size()), qw = int64_t(c.n_heads) * c.head_dim,
@@ -219,9 +225,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
                            g ? kc.g : kc.c, g ? vc.g : vc.c, as, g ? out.g : out.c);
     }
     EXPECT_LT(nerr(out), 1e-4);
-    // f16 caches take the fused kernel, which reads q and never writes it back (the composition
-    // rotates it in place): a fallback to the composition would leave q rotated here.
-    if (c.cache == DType::kF16) {
+    // f16 and Q8_0 caches take the fused kernel, which reads q and never writes it back (the
+    // composition rotates it in place): a fallback to the composition would leave q rotated here.
+    if (c.cache != DType::kF32) {
       const std::vector<uint8_t> got = bytes_of(*gpu_, q.g);
       ASSERT_EQ(got.size(), q_raw.size() * sizeof(float));
       EXPECT_EQ(0, std::memcmp(got.data(), q_raw.data(), got.size())) << "q was written: not the fused kernel";

@@ -435,8 +435,8 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
 bool attention_on_tensor_cores(const AttnArgs& a) { return use_prefill_mma(a) || use_decode_mma(a); }
 
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims) {
-  return a.cache == CacheKind::kF16 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && use_decode_mma(a) &&
-         rot_dims >= 0 && rot_dims % 2 == 0 && rot_dims <= a.head_dim;
+  return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && use_decode_mma(a) && rot_dims >= 0 &&
+         rot_dims % 2 == 0 && rot_dims <= a.head_dim;
 }
 
 cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,

@@ -118,13 +118,13 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kTiles + 2 * kStaged + 2 * kScales;
 };
 
-// R: the rope prologue (P.rope; rope_kv_attention; f16 caches). Q8: Q8_0 caches (staged as they
-// are, converted per tile into f16 integer tiles and scales: attention_mma.cuh).
+// R: the rope prologue (P.rope; rope_kv_attention). Q8: Q8_0 caches (staged as they are,
+// converted per tile into f16 integer tiles and scales: attention_mma.cuh; the rope prologue
+// quantizes the step's rows as kv_write does).
 template <int D, bool R, bool Q8>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
-  static_assert(!(R && Q8), "the rope prologue stores f16 rows");
   constexpr int S = kStages;
-  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>();
+  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>(), RP = attn_mma::q8_pitch<D>();
   using Sm = DecodeSmem<D, Q8>;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [S][kKeys][DP]
@@ -268,14 +268,20 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       return p >= b_lo && p <= b_hi && p >= 0 && p < P.n_ctx ? p : -1;
     };
     float kv[DJ];
-    float2 vv[D / 64];
+    float2 vv[D / 64];                   // f16 caches: values 2 lane + 64 i, + 1
+    [[maybe_unused]] float vq[DJ];       // Q8: value lane of each 32-value block
     auto load_kv = [&](int t) {
       const float* kr = P.rope.k + int64_t(t) * width + int64_t(kvh) * D;
       const float* vr = P.rope.v + int64_t(t) * width + int64_t(kvh) * D;
 #pragma unroll
       for (int j = 0; j < DJ; ++j) kv[j] = kr[lane + 32 * j];
+      if constexpr (Q8) {
 #pragma unroll
-      for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+        for (int j = 0; j < DJ; ++j) vq[j] = vr[lane + 32 * j];
+      } else {
+#pragma unroll
+        for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+      }
     };
     const int t0 = kWarps - 1 - warp;
     const int p0_kv = t0 < n_tokens ? kv_pos(t0) : -1;
@@ -290,11 +296,34 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       if (p < 0) continue;
       if (t != t0) load_kv(t);
       rope_row<D>(rs.kv[warp], kv, kw, P.rope.k_norm != nullptr, P.rope.eps, rs.cs[t], P.rope);
+      const int tile = (p - b_lo) / kKeys, trow = tile * kKeys + (p - b_lo) % kKeys;
+      if constexpr (Q8) {
+        // Each 32-value block quantized once (as kv_write), into the cache row and, in the first
+        // tiles, into the staged row (converted with the others before the loop).
+        uint8_t* kc = const_cast<uint8_t*>(kg8) + int64_t(p) * q8_row;
+        uint8_t* vc = const_cast<uint8_t*>(vg8) + int64_t(p) * q8_row;
+        const bool staged = tile < n_early;
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) {
+          uint16_t kd, vd;
+          uint8_t kq, vq8;
+          q8_quantize(rs.kv[warp][lane + 32 * j], kd, kq);
+          q8_quantize(vq[j], vd, vq8);
+          put_q8_block(kd, kq, kc + 34 * j);
+          put_q8_block(vd, vq8, vc + 34 * j);
+          if (staged) {
+            put_q8_block(kd, kq, kq_s + trow * RP + 34 * j);
+            put_q8_block(vd, vq8, vq_s + trow * RP + 34 * j);
+          }
+        }
+        if (!staged) __threadfence();  // (as below)
+        __syncwarp();
+        continue;
+      }
       __half* kc = const_cast<__half*>(kg) + int64_t(p) * width;
       __half* vc = const_cast<__half*>(vg) + int64_t(p) * width;
-      const int tile = (p - b_lo) / kKeys;
-      __half* kt = tile < n_early ? k_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
-      __half* vt = tile < n_early ? v_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
+      __half* kt = tile < n_early ? k_s + trow * DP : nullptr;
+      __half* vt = tile < n_early ? v_s + trow * DP : nullptr;
 #pragma unroll
       for (int i = 0; i < D / 64; ++i) {
         const int d = 2 * lane + 64 * i;
@@ -554,7 +583,7 @@ cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void
                                  cudaStream_t stream, const AttnRope* rope) {
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
   if (a.cache == CacheKind::kQ8_0) {
-    if (rope) return cudaErrorInvalidValue;  // (rope_kv_attention_supported: f16 caches)
+    if (rope) return a.head_dim == 64 ? launch_decode<64, true, true>(P, stream) : launch_decode<128, true, true>(P, stream);
     return a.head_dim == 64 ? launch_decode<64, false, true>(P, stream) : launch_decode<128, false, true>(P, stream);
   }
   if (rope) return a.head_dim == 64 ? launch_decode<64, true>(P, stream) : launch_decode<128, true>(P, stream);

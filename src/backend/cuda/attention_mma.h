@@ -87,7 +87,7 @@ DecodePlan decode_plan(const AttnArgs& a);
 
 /// The decode kernel as `plan` says: the output to out, or (n_splits > 1, no cluster) partial
 /// results to part_o / part_ml as attention_prefill(). The caches are f16 or Q8_0 rows (GGUF
-/// blocks, a.cache). Errors: the launch's; cudaErrorInvalidValue for `rope` with Q8_0 caches.
+/// blocks, a.cache). Errors: the launch's.
 /// With `rope` (not null) the kernel runs the rope prologue (AttnRope, rope_kv_attention()):
 /// q raw, the caches written (hence not const).
 cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,

@@ -384,7 +384,7 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
 /// Whether attention() runs these arguments on the tensor-core kernels (attention_mma.h).
 bool attention_on_tensor_cores(const AttnArgs& a);
 /// Whether rope_kv_attention() takes these arguments: the decode kernel's (1..kGemvMaxTokens
-/// tokens, f16 caches, head_dim 64 / 128, no softcap) and an even rot_dims <= head_dim.
+/// tokens, f16 or Q8_0 caches, head_dim 64 / 128, no softcap) and an even rot_dims <= head_dim.
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);
 /// rope_kv_write() then attention() in one kernel (decode): q (raw, [n_tokens, n_heads *
 /// head_dim]) normed and rotated as it is read, never written back; k and v of `r` stored in

@@ -419,6 +419,10 @@ struct AttnCase {
   int window = 0;
   float softcap = 0.0f;
   int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
+  // v's values times v_scale; with v_spread also 2^((column / 32) % 9 - 4) 2^(row % 5 - 2): blocks
+  // of 32 values and keys of different magnitudes (Q8_0 caches: scales 2^-6..2^6 apart).
+  float v_scale = 1.0f;
+  bool v_spread = false;
 };
 
 class CudaAttentionCases : public CudaVsRef {
@@ -440,7 +444,11 @@ class CudaAttentionCases : public CudaVsRef {
     const auto write = [&](int64_t first, int64_t rows) {
       std::vector<int32_t> at(static_cast<size_t>(rows));
       std::iota(at.begin(), at.end(), int32_t(first));
-      Dual k = make_f32({rows, kvw}, randn(rows * kvw)), v = make_f32({rows, kvw}, randn(rows * kvw));
+      std::vector<float> vv = randn(rows * kvw, c.v_scale);
+      if (c.v_spread)
+        for (size_t i = 0; i < vv.size(); ++i)
+          vv[i] *= std::ldexp(1.0f, int(i % size_t(kvw) / 32 % 9) - 4 + int((int64_t(i) / kvw + first) % 5) - 2);
+      Dual k = make_f32({rows, kvw}, randn(rows * kvw)), v = make_f32({rows, kvw}, vv);
       Dual p = make_i32(at);
       return std::array<Dual, 3>{std::move(k), std::move(v), std::move(p)};
     };
@@ -650,6 +658,31 @@ TEST_F(CudaHalfPrefillAttention, PrefillTakesOnePartDecodeStaysExact) {
   run({8, 2, 64, 64, positions(0, 37)}, DType::kF32);       // f32 cache: the tiled kernel, exact
   run({32, 8, 128, 700, {600}}, DType::kF16);               // decode: exact
   run({8, 2, 64, 300, positions(100, 4)}, DType::kF16);
+}
+
+TEST_F(CudaAttentionCases, Q8CachesWithSmallAndSpreadValues) {
+  // Q8_0 caches on the tensor cores: P times each key's V scale is split into two f16 parts under
+  // a power of two per block and step, so small values and blocks / keys of different magnitudes
+  // stay exact; decode (one pass, several tiles and splits, the combine, head_dim 64) and prefill.
+  for (const float scale : {0.05f, 1.0f}) {
+    for (const bool spread : {false, true}) {
+      SCOPED_TRACE(fmt::format("v scale {} spread {}", scale, spread));
+      AttnCase c{32, 8, 128, 1024, {600}};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0, true);
+      c.n_ctx = 20000, c.pos = {19999};
+      run(c, DType::kQ8_0);
+      c = {8, 2, 64, 9000, {4060, 4061, 4062, 4063}};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0, true);
+      c = {32, 8, 128, 641, positions(0, 300)};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0);
+      c = {8, 2, 128, 9000, positions(8000, 16)};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0);
+    }
+  }
 }
 
 TEST_F(CudaAttentionCases, AlternatingShapesReuseScratch) {

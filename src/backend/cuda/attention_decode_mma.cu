@@ -107,15 +107,14 @@ __device__ __forceinline__ void rope_row(float* x, float (&v)[D / 32], const flo
   __syncwarp();
 }
 
-// Shared memory of the kernel: K and V tiles [kStages][kKeys][pitch] f16; with Q8 (Q8_0 caches)
-// then the staged rows [kStages][kKeys][q8_pitch] bytes of K and of V, and the scales
-// [kStages][kKeys][q8_blocks] f32 of K and of V.
+// Shared memory of the kernel: K and V tiles [kStages][kKeys][pitch] f16 (Q8: Q8_0 rows staged
+// in their tails, load_tile_q8); with Q8 then the scales [kStages][kKeys][q8_blocks] f32 of K
+// and of V.
 template <int D, bool Q8>
 struct DecodeSmem {
   static constexpr size_t kTiles = size_t(2 * kStages * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
-  static constexpr size_t kStaged = Q8 ? size_t(kStages * kKeys * attn_mma::q8_pitch<D>()) : 0;
   static constexpr size_t kScales = Q8 ? size_t(kStages * kKeys * attn_mma::q8_blocks<D>()) * sizeof(float) : 0;
-  static constexpr size_t kBytes = kTiles + 2 * kStaged + 2 * kScales;
+  static constexpr size_t kBytes = kTiles + 2 * kScales;
 };
 
 // R: the rope prologue (P.rope; rope_kv_attention). Q8: Q8_0 caches (staged as they are,
@@ -124,16 +123,14 @@ struct DecodeSmem {
 template <int D, bool R, bool Q8>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
   constexpr int S = kStages;
-  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>(), RP = attn_mma::q8_pitch<D>();
+  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>(), AT = attn_mma::q8_stage_at<D>();
   using Sm = DecodeSmem<D, Q8>;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [S][kKeys][DP]
   __half* v_s = k_s + S * kKeys * DP;             // [S][kKeys][DP]
   float* o_s = reinterpret_cast<float*>(smem);    // after the tiles: [kWarps][kRows][D]
-  // Q8: staged rows and scales (DecodeSmem).
-  [[maybe_unused]] uint8_t* kq_s = reinterpret_cast<uint8_t*>(smem) + Sm::kTiles;
-  [[maybe_unused]] uint8_t* vq_s = kq_s + Sm::kStaged;
-  [[maybe_unused]] float* ksc_s = reinterpret_cast<float*>(vq_s + Sm::kStaged);
+  // Q8: the scales (DecodeSmem).
+  [[maybe_unused]] float* ksc_s = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(smem) + Sm::kTiles);
   [[maybe_unused]] float* vsc_s = ksc_s + S * kKeys * NB;
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
   __shared__ uint4 q_s[2][D / 16][32];  // q as A fragments, hi and lo, per k-step and lane
@@ -201,8 +198,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   const int n_early = one_pass ? n_tiles : S - 1;
   auto issue = [&](int i, int from, int to) {  // tile i's keys in [from, to), into stage i % S
     if constexpr (Q8)
-      attn_mma::load_tile_q8<D, kThreads>(kq_s + (i % S) * kKeys * attn_mma::q8_pitch<D>(),
-                                          vq_s + (i % S) * kKeys * attn_mma::q8_pitch<D>(), kg8, vg8, q8_row,
+      attn_mma::load_tile_q8<D, kThreads>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg8, vg8, q8_row,
                                           b_lo + i * kKeys, b_hi, from, to);
     else
       attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
@@ -311,9 +307,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
           q8_quantize(vq[j], vd, vq8);
           put_q8_block(kd, kq, kc + 34 * j);
           put_q8_block(vd, vq8, vc + 34 * j);
-          if (staged) {
-            put_q8_block(kd, kq, kq_s + trow * RP + 34 * j);
-            put_q8_block(vd, vq8, vq_s + trow * RP + 34 * j);
+          if (staged) {  // (where load_tile_q8 would have put it)
+            const int at = AT + attn_mma::q8_shift(kc) + 34 * j;
+            put_q8_block(kd, kq, reinterpret_cast<uint8_t*>(k_s + trow * DP) + at);
+            put_q8_block(vd, vq8, reinterpret_cast<uint8_t*>(v_s + trow * DP) + at);
           }
         }
         if (!staged) __threadfence();  // (as below)
@@ -389,11 +386,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     __syncthreads();
     if constexpr (Q8) {  // the landed stage (one pass: every tile) as integers and scales
       const int first = one_pass ? 0 : i % S;
-      attn_mma::convert_q8_tiles<D, kThreads>(kq_s + first * kKeys * attn_mma::q8_pitch<D>(),
-                                              vq_s + first * kKeys * attn_mma::q8_pitch<D>(),
-                                              k_s + first * kKeys * DP, v_s + first * kKeys * DP,
-                                              ksc_s + first * kKeys * NB, vsc_s + first * kKeys * NB,
-                                              one_pass ? n_tiles : 1);
+      attn_mma::convert_q8_tiles<D, kThreads>(k_s + first * kKeys * DP, v_s + first * kKeys * DP,
+                                              ksc_s + first * kKeys * NB, vsc_s + first * kKeys * NB, kg8, vg8,
+                                              q8_row, b_lo + i * kKeys, (one_pass ? n_tiles : 1) * kKeys);
       __syncthreads();
     }
     const int key0 = b_lo + i * kKeys + warp * wk;
@@ -407,6 +402,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     __syncthreads();  // a later load overwrites this buffer
   }
   cp_async_wait<0>();
+  if constexpr (Q8) st.q8_unscale();
   SHOAL_MARK(tl, 3);
 
   // 3. The warps' states into shared memory (over the tiles), merged into warp 0's place with

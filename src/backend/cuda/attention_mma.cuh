@@ -50,15 +50,30 @@ constexpr int pitch() {
 /// A warp's online-softmax state for its 16 rows; lane (g, c) holds rows g and g + 8: output
 /// dimensions 8d + 2c, 8d + 2c + 1 in o[d][2r], o[d][2r + 1], the running max m[r] and its
 /// share l[r] of the row sum (summed over the quad at the end).
+/// Q8_0 caches: o of each 32-dimension block b holds vf[b] (a power of two) times its value until
+/// q8_unscale (softmax_pv).
 template <int D>
 struct RowState {
   float o[D / 8][4];
   float m[2], l[2];
+  float vf[D / 32];
   __device__ __forceinline__ void init() {
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < D / 32; ++b) vf[b] = 1.0f;
+  }
+  /// o in its own units after the steps of a Q8_0 cache (o /= vf per block: exact).
+  __device__ __forceinline__ void q8_unscale() {
+#pragma unroll
+    for (int b = 0; b < D / 32; ++b) {
+      const float r = 1.0f / vf[b];
+#pragma unroll
+      for (int d = 4 * b; d < 4 * b + 4; ++d) o[d][0] *= r, o[d][1] *= r, o[d][2] *= r, o[d][3] *= r;
+      vf[b] = 1.0f;
+    }
   }
   /// l summed over the 4 lanes of the quad (once, after the last tile).
   __device__ __forceinline__ void reduce_l() {
@@ -117,73 +132,96 @@ __device__ __forceinline__ void load_tile(__half* k_dst, __half* v_dst, const __
   }
 }
 
-/// Q8_0 cache rows of one KV head (head_dim D): bytes per row, its pitch in the staging tile
-/// (16-byte multiple, with room for one word past the row's end), and the 32-value blocks.
+/// Q8_0 cache rows of one KV head (head_dim D): bytes of its part of a cache row (34 per block
+/// of 32 values; rows and heads lie at multiples of 4 bytes), the 32-value blocks, and the
+/// 16-byte aligned window around that part as it is staged (load_tile_q8): at most
+/// q8_window bytes, in the tail of the row's f16 tile row (from byte q8_stage_at), where
+/// convert_q8_tiles turns it into that row in place.
 template <int D>
 constexpr int q8_row_bytes() {
   return D / 32 * 34;
 }
 template <int D>
-constexpr int q8_pitch() {
-  return (q8_row_bytes<D>() + 4 + 15) / 16 * 16;
-}
-template <int D>
 constexpr int q8_blocks() {
   return D / 32;
 }
+template <int D>
+constexpr int q8_window() {
+  return (q8_row_bytes<D>() + 15 + 15) / 16 * 16;
+}
+template <int D>
+constexpr int q8_stage_at() {
+  return int(pitch<D>() * sizeof(__half)) - q8_window<D>();
+}
+/// Where a row's part starts in its staged window: its address mod 16 (rows and heads at
+/// multiples of 4 bytes, so the blocks' alignment mod 4 is the same in every row).
+__device__ __forceinline__ int q8_shift(const uint8_t* row) { return int(reinterpret_cast<uintptr_t>(row) & 15); }
 
-/// load_tile for Q8_0 caches: the raw rows of keys k0 .. k0 + 63 of one KV head (kg / vg: the
-/// head's first block in row 0; rows `row_bytes` apart) into k_dst / v_dst [kKeys][q8_pitch],
-/// 8-byte pieces (4 where a row is not a multiple of 8 bytes: head_dim 64); rows past `hi`
-/// become zeros, only keys in [from, to) are issued.
+/// load_tile for Q8_0 caches: the rows of keys k0 .. k0 + 63 of one KV head (kg / vg: the head's
+/// part of cache row 0; rows `row_bytes` apart) staged in the tails of the f16 tile rows of
+/// k_dst / v_dst [kKeys][pitch] as 16-byte aligned windows (cp.async.cg, as load_tile: no L1);
+/// rows past `hi` become zeros, only keys in [from, to) are issued. A window may end up to 15
+/// bytes past the row's part: the caches carry 16 bytes of slack (CudaBackend::alloc).
 template <int D, int kThreads>
-__device__ __forceinline__ void load_tile_q8(uint8_t* k_dst, uint8_t* v_dst, const uint8_t* kg, const uint8_t* vg,
+__device__ __forceinline__ void load_tile_q8(__half* k_dst, __half* v_dst, const uint8_t* kg, const uint8_t* vg,
                                              int64_t row_bytes, int k0, int hi, int from = INT_MIN,
                                              int to = INT_MAX) {
-  constexpr int RB = q8_row_bytes<D>(), P = RB % 8 == 0 ? 8 : 4, kPieces = RB / P, RP = q8_pitch<D>();
+  constexpr int RB = q8_row_bytes<D>(), W = q8_window<D>() / 16, AT = q8_stage_at<D>(), DP = pitch<D>();
+  static_assert(AT % 16 == 0 && AT >= 0, "16-byte aligned windows in the rows' tails");
 #pragma unroll 1
-  for (int i = int(threadIdx.x); i < kKeys * kPieces; i += kThreads) {
-    const int j = i / kPieces, e = (i % kPieces) * P;
+  for (int i = int(threadIdx.x); i < kKeys * W; i += kThreads) {
+    const int j = i / W, e = i % W;
     if (k0 + j < from || k0 + j >= to) continue;
     const bool ok = k0 + j <= hi;
-    const int64_t off = (ok ? int64_t(k0 + j) * row_bytes : 0) + e;
-    cp_async_or_zero<P>(k_dst + j * RP + e, kg + off, ok);
-    cp_async_or_zero<P>(v_dst + j * RP + e, vg + off, ok);
+    const int64_t at = ok ? int64_t(k0 + j) * row_bytes : 0;
+    const int sh = q8_shift(kg + at);  // (the same for vg: both caches 16-byte aligned)
+    const bool live = ok && 16 * e < sh + RB;  // pieces past the row's part are neither read nor used
+    cp_async_or_zero(reinterpret_cast<uint8_t*>(k_dst + j * DP) + AT + 16 * e, kg + at - sh + 16 * e, live);
+    cp_async_or_zero(reinterpret_cast<uint8_t*>(v_dst + j * DP) + AT + 16 * e, vg + at - sh + 16 * e, live);
   }
 }
 
-/// The staged Q8_0 rows of `tiles` consecutive tiles (kq / vq [tiles * kKeys][q8_pitch]) as f16
-/// tiles of their integers q (k_dst / v_dst [tiles * kKeys][pitch]: exact) and f32 scales d
-/// (ksc / vsc [tiles * kKeys][q8_blocks]), by all kThreads threads of the block; zero rows give
-/// q = 0, d = 0. The caller puts a block barrier before (the copies landed) and after.
+/// The rows of `rows` consecutive keys from key0 staged by load_tile_q8 (k_t / v_t [rows][pitch])
+/// turned in place into f16 tile rows of their integers q (exact) and f32 scales d (ksc / vsc
+/// [rows][q8_blocks]), a row per thread of the block (kThreads); zero rows give q = 0, d = 0.
+/// kg / vg / row_bytes as load_tile_q8 (for each row's shift). A row's block b is read before it
+/// is written, and its f16 values [64 b, 64 b + 64) bytes lie below the staged blocks after it.
+/// The caller puts a block barrier before (the copies landed) and after.
 template <int D, int kThreads>
-__device__ __forceinline__ void convert_q8_tiles(const uint8_t* kq, const uint8_t* vq, __half* k_dst, __half* v_dst,
-                                                 float* ksc, float* vsc, int tiles) {
-  constexpr int NB = q8_blocks<D>(), RP = q8_pitch<D>(), DP = pitch<D>();
-  const int items = tiles * kKeys * NB;  // (row, block) pairs of K, then of V
+__device__ __forceinline__ void convert_q8_tiles(__half* k_t, __half* v_t, float* ksc, float* vsc, const uint8_t* kg,
+                                                 const uint8_t* vg, int64_t row_bytes, int key0, int rows) {
+  constexpr int NB = q8_blocks<D>(), AT = q8_stage_at<D>(), DP = pitch<D>();
+  static_assert(AT + 34 * (NB - 1) >= 64 * (NB - 1), "a block's f16 values lie below the blocks after it");
 #pragma unroll 1
-  for (int i = int(threadIdx.x); i < 2 * items; i += kThreads) {
-    const bool is_v = i >= items;
-    const int r = is_v ? i - items : i, j = r / NB, b = r % NB;
-    const uint8_t* src = (is_v ? vq : kq) + j * RP + b * 34;  // (2-byte aligned: rows 16, blocks 34)
-    (is_v ? vsc : ksc)[r] = __half2float(*reinterpret_cast<const __half*>(src));
-    // The 32 quants start at src + 2: 4-byte aligned for odd blocks, 2 bytes past it for even ones.
-    const int mis = (b * 34 + 2) & 3;
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(src + 2 - mis);
-    const unsigned sel = mis ? 0x5432u : 0x3210u;
-    uint32_t h[16];
-    uint32_t cur = w[0];
+  for (int i = int(threadIdx.x); i < 2 * rows; i += kThreads) {
+    const bool is_v = i >= rows;
+    const int j = is_v ? i - rows : i;
+    uint8_t* row = reinterpret_cast<uint8_t*>((is_v ? v_t : k_t) + j * DP);
+    const uint8_t* src = row + AT + q8_shift(kg + int64_t(key0 + j) * row_bytes);
+    float* sc = (is_v ? vsc : ksc) + j * NB;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t next = w[k + 1];  // (within the row's pitch)
-      const uint32_t x = __byte_perm(cur, next, sel) ^ 0x80808080u;  // q + 128 per byte
-      h[2 * k] = hsub2(__byte_perm(x, k1024, 0x5150), k1152);      // 1024 + (q + 128) - 1152
-      h[2 * k + 1] = hsub2(__byte_perm(x, k1024, 0x5352), k1152);
-      cur = next;
+    for (int b = 0; b < NB; ++b) {
+      const uint8_t* blk = src + 34 * b;  // (2-byte aligned)
+      sc[b] = __half2float(*reinterpret_cast<const __half*>(blk));
+      // The 32 quants start at blk + 2: 4-byte aligned for odd blocks, 2 bytes past it for even
+      // ones (the shift is a multiple of 4), whose ninth word holds the next block's d.
+      const int mis = (34 * b + 2) & 3;
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(blk + 2 - mis);
+      uint32_t words[9];
+#pragma unroll
+      for (int k = 0; k < 9; ++k)
+        if (k < 8 || mis) words[k] = w[k];
+      uint32_t h[16];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t x = (mis ? __byte_perm(words[k], words[k + 1], 0x5432u) : words[k]) ^ 0x80808080u;  // q + 128
+        h[2 * k] = hsub2(__byte_perm(x, k1024, 0x5150), k1152);  // 1024 + (q + 128) - 1152
+        h[2 * k + 1] = hsub2(__byte_perm(x, k1024, 0x5352), k1152);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(row + 64 * b);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) dst[k] = make_uint4(h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]);
     }
-    uint4* dst = reinterpret_cast<uint4*>((is_v ? v_dst : k_dst) + j * DP + b * 32);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) dst[k] = make_uint4(h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]);
   }
 }
 
@@ -253,7 +291,8 @@ __device__ __forceinline__ void qk_sum(const float (&acc)[kChains][NT][4], float
 
 /// The A fragments (hi + lo) of P for the 16 keys kk of a step from the probabilities s
 /// (softmax_pv's layout): rows g / g + 8 of keys 0..7, then of keys 8..15; with kScaled each
-/// value times its key's factor dk[keys 8..15][key 2c + 1] (Q8_0 V scales).
+/// value times its key's factor dk[h][e] (h: keys 0..7 or 8..15; e: key 2c or 2c + 1; Q8_0 V
+/// scales).
 template <int NT, bool kScaled>
 __device__ __forceinline__ void p_fragments(const float (&s)[NT][4], int kk, const float (&dk)[2][2],
                                             uint32_t (&ah)[4], uint32_t (&al)[4]) {
@@ -351,6 +390,31 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
       s[n][e] = p;
       st.l[e >> 1] += p;
     }
+  // Q8_0: V holds the integers q, and each 32-dimension block b of the output takes P times its
+  // keys' scales d times f[b] = 2^(14 - e), e the exponent of the step's largest scale of the
+  // block (d f < 2^15): two f16 parts of x = p d f then keep ~22 bits where the block's scales are
+  // within 2^14 of its largest (without f, lo of a small d would fall into the f16 subnormals).
+  // o of block b holds f times its value (st.vf, rescaled here when f changes; q8_unscale).
+  constexpr int NB = q8_blocks<D>();
+  [[maybe_unused]] float f[NB];
+  if constexpr (kQ8) {
+    float vmax = 0.0f;  // lane l: block l % NB
+#pragma unroll
+    for (int i = lane; i < NT * 8 * NB; i += 32) vmax = fmaxf(vmax, vd[i]);
+#pragma unroll
+    for (int o = NB; o < 32; o *= 2) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const int eb = int(__float_as_uint(__shfl_sync(0xffffffffu, vmax, b)) >> 23) & 0xff;
+      f[b] = eb == 0 || eb == 0xff ? 1.0f : __uint_as_float(uint32_t(268 - eb) << 23);
+      if (f[b] != st.vf[b]) {  // (the same for the whole warp)
+        const float r = f[b] / st.vf[b];
+#pragma unroll
+        for (int d = 4 * b; d < 4 * b + 4; ++d) st.o[d][0] *= r, st.o[d][1] *= r, st.o[d][2] *= r, st.o[d][3] *= r;
+        st.vf[b] = f[b];
+      }
+    }
+  }
   // O += P V, P as A fragments (hi + lo; hi only with kOnePart) of 16 keys; ldmatrix.trans gives
   // V's B fragments of two n-tiles of 8 dimensions.
 #pragma unroll
@@ -358,14 +422,12 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
     if (!live(2 * kk)) continue;
     uint32_t ah[4], al[4];
     if constexpr (kQ8) {
-      // V holds the integers q; each 32-dimension block b of the output takes P times its keys'
-      // scales d_b (lane (g, c): keys 2c, 2c + 1 and 8 + 2c, 9 + 2c of the 16).
-      constexpr int NB = q8_blocks<D>();
+      // Lane (g, c): keys 2c, 2c + 1 and 8 + 2c, 9 + 2c of the 16.
       const float* d0 = vd + (kk * 16 + 2 * c) * NB;
       const float* d1 = d0 + 8 * NB;
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        const float dk[2][2] = {{d0[b], d0[NB + b]}, {d1[b], d1[NB + b]}};
+        const float dk[2][2] = {{d0[b] * f[b], d0[NB + b] * f[b]}, {d1[b] * f[b], d1[NB + b] * f[b]}};
         p_fragments<NT, true>(s, kk, dk, ah, al);
         pv_products<D, kOnePart>(vt, kk, ah, al, 4 * b, 4 * b + 4, st);
       }
@@ -398,8 +460,9 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 /// skipped n-tiles are still masked).
 /// kQ8: kt / vt hold the integers q of Q8_0 rows (convert_q8_tiles) and kd / vd the scales of
 /// the step's keys ([key][q8_blocks]): each k-step pair (a 32-value block b) sums its scores
-/// apart and adds them times the key's K scale d_b; P is multiplied by the V scales per block
-/// of the output (softmax_pv). The products stay exact; the scales add one f32 rounding each.
+/// apart and adds them times the key's K scale d_b; P is multiplied by the V scales (and a power
+/// of two) per block of the output (softmax_pv; st.q8_unscale after the last step). The q K
+/// products stay exact; p d is split into two f16 parts as p alone is on f16 caches.
 template <int D, int NT, int kChains = (NT <= 2 ? 4 : 1), bool kSoftcap = true, bool kLog2 = false,
           bool kOnePart = false, bool kQ8 = false>
 __device__ __forceinline__ void tile_step(const __half* kt, const __half* vt, int key0, const uint32_t (&qh)[D / 16][4],

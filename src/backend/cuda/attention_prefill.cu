@@ -54,30 +54,27 @@ using attn_mma::kLog2e;
 // kernel 223 registers instead of 176, as in the build measured in docs/cuda.md v33.
 // kHalves (PrefillPlan::halves): warps 4 h + w (h < kHalves) take the block's key tiles
 // kHalves j + h; the halves' softmax states are merged in shared memory at the end.
-// Q8: Q8_0 caches, staged as they are and converted per set of tiles into f16 integer tiles and
-// scales (attention_mma.cuh; PrefillSmem).
+// Q8: Q8_0 caches, staged in the tiles' rows and converted per set of tiles into f16 integer
+// tiles and scales (attention_mma.cuh; PrefillSmem).
 template <int D, int kHalves, bool Q8>
 struct PrefillSmem {
   static constexpr int kBuffers = 2 * kHalves;  // tiles of K (and of V): 2 buffers of kHalves
   static constexpr size_t kTiles = size_t(2 * kBuffers * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
-  static constexpr size_t kStaged = Q8 ? size_t(kBuffers * kKeys * attn_mma::q8_pitch<D>()) : 0;
   static constexpr size_t kScales = Q8 ? size_t(kBuffers * kKeys * attn_mma::q8_blocks<D>()) * sizeof(float) : 0;
-  static constexpr size_t kBytes = kTiles + 2 * kStaged + 2 * kScales;
+  static constexpr size_t kBytes = kTiles + 2 * kScales;
 };
 
 template <int D, bool kOnePart, int kHalves, bool Q8>
 __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kernel(const Params P) {
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, kThreads = kThreadsOf<kHalves>;
   constexpr int kTile = kKeys * DP;               // halves of one K or V tile
-  constexpr int RP = attn_mma::q8_pitch<D>(), NB = attn_mma::q8_blocks<D>();
+  constexpr int NB = attn_mma::q8_blocks<D>();
   using Sm = PrefillSmem<D, kHalves, Q8>;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [2 buffers][kHalves][kKeys][DP]
   __half* v_s = k_s + 2 * kHalves * kTile;        // [2 buffers][kHalves][kKeys][DP]
-  // Q8: the staged rows [2 buffers][kHalves][kKeys][RP] and scales [..][kKeys][NB] of K and V.
-  [[maybe_unused]] uint8_t* kq_s = reinterpret_cast<uint8_t*>(smem) + Sm::kTiles;
-  [[maybe_unused]] uint8_t* vq_s = kq_s + Sm::kStaged;
-  [[maybe_unused]] float* ksc_s = reinterpret_cast<float*>(vq_s + Sm::kStaged);
+  // Q8: the scales [2 buffers][kHalves][kKeys][NB] of K and V.
+  [[maybe_unused]] float* ksc_s = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(smem) + Sm::kTiles);
   [[maybe_unused]] float* vsc_s = ksc_s + Sm::kBuffers * kKeys * NB;
   __shared__ int lo_s[kMaxBlockTokens], hi_s[kMaxBlockTokens];
 
@@ -158,8 +155,8 @@ __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kern
       const int i = j * kHalves + h, buf = (j & 1) * kHalves + h;
       if (i >= n_tiles) continue;
       if constexpr (Q8)
-        attn_mma::load_tile_q8<D, kThreads>(kq_s + buf * kKeys * RP, vq_s + buf * kKeys * RP, kg8, vg8, q8_row,
-                                            b_lo + i * kKeys, b_hi);
+        attn_mma::load_tile_q8<D, kThreads>(k_s + buf * kTile, v_s + buf * kTile, kg8, vg8, q8_row, b_lo + i * kKeys,
+                                            b_hi);
       else
         attn_mma::load_tile<D, kThreads>(k_s + buf * kTile, v_s + buf * kTile, kg, vg, width, b_lo + i * kKeys, b_hi);
     }
@@ -176,9 +173,9 @@ __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kern
     __syncthreads();
     if constexpr (Q8) {  // the set's landed tiles as integers and scales
       const int first = (j & 1) * kHalves;
-      attn_mma::convert_q8_tiles<D, kThreads>(kq_s + first * kKeys * RP, vq_s + first * kKeys * RP,
-                                              k_s + first * kTile, v_s + first * kTile, ksc_s + first * kKeys * NB,
-                                              vsc_s + first * kKeys * NB, min(kHalves, n_tiles - j * kHalves));
+      attn_mma::convert_q8_tiles<D, kThreads>(k_s + first * kTile, v_s + first * kTile, ksc_s + first * kKeys * NB,
+                                              vsc_s + first * kKeys * NB, kg8, vg8, q8_row, b_lo + j * kHalves * kKeys,
+                                              min(kHalves, n_tiles - j * kHalves) * kKeys);
       __syncthreads();
     }
     const int i = j * kHalves + half, k0 = b_lo + i * kKeys, buf = (j & 1) * kHalves + half, at = buf * kTile;
@@ -189,6 +186,7 @@ __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kern
     __syncthreads();  // the next load overwrites this buffer
   }
   cp_async_wait<0>();
+  if constexpr (Q8) st.q8_unscale();
   if constexpr (kHalves == 2) {
     // Half 1's state through shared memory (the tile buffers, free now) into half 0's: each lane
     // holds the same rows and output columns in both halves, and the quad's shares of l are

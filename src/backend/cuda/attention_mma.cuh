@@ -398,9 +398,12 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
   constexpr int NB = q8_blocks<D>();
   [[maybe_unused]] float f[NB];
   if constexpr (kQ8) {
-    float vmax = 0.0f;  // lane l: block l % NB
+    float vmax = 0.0f;  // lane l: block l % NB; the scales of the live n-tiles' keys only (the
+                        // rows past them may lie past the scale array)
+    const int scales = (full || NT < 4 ? NT : NT / 2) * 8 * NB;
 #pragma unroll
-    for (int i = lane; i < NT * 8 * NB; i += 32) vmax = fmaxf(vmax, vd[i]);
+    for (int i = lane; i < NT * 8 * NB; i += 32)
+      if (i < scales) vmax = fmaxf(vmax, vd[i]);
 #pragma unroll
     for (int o = NB; o < 32; o *= 2) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
 #pragma unroll

@@ -163,7 +163,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     float attn_factor = 1.0f;
     int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {576}},              // Qwen3-like
       {32, 8, 128, 128, false, false, 0, DType::kF16, 1024, {0}},               // first token
       {12, 4, 64, 32, true, true, 64, DType::kF16, 512, {511}},                 // partial, window, last row
@@ -183,14 +183,14 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, {700}, 1.0f, 701},   // a cluster in a large cache
       {32, 8, 128, 128, false, true, 0, DType::kF16, 4096, {1790, 1791}, 1.0f, 1792},  // a cluster, its most keys
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
-      // Q8_0 caches: the step's rows quantized in the prologue, into the cache and the staged rows.
-      {16, 8, 128, 128, false, true, 0, DType::kQ8_0, 1024, {576, 577}},
-      {12, 4, 64, 32, true, true, 64, DType::kQ8_0, 512, {511}},                // head_dim 64, window, last row
-      {8, 8, 128, 128, false, true, 0, DType::kQ8_0, 2048, {2000, 2001}, 1.0f, 1792},  // a later tile
-      {16, 8, 128, 64, false, true, 0, DType::kQ8_0, 256, {40, 45, 60}},         // not contiguous
-      {32, 8, 128, 128, false, true, 0, DType::kQ8_0, 1024, {630}},             // 2-tile splits: its tile 1
-      {16, 8, 128, 128, false, true, 0, DType::kQ8_0, 4096, {700}},             // the combine
   };
+  // Q8_0 caches: every f16 case again, the step's rows quantized in the prologue (as kv_write
+  // does) into the cache and the staged rows.
+  for (size_t i = 0, n = cases.size(); i < n; ++i)
+    if (cases[i].cache == DType::kF16) {
+      cases.push_back(cases[i]);
+      cases.back().cache = DType::kQ8_0;
+    }
   for (const Case& c : cases) {
     const int64_t n = int64_t(c.pos.size()), qw = int64_t(c.n_heads) * c.head_dim,
                   kw = int64_t(c.n_kv_heads) * c.head_dim;
@@ -639,7 +639,7 @@ TEST_F(CudaAttentionCases, PrefillKeyTilesSharedByTwoWarpSets) {
 
 // --prefill-precision half: the tensor-core prefill kernel takes q and p as one f16 part (as
 // llama.cpp's flash attention does): within 3e-3 of the reference, and measurably not the exact
-// path; decode calls and f32 caches stay exact.
+// path; decode calls, f32 caches and Q8_0 caches (prefill and decode) stay exact.
 class CudaHalfPrefillAttention : public CudaAttentionCases {
  protected:
   void SetUp() override {
@@ -658,6 +658,10 @@ TEST_F(CudaHalfPrefillAttention, PrefillTakesOnePartDecodeStaysExact) {
   run({8, 2, 64, 64, positions(0, 37)}, DType::kF32);       // f32 cache: the tiled kernel, exact
   run({32, 8, 128, 700, {600}}, DType::kF16);               // decode: exact
   run({8, 2, 64, 300, positions(100, 4)}, DType::kF16);
+  run({32, 8, 128, 641, positions(0, 512)}, DType::kQ8_0);  // Q8_0: prefill exact
+  run({16, 8, 128, 600, positions(0, 100)}, DType::kQ8_0);
+  run({16, 2, 64, 300, positions(0, 150)}, DType::kQ8_0);
+  run({32, 8, 128, 700, {600}}, DType::kQ8_0);
 }
 
 TEST_F(CudaAttentionCases, Q8CachesWithSmallAndSpreadValues) {

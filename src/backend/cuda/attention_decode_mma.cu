@@ -1,4 +1,4 @@
-// Decode attention (1..kGemvMaxTokens tokens) on the f16 tensor cores for f16 KV caches and
+// Decode attention (1..kGemvMaxTokens tokens) on the f16 tensor cores for f16 and Q8_0 KV caches and
 // head_dim 64 / 128 (attention_mma.cuh: the tile step, exactness). The MMA's 16 rows are the
 // (token, query head) pairs of one KV head (GQA: 4 heads x 1 token use 4 rows), so one pass over
 // a key serves all of them; the 4 warps of a block hold the same rows and take a quarter (16

@@ -1,4 +1,4 @@
-// Attention on the f16 tensor cores for f16 KV caches (head_dim 64 / 128), the device pieces the
+// Attention on the f16 tensor cores for f16 and Q8_0 KV caches (head_dim 64 / 128), the device pieces the
 // prefill kernel (attention_prefill.cu) and the decode kernel (attention_decode_mma.cu) share, in
 // the structure of FlashAttention-2 (Dao 2023): a warp owns 16 query rows held in registers as
 // MMA A fragments; the block stages 64-key tiles of K and V in shared memory with cp.async; per

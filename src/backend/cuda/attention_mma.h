@@ -1,4 +1,4 @@
-// Attention on the tensor cores for f16 caches (attention_mma.cuh): the plans attention.cu
+// Attention on the tensor cores for f16 and Q8_0 KV caches (attention_mma.cuh): the plans attention.cu
 // shares with the prefill kernel (attention_prefill.cu) and the decode kernel
 // (attention_decode_mma.cu), their parameters and their launchers. Only included by .cu files of src/backend/cuda/.
 #pragma once

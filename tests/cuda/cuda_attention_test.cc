@@ -224,7 +224,10 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
                            c.norms ? (g ? &kn.g : &kn.c) : nullptr, 1e-6f, g ? pos.g : pos.c, g ? freq.g : freq.c, rs,
                            g ? kc.g : kc.c, g ? vc.g : vc.c, as, g ? out.g : out.c);
     }
-    EXPECT_LT(nerr(out), 1e-4);
+    // Q8_0: the GPU norms and rotates k in f32, the reference in part in double, so a quantized
+    // value of the step's k rows may round to the next integer (1 / 127 of its block's largest):
+    // ~3e-4 on a context of 11 keys. A wrong or misplaced row gives ~1e-2 and more.
+    EXPECT_LT(nerr(out), c.cache == DType::kQ8_0 ? 2e-3 : 1e-4);
     // f16 and Q8_0 caches take the fused kernel, which reads q and never writes it back (the
     // composition rotates it in place): a fallback to the composition would leave q rotated here.
     if (c.cache != DType::kF32) {

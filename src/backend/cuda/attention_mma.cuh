@@ -218,9 +218,8 @@ __device__ __forceinline__ void convert_q8_tiles(__half* k_t, __half* v_t, float
         h[2 * k] = hsub2(__byte_perm(x, k1024, 0x5150), k1152);  // 1024 + (q + 128) - 1152
         h[2 * k + 1] = hsub2(__byte_perm(x, k1024, 0x5352), k1152);
       }
-      uint4* dst = reinterpret_cast<uint4*>(row + 64 * b);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) dst[k] = make_uint4(h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]);
+      for (int k = 0; k < 4; ++k) st_shared_v4(row + 64 * b + 16 * k, h[4 * k], h[4 * k + 1], h[4 * k + 2], h[4 * k + 3]);
     }
   }
 }
@@ -409,7 +408,8 @@ __device__ __forceinline__ void softmax_pv(const __half* vt, int key0, float (&s
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
       const int eb = int(__float_as_uint(__shfl_sync(0xffffffffu, vmax, b)) >> 23) & 0xff;
-      f[b] = eb == 0 || eb == 0xff ? 1.0f : __uint_as_float(uint32_t(268 - eb) << 23);
+      // (No finite non-zero scale in the step: f stays, so o is not rescaled there and back.)
+      f[b] = eb == 0 || eb == 0xff ? st.vf[b] : __uint_as_float(uint32_t(268 - eb) << 23);
       if (f[b] != st.vf[b]) {  // (the same for the whole warp)
         const float r = f[b] / st.vf[b];
 #pragma unroll

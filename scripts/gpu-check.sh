@@ -186,10 +186,16 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
       tee -a "$LOGS/bench-$shape-$type.log"
     while read -r line; do note "bench $shape $type: $line"; done < <(grep -E '\| (pp|tg)[0-9]+( \(half\))? \|' "$LOGS/bench-$shape-$type.log")
     # The first model again with a Q8_0 KV cache (half the cache bytes; its attention runs the
-    # tiled CUDA-core kernel: docs/cuda.md v42).
+    # tensor-core kernels as f16 caches do: docs/cuda.md v42), and at a long context (4096 + 64)
+    # with both caches.
     if [ "$st" = "${BENCH_MODELS%% *}" ]; then
-      "$SHOAL" --log-level warn bench -m "$f" -p 512 -n 128 --device cuda:0 --kv q8_0 >"$LOGS/bench-$shape-$type-kv-q8_0.log" 2>&1
-      while read -r line; do note "bench $shape $type --kv q8_0: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$LOGS/bench-$shape-$type-kv-q8_0.log")
+      for run in "512 128 q8_0" "4096 64 f16" "4096 64 q8_0"; do
+        read -r pp tg kv <<<"$run"
+        lg="$LOGS/bench-$shape-$type-kv-$kv-$pp.log"
+        long=(); [ "$pp" -gt 512 ] && long=(-r 2 -c $((pp + tg + 40)))
+        "$SHOAL" --log-level warn bench -m "$f" -p "$pp" -n "$tg" "${long[@]}" --device cuda:0 --kv "$kv" >"$lg" 2>&1
+        while read -r line; do note "bench $shape $type --kv $kv: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$lg")
+      done
     fi
     rm -f "$f"
   done

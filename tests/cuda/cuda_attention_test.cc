@@ -146,7 +146,7 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
 
 TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
-  // attention kernel (f16 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
+  // attention kernel (f16 or Q8_0 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
   // from the cache (2000 in a cluster's split of 256 keys from 1792, planned for 1792 keys: its
   // tile 3; 8000 in one from 7936 with the combine: its tile 1), or, with positions that are
@@ -163,7 +163,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     float attn_factor = 1.0f;
     int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {576}},              // Qwen3-like
       {32, 8, 128, 128, false, false, 0, DType::kF16, 1024, {0}},               // first token
       {12, 4, 64, 32, true, true, 64, DType::kF16, 512, {511}},                 // partial, window, last row
@@ -184,6 +184,13 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {32, 8, 128, 128, false, true, 0, DType::kF16, 4096, {1790, 1791}, 1.0f, 1792},  // a cluster, its most keys
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
   };
+  // Q8_0 caches: every f16 case again, the step's rows quantized in the prologue (as kv_write
+  // does) into the cache and the staged rows.
+  for (size_t i = 0, n = cases.size(); i < n; ++i)
+    if (cases[i].cache == DType::kF16) {
+      cases.push_back(cases[i]);
+      cases.back().cache = DType::kQ8_0;
+    }
   for (const Case& c : cases) {
     const int64_t n = int64_t(c.pos.size()), qw = int64_t(c.n_heads) * c.head_dim,
                   kw = int64_t(c.n_kv_heads) * c.head_dim;
@@ -217,10 +224,13 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
                            c.norms ? (g ? &kn.g : &kn.c) : nullptr, 1e-6f, g ? pos.g : pos.c, g ? freq.g : freq.c, rs,
                            g ? kc.g : kc.c, g ? vc.g : vc.c, as, g ? out.g : out.c);
     }
-    EXPECT_LT(nerr(out), 1e-4);
-    // f16 caches take the fused kernel, which reads q and never writes it back (the composition
-    // rotates it in place): a fallback to the composition would leave q rotated here.
-    if (c.cache == DType::kF16) {
+    // Q8_0: the GPU norms and rotates k in f32, the reference in part in double, so a quantized
+    // value of the step's k rows may round to the next integer (1 / 127 of its block's largest):
+    // ~3e-4 on a context of 11 keys. A wrong or misplaced row gives ~1e-2 and more.
+    EXPECT_LT(nerr(out), c.cache == DType::kQ8_0 ? 2e-3 : 1e-4);
+    // f16 and Q8_0 caches take the fused kernel, which reads q and never writes it back (the
+    // composition rotates it in place): a fallback to the composition would leave q rotated here.
+    if (c.cache != DType::kF32) {
       const std::vector<uint8_t> got = bytes_of(*gpu_, q.g);
       ASSERT_EQ(got.size(), q_raw.size() * sizeof(float));
       EXPECT_EQ(0, std::memcmp(got.data(), q_raw.data(), got.size())) << "q was written: not the fused kernel";
@@ -412,6 +422,10 @@ struct AttnCase {
   int window = 0;
   float softcap = 0.0f;
   int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
+  // v's values times v_scale; with v_spread also 2^((column / 32) % 9 - 4) 2^(row % 5 - 2): blocks
+  // of 32 values and keys of different magnitudes (Q8_0 caches: scales 2^-6..2^6 apart).
+  float v_scale = 1.0f;
+  bool v_spread = false;
 };
 
 class CudaAttentionCases : public CudaVsRef {
@@ -433,7 +447,11 @@ class CudaAttentionCases : public CudaVsRef {
     const auto write = [&](int64_t first, int64_t rows) {
       std::vector<int32_t> at(static_cast<size_t>(rows));
       std::iota(at.begin(), at.end(), int32_t(first));
-      Dual k = make_f32({rows, kvw}, randn(rows * kvw)), v = make_f32({rows, kvw}, randn(rows * kvw));
+      std::vector<float> vv = randn(rows * kvw, c.v_scale);
+      if (c.v_spread)
+        for (size_t i = 0; i < vv.size(); ++i)
+          vv[i] *= std::ldexp(1.0f, int(i % size_t(kvw) / 32 % 9) - 4 + int((int64_t(i) / kvw + first) % 5) - 2);
+      Dual k = make_f32({rows, kvw}, randn(rows * kvw)), v = make_f32({rows, kvw}, vv);
       Dual p = make_i32(at);
       return std::array<Dual, 3>{std::move(k), std::move(v), std::move(p)};
     };
@@ -456,7 +474,13 @@ class CudaAttentionCases : public CudaVsRef {
     AttentionSpec spec{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, c.softcap};
     cpu_->attention(q.c, kc.c, vc.c, pos.c, spec, out.c);
     gpu_->plan_attention_keys(c.planned, int(n));
+    const int64_t q8_mma = cuda_probe::q8_tensor_core_attention(*gpu_);
     gpu_->attention(q.g, kc.g, vc.g, pos.g, spec, out.g);
+    // Q8_0 caches take the tensor-core kernels where f16 caches do (not decode with a softcap).
+    const bool tensor_cores = (c.head_dim == 64 || c.head_dim == 128) && (n > 8 || !(c.softcap > 0.0f));
+    if (cache == DType::kQ8_0) {
+      EXPECT_EQ(cuda_probe::q8_tensor_core_attention(*gpu_), q8_mma + (tensor_cores ? 1 : 0));
+    }
     const double err = nerr(out);
     if (one_part_ && n > 8 && cache == DType::kF16) {  // the prefill kernel on one part
       EXPECT_GT(err, 1e-5) << "the exact path ran";
@@ -495,23 +519,27 @@ TEST_F(CudaAttentionCases, DecodeTensorCoreSplitsClustersAndRowGroups) {
   // and 8 splits (sm_90; elsewhere the combine kernel), rows of several tokens and heads in two
   // row groups, and caches over the cluster limit (1792 keys: up to 32 splits and the combine)
   // unless the step announces fewer keys (plan_attention_keys).
-  run({8, 2, 64, 16, {15}}, DType::kF16);
-  run({8, 2, 128, 40, {39}}, DType::kF16);
-  run({8, 2, 128, 40, {3, 4, 5}}, DType::kF16);
-  run({32, 8, 128, 4096, {4095}}, DType::kF16);
-  run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16);  // 3 tokens x 8 heads: 2 row groups
-  run({16, 8, 128, 6000, {20}}, DType::kF16);            // short context in a large cache
-  // Large caches planned for the step's keys: a cluster of 8 splits (sm_90) over a part of the
-  // cache, up to its limit; a plan for fewer keys than the call attends is still exact.
-  run({32, 8, 128, 4096, {600}, 0, 0.0f, 601}, DType::kF16);
-  run({32, 8, 128, 1792, {1791}}, DType::kF16);                          // the whole cache: a cluster
-  run({32, 8, 128, 4096, {1790, 1791}, 0, 0.0f, 1792}, DType::kF16);
-  run({32, 4, 64, 3000, {2100, 2101, 2102}, 0, 0.0f, 1000}, DType::kF16);  // 2 row groups, more keys than planned
-  run({8, 2, 128, 4096, {1792, 1793}, 0, 0.0f, 1794}, DType::kF16);       // just over the limit: the combine
-  run({32, 32, 128, 4096, {3000}}, DType::kF16);  // no GQA past the limit: the combine with 9 splits
-  run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, DType::kF16);  // 16 heads x 8 tokens: 8 row groups
-  run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16);                    // sliding window across splits
-  run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, DType::kF16);  // window, 2-tile splits (2501 in tile 1)
+  // Q8_0 caches run the same kernel on integer tiles and scales.
+  for (DType cache : {DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(cache));
+    run({8, 2, 64, 16, {15}}, cache);
+    run({8, 2, 128, 40, {39}}, cache);
+    run({8, 2, 128, 40, {3, 4, 5}}, cache);
+    run({32, 8, 128, 4096, {4095}}, cache);
+    run({32, 4, 64, 1000, {500, 501, 502}}, cache);  // 3 tokens x 8 heads: 2 row groups
+    run({16, 8, 128, 6000, {20}}, cache);            // short context in a large cache
+    // Large caches planned for the step's keys: a cluster of 8 splits (sm_90) over a part of the
+    // cache, up to its limit; a plan for fewer keys than the call attends is still exact.
+    run({32, 8, 128, 4096, {600}, 0, 0.0f, 601}, cache);
+    run({32, 8, 128, 1792, {1791}}, cache);                          // the whole cache: a cluster
+    run({32, 8, 128, 4096, {1790, 1791}, 0, 0.0f, 1792}, cache);
+    run({32, 4, 64, 3000, {2100, 2101, 2102}, 0, 0.0f, 1000}, cache);  // 2 row groups, more keys than planned
+    run({8, 2, 128, 4096, {1792, 1793}, 0, 0.0f, 1794}, cache);       // just over the limit: the combine
+    run({32, 32, 128, 4096, {3000}}, cache);  // no GQA past the limit: the combine with 9 splits
+    run({16, 1, 64, 300, {200, 201, 202, 203, 204, 205, 206, 207}}, cache);  // 16 heads x 8 tokens: 8 row groups
+    run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, cache);                    // sliding window across splits
+    run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, cache);  // window, 2-tile splits (2501 in tile 1)
+  }
 }
 
 TEST_F(CudaAttentionCases, DecodeStepWriteThenAttention) {
@@ -520,26 +548,28 @@ TEST_F(CudaAttentionCases, DecodeStepWriteThenAttention) {
   // it, whether they fall in its first tiles (one split, few keys, several tokens; tile 1 of a
   // split of 65..128 keys, both tiles loaded first) or later (clusters, the combine path, a
   // window).
-  run({8, 2, 64, 16, {15}}, DType::kF16, true);
-  run({8, 2, 128, 40, {36, 37, 38, 39}}, DType::kF16, true);
-  run({16, 8, 128, 512, {0}}, DType::kF16, true);  // first token: nothing before the wait
-  run({16, 8, 128, 641, {576}}, DType::kF16, true);
-  run({32, 8, 128, 1024, {600}}, DType::kF16, true);
-  run({32, 8, 128, 1024, {630, 631}}, DType::kF16, true);  // splits of 80 keys: the step's in tile 1
-  run({32, 8, 128, 1024, {630, 631, 632}}, DType::kF16, true);        // 12 rows, the step's in tile 1
-  run({8, 8, 128, 1024, {630, 631}}, DType::kF16, true);              // no GQA: 2 rows
-  run({8, 2, 64, 9000, {4060, 4061, 4062, 4063}}, DType::kF16, true);  // the combine, 96-key splits
-  run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, DType::kF16, true);  // window, 2-tile splits
-  run({8, 4, 128, 600, {550, 551, 552, 553, 554}, 64, 50.0f}, DType::kF16, true);  // softcap: tiled kernel
-  run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, DType::kF16, true);
-  run({32, 4, 64, 1000, {500, 501, 502}}, DType::kF16, true);
-  run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, DType::kF16, true);
-  run({32, 8, 128, 20000, {19999}}, DType::kF16, true);
-  run({32, 8, 128, 4096, {700}}, DType::kF16, true);                  // the combine
-  run({32, 8, 128, 4096, {700}, 0, 0.0f, 701}, DType::kF16, true);    // a cluster in a large cache
-  run({32, 8, 128, 4096, {3000, 3001}, 0, 0.0f, 1792}, DType::kF16, true);  // more keys than planned
+  for (DType cache : {DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(dtype_name(cache));
+    run({8, 2, 64, 16, {15}}, cache, true);
+    run({8, 2, 128, 40, {36, 37, 38, 39}}, cache, true);
+    run({16, 8, 128, 512, {0}}, cache, true);  // first token: nothing before the wait
+    run({16, 8, 128, 641, {576}}, cache, true);
+    run({32, 8, 128, 1024, {600}}, cache, true);
+    run({32, 8, 128, 1024, {630, 631}}, cache, true);  // splits of 80 keys: the step's in tile 1
+    run({32, 8, 128, 1024, {630, 631, 632}}, cache, true);        // 12 rows, the step's in tile 1
+    run({8, 8, 128, 1024, {630, 631}}, cache, true);              // no GQA: 2 rows
+    run({8, 2, 64, 9000, {4060, 4061, 4062, 4063}}, cache, true);  // the combine, 96-key splits
+    run({8, 2, 128, 3000, {2500, 2501}, 640, 0.0f}, cache, true);  // window, 2-tile splits
+    run({8, 4, 128, 600, {550, 551, 552, 553, 554}, 64, 50.0f}, cache, true);  // softcap: tiled kernel
+    run({8, 2, 128, 900, {600, 601, 602, 603, 604, 605, 606}}, cache, true);
+    run({32, 4, 64, 1000, {500, 501, 502}}, cache, true);
+    run({8, 2, 128, 3000, {2500, 2501}, 100, 0.0f}, cache, true);
+    run({32, 8, 128, 20000, {19999}}, cache, true);
+    run({32, 8, 128, 4096, {700}}, cache, true);                  // the combine
+    run({32, 8, 128, 4096, {700}, 0, 0.0f, 701}, cache, true);    // a cluster in a large cache
+    run({32, 8, 128, 4096, {3000, 3001}, 0, 0.0f, 1792}, cache, true);  // more keys than planned
+  }
   run({32, 8, 128, 1024, {600}}, DType::kF32, true);
-  run({32, 8, 128, 1024, {600}}, DType::kQ8_0, true);
 }
 
 TEST_F(CudaAttentionCases, LongContextSplitsAndSmallBatches) {
@@ -568,18 +598,24 @@ std::vector<int32_t> positions(int32_t first, int n) {
 }
 
 TEST_F(CudaAttentionCases, PrefillTensorCoreShapes) {
-  run({32, 8, 128, 641, positions(0, 512)}, DType::kF16);   // Llama-3-8B pp512: one split
-  run({16, 8, 128, 600, positions(0, 100)}, DType::kF16);   // Qwen3-0.6B: 2 heads per block, splits
-  run({12, 4, 128, 700, positions(300, 41)}, DType::kF16);  // groups of 3: one head per block
-  run({16, 2, 64, 300, positions(0, 150)}, DType::kF16);    // groups of 8: two blocks of 4 heads
-  run({16, 1, 64, 200, positions(60, 9)}, DType::kF16);     // multi-query, 9 tokens
-  run({8, 8, 128, 90, positions(0, 90)}, DType::kF16);      // no GQA, full cache
+  for (DType cache : {DType::kF16, DType::kQ8_0}) {  // (Q8_0: integer tiles and scales)
+    SCOPED_TRACE(dtype_name(cache));
+    run({32, 8, 128, 641, positions(0, 512)}, cache);   // Llama-3-8B pp512: one split
+    run({16, 8, 128, 600, positions(0, 100)}, cache);   // Qwen3-0.6B: 2 heads per block, splits
+    run({12, 4, 128, 700, positions(300, 41)}, cache);  // groups of 3: one head per block
+    run({16, 2, 64, 300, positions(0, 150)}, cache);    // groups of 8: two blocks of 4 heads
+    run({16, 1, 64, 200, positions(60, 9)}, cache);     // multi-query, 9 tokens
+    run({8, 8, 128, 90, positions(0, 90)}, cache);      // no GQA, full cache
+  }
 }
 
 TEST_F(CudaAttentionCases, PrefillTensorCoreLongContextWindowSoftcap) {
-  run({8, 2, 128, 9000, positions(8000, 16)}, DType::kF16);  // few blocks: 29 splits of 320 keys
-  run({8, 4, 128, 1000, positions(200, 100), 37, 30.0f}, DType::kF16);
-  run({8, 4, 64, 1000, positions(0, 70), 16, 0.0f}, DType::kF16);
+  for (DType cache : {DType::kF16, DType::kQ8_0}) {  // (Q8_0: integer tiles and scales)
+    SCOPED_TRACE(dtype_name(cache));
+    run({8, 2, 128, 9000, positions(8000, 16)}, cache);  // few blocks: 29 splits of 320 keys
+    run({8, 4, 128, 1000, positions(200, 100), 37, 30.0f}, cache);
+    run({8, 4, 64, 1000, positions(0, 70), 16, 0.0f}, cache);
+  }
 }
 
 TEST_F(CudaAttentionCases, PrefillKeyTilesSharedByTwoWarpSets) {
@@ -598,12 +634,15 @@ TEST_F(CudaAttentionCases, PrefillKeyTilesSharedByTwoWarpSets) {
     run({16, 2, 64, 600, positions(0, 520)}, DType::kF16);     // head_dim 64, blocks of 4 heads
     // A window with softcap: tiles without the mask where the window starts after key 0.
     run({8, 4, 128, 1000, positions(0, 800), 150, 30.0f}, DType::kF16);
+    run({32, 8, 128, 641, positions(0, 300)}, DType::kQ8_0);
+    run({8, 2, 64, 9000, positions(8000, 16)}, DType::kQ8_0);
+    run({8, 4, 128, 1000, positions(0, 800), 150, 30.0f}, DType::kQ8_0);
   }
 }
 
 // --prefill-precision half: the tensor-core prefill kernel takes q and p as one f16 part (as
 // llama.cpp's flash attention does): within 3e-3 of the reference, and measurably not the exact
-// path; decode calls and f32 caches stay exact.
+// path; decode calls, f32 caches and Q8_0 caches (prefill and decode) stay exact.
 class CudaHalfPrefillAttention : public CudaAttentionCases {
  protected:
   void SetUp() override {
@@ -622,6 +661,35 @@ TEST_F(CudaHalfPrefillAttention, PrefillTakesOnePartDecodeStaysExact) {
   run({8, 2, 64, 64, positions(0, 37)}, DType::kF32);       // f32 cache: the tiled kernel, exact
   run({32, 8, 128, 700, {600}}, DType::kF16);               // decode: exact
   run({8, 2, 64, 300, positions(100, 4)}, DType::kF16);
+  run({32, 8, 128, 641, positions(0, 512)}, DType::kQ8_0);  // Q8_0: prefill exact
+  run({16, 8, 128, 600, positions(0, 100)}, DType::kQ8_0);
+  run({16, 2, 64, 300, positions(0, 150)}, DType::kQ8_0);
+  run({32, 8, 128, 700, {600}}, DType::kQ8_0);
+}
+
+TEST_F(CudaAttentionCases, Q8CachesWithSmallAndSpreadValues) {
+  // Q8_0 caches on the tensor cores: P times each key's V scale is split into two f16 parts under
+  // a power of two per block and step, so small values and blocks / keys of different magnitudes
+  // stay exact; decode (one pass, several tiles and splits, the combine, head_dim 64) and prefill.
+  for (const float scale : {0.05f, 1.0f}) {
+    for (const bool spread : {false, true}) {
+      SCOPED_TRACE(fmt::format("v scale {} spread {}", scale, spread));
+      AttnCase c{32, 8, 128, 1024, {600}};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0, true);
+      c.n_ctx = 20000, c.pos = {19999};
+      run(c, DType::kQ8_0);
+      c = {8, 2, 64, 9000, {4060, 4061, 4062, 4063}};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0, true);
+      c = {32, 8, 128, 641, positions(0, 300)};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0);
+      c = {8, 2, 128, 9000, positions(8000, 16)};
+      c.v_scale = scale, c.v_spread = spread;
+      run(c, DType::kQ8_0);
+    }
+  }
 }
 
 TEST_F(CudaAttentionCases, AlternatingShapesReuseScratch) {

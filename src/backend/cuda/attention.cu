@@ -1,7 +1,7 @@
 // Causal attention over the KV cache with GQA, and its dispatch. f16 caches with head_dim 64 or
 // 128 (the default) run on the tensor cores: attention_prefill.cu for more than kGemvMaxTokens
-// tokens, attention_decode_mma.cu for decode. Here: the tiled CUDA-core kernel for the other
-// caches (f32, Q8_0) and head sizes, and the combine kernel of split results.
+// tokens, attention_decode_mma.cu for decode; so do Q8_0 caches. Here: the tiled CUDA-core
+// kernel for the other caches (f32) and head sizes, and the combine kernel of split results.
 //
 // The tiled kernel splits along the sequence (flash-decoding, Dao et al. 2023), combined in a
 // second kernel. One block handles one (split, KV head, group of up to 8 query heads sharing it,
@@ -394,13 +394,11 @@ cudaError_t run_attention(const float* q, const void* k_cache, const void* v_cac
   cudaError_t e = cudaSuccess;
   if (use_prefill_mma(a)) {
     const PrefillPlan plan = prefill_plan(a);
-    e = attention_prefill(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), pos, a, plan,
-                          P.part_o, P.part_ml, out, stream);
+    e = attention_prefill(q, k_cache, v_cache, pos, a, plan, P.part_o, P.part_ml, out, stream);
     if (e != cudaSuccess || plan.n_splits == 1) return e;
   } else if (use_decode_mma(a)) {
     const DecodePlan plan = decode_plan(a);
-    e = attention_decode_mma(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), pos, a,
-                             plan, P.part_o, P.part_ml, out, stream, rope);
+    e = attention_decode_mma(q, k_cache, v_cache, pos, a, plan, P.part_o, P.part_ml, out, stream, rope);
     if (e != cudaSuccess || plan.n_splits == 1 || plan.cluster) return e;
   } else {
     switch (a.cache) {
@@ -433,6 +431,8 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
                       void* scratch, float* out, cudaStream_t stream) {
   return run_attention(q, k_cache, v_cache, pos, a, scratch, out, stream, nullptr);
 }
+
+bool attention_on_tensor_cores(const AttnArgs& a) { return use_prefill_mma(a) || use_decode_mma(a); }
 
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims) {
   return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && use_decode_mma(a) && rot_dims >= 0 &&

@@ -1,4 +1,4 @@
-// Decode attention (1..kGemvMaxTokens tokens) on the f16 tensor cores for f16 KV caches and
+// Decode attention (1..kGemvMaxTokens tokens) on the f16 tensor cores for f16 and Q8_0 KV caches and
 // head_dim 64 / 128 (attention_mma.cuh: the tile step, exactness). The MMA's 16 rows are the
 // (token, query head) pairs of one KV head (GQA: 4 heads x 1 token use 4 rows), so one pass over
 // a key serves all of them; the 4 warps of a block hold the same rows and take a quarter (16
@@ -107,15 +107,31 @@ __device__ __forceinline__ void rope_row(float* x, float (&v)[D / 32], const flo
   __syncwarp();
 }
 
-// R: the rope prologue (P.rope; rope_kv_attention).
-template <int D, bool R>
+// Shared memory of the kernel: K and V tiles [kStages][kKeys][pitch] f16 (Q8: Q8_0 rows staged
+// in their tails, load_tile_q8); with Q8 then the scales [kStages][kKeys][q8_blocks] f32 of K
+// and of V.
+template <int D, bool Q8>
+struct DecodeSmem {
+  static constexpr size_t kTiles = size_t(2 * kStages * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
+  static constexpr size_t kScales = Q8 ? size_t(kStages * kKeys * attn_mma::q8_blocks<D>()) * sizeof(float) : 0;
+  static constexpr size_t kBytes = kTiles + 2 * kScales;
+};
+
+// R: the rope prologue (P.rope; rope_kv_attention). Q8: Q8_0 caches (staged as they are,
+// converted per tile into f16 integer tiles and scales: attention_mma.cuh; the rope prologue
+// quantizes the step's rows as kv_write does).
+template <int D, bool R, bool Q8>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
   constexpr int S = kStages;
-  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8;
+  constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>(), AT = attn_mma::q8_stage_at<D>();
+  using Sm = DecodeSmem<D, Q8>;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [S][kKeys][DP]
   __half* v_s = k_s + S * kKeys * DP;             // [S][kKeys][DP]
   float* o_s = reinterpret_cast<float*>(smem);    // after the tiles: [kWarps][kRows][D]
+  // Q8: the scales (DecodeSmem).
+  [[maybe_unused]] float* ksc_s = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(smem) + Sm::kTiles);
+  [[maybe_unused]] float* vsc_s = ksc_s + S * kKeys * NB;
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
   __shared__ uint4 q_s[2][D / 16][32];  // q as A fragments, hi and lo, per k-step and lane
   __shared__ RopeSmem<D, R> rs;
@@ -171,14 +187,22 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   // rest after it.
   static_assert(S == 2, "one pass: the stages are one tile of 2 kKeys rows");
   const int64_t width = int64_t(P.n_kv_heads) * D;
-  const __half* kg = P.k + int64_t(kvh) * D;
-  const __half* vg = P.v + int64_t(kvh) * D;
+  const __half* kg = static_cast<const __half*>(P.k) + int64_t(kvh) * D;
+  const __half* vg = static_cast<const __half*>(P.v) + int64_t(kvh) * D;
+  // Q8: the head's first block in row 0, and the bytes of a cache row.
+  [[maybe_unused]] const int64_t q8_row = width / 32 * 34;
+  [[maybe_unused]] const uint8_t* kg8 = static_cast<const uint8_t*>(P.k) + int64_t(kvh) * attn_mma::q8_row_bytes<D>();
+  [[maybe_unused]] const uint8_t* vg8 = static_cast<const uint8_t*>(P.v) + int64_t(kvh) * attn_mma::q8_row_bytes<D>();
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
   const bool one_pass = n_tiles <= S;
   const int n_early = one_pass ? n_tiles : S - 1;
   auto issue = [&](int i, int from, int to) {  // tile i's keys in [from, to), into stage i % S
-    attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
-                                           b_lo + i * kKeys, b_hi, from, to);
+    if constexpr (Q8)
+      attn_mma::load_tile_q8<D, kThreads>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg8, vg8, q8_row,
+                                          b_lo + i * kKeys, b_hi, from, to);
+    else
+      attn_mma::load_tile<D, kThreads, true>(k_s + (i % S) * kKeys * DP, v_s + (i % S) * kKeys * DP, kg, vg, width,
+                                             b_lo + i * kKeys, b_hi, from, to);
   };
   auto load = [&](int i, int from, int to) {  // one commit group
     if (i < n_tiles) issue(i, from, to);
@@ -240,14 +264,20 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       return p >= b_lo && p <= b_hi && p >= 0 && p < P.n_ctx ? p : -1;
     };
     float kv[DJ];
-    float2 vv[D / 64];
+    float2 vv[D / 64];                   // f16 caches: values 2 lane + 64 i, + 1
+    [[maybe_unused]] float vq[DJ];       // Q8: value lane of each 32-value block
     auto load_kv = [&](int t) {
       const float* kr = P.rope.k + int64_t(t) * width + int64_t(kvh) * D;
       const float* vr = P.rope.v + int64_t(t) * width + int64_t(kvh) * D;
 #pragma unroll
       for (int j = 0; j < DJ; ++j) kv[j] = kr[lane + 32 * j];
+      if constexpr (Q8) {
 #pragma unroll
-      for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+        for (int j = 0; j < DJ; ++j) vq[j] = vr[lane + 32 * j];
+      } else {
+#pragma unroll
+        for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+      }
     };
     const int t0 = kWarps - 1 - warp;
     const int p0_kv = t0 < n_tokens ? kv_pos(t0) : -1;
@@ -262,11 +292,35 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       if (p < 0) continue;
       if (t != t0) load_kv(t);
       rope_row<D>(rs.kv[warp], kv, kw, P.rope.k_norm != nullptr, P.rope.eps, rs.cs[t], P.rope);
+      const int tile = (p - b_lo) / kKeys, trow = tile * kKeys + (p - b_lo) % kKeys;
+      if constexpr (Q8) {
+        // Each 32-value block quantized once (as kv_write), into the cache row and, in the first
+        // tiles, into the staged row (converted with the others before the loop).
+        uint8_t* kc = const_cast<uint8_t*>(kg8) + int64_t(p) * q8_row;
+        uint8_t* vc = const_cast<uint8_t*>(vg8) + int64_t(p) * q8_row;
+        const bool staged = tile < n_early;
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) {
+          uint16_t kd, vd;
+          uint8_t kq, vq8;
+          q8_quantize(rs.kv[warp][lane + 32 * j], kd, kq);
+          q8_quantize(vq[j], vd, vq8);
+          put_q8_block(kd, kq, kc + 34 * j);
+          put_q8_block(vd, vq8, vc + 34 * j);
+          if (staged) {  // (where load_tile_q8 would have put it)
+            const int at = AT + attn_mma::q8_shift(kc) + 34 * j;
+            put_q8_block(kd, kq, reinterpret_cast<uint8_t*>(k_s + trow * DP) + at);
+            put_q8_block(vd, vq8, reinterpret_cast<uint8_t*>(v_s + trow * DP) + at);
+          }
+        }
+        if (!staged) __threadfence();  // (as below)
+        __syncwarp();
+        continue;
+      }
       __half* kc = const_cast<__half*>(kg) + int64_t(p) * width;
       __half* vc = const_cast<__half*>(vg) + int64_t(p) * width;
-      const int tile = (p - b_lo) / kKeys;
-      __half* kt = tile < n_early ? k_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
-      __half* vt = tile < n_early ? v_s + (tile * kKeys + (p - b_lo) % kKeys) * DP : nullptr;
+      __half* kt = tile < n_early ? k_s + trow * DP : nullptr;
+      __half* vt = tile < n_early ? v_s + trow * DP : nullptr;
 #pragma unroll
       for (int i = 0; i < D / 64; ++i) {
         const int d = 2 * lane + 64 * i;
@@ -330,16 +384,25 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     if (!one_pass) load(i + S - 1, INT_MIN, INT_MAX);
     cp_async_wait<S - 1>();
     __syncthreads();
+    if constexpr (Q8) {  // the landed stage (one pass: every tile) as integers and scales
+      const int first = one_pass ? 0 : i % S;
+      attn_mma::convert_q8_tiles<D, kThreads>(k_s + first * kKeys * DP, v_s + first * kKeys * DP,
+                                              ksc_s + first * kKeys * NB, vsc_s + first * kKeys * NB, kg8, vg8,
+                                              q8_row, b_lo + i * kKeys, (one_pass ? n_tiles : 1) * kKeys);
+      __syncthreads();
+    }
     const int key0 = b_lo + i * kKeys + warp * wk;
     if (key0 <= b_hi) {
-      const int off = ((i % S) * kKeys + warp * wk) * DP;
+      const int row = (i % S) * kKeys + warp * wk, off = row * DP;
       const bool full = wk > kWarpKeys && key0 + kWarpKeys <= b_hi;  // keys in the warp's second 16
-      attn_mma::tile_step<D, 2 * kWarpKeys / 8, kStepChains, false, true>(k_s + off, v_s + off, key0, qh, ql, r_lo,
-                                                                          r_hi, 0.0f, st, full, n_rows > 8);
+      attn_mma::tile_step<D, 2 * kWarpKeys / 8, kStepChains, false, true, false, Q8>(
+          k_s + off, v_s + off, key0, qh, ql, r_lo, r_hi, 0.0f, st, full, n_rows > 8, true, ksc_s + row * NB,
+          vsc_s + row * NB);
     }
     __syncthreads();  // a later load overwrites this buffer
   }
   cp_async_wait<0>();
+  if constexpr (Q8) st.q8_unscale();
   SHOAL_MARK(tl, 3);
 
   // 3. The warps' states into shared memory (over the tiles), merged into warp 0's place with
@@ -450,25 +513,23 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   }
 }
 
-template <int D>
+template <int D, bool Q8>
 constexpr size_t smem_bytes() {
-  constexpr int S = kStages;
-  static_assert(2 * S * kKeys * attn_mma::pitch<D>() * sizeof(__half) >= kWarps * kRows * D * sizeof(float),
-                "the warps' states fit over the tiles");
-  return size_t(2 * S * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
+  static_assert(DecodeSmem<D, Q8>::kTiles >= kWarps * kRows * D * sizeof(float), "the warps' states fit over the tiles");
+  return DecodeSmem<D, Q8>::kBytes;
 }
 
-template <int D, bool R>
+template <int D, bool R, bool Q8 = false>
 cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  const auto kernel = attention_decode_mma_kernel<D, R>;
+  const auto kernel = attention_decode_mma_kernel<D, R, Q8>;
   if (const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D>()));
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D, Q8>()));
       e != cudaSuccess)
     return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(P.plan.n_splits), unsigned(P.n_kv_heads * P.plan.row_groups));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem_bytes<D>();
+  cfg.dynamicSmemBytes = smem_bytes<D, Q8>();
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
@@ -495,7 +556,7 @@ void set_clusters(bool on) { g_clusters = on; }
 int64_t attention_keys_bound(int64_t keys) { return keys <= kClusterMaxKeys ? kClusterMaxKeys : 0; }
 
 bool use_decode_mma(const AttnArgs& a) {
-  return a.cache == CacheKind::kF16 && a.n_tokens >= 1 && a.n_tokens <= kGemvMaxTokens &&
+  return (a.cache == CacheKind::kF16 || a.cache == CacheKind::kQ8_0) && a.n_tokens >= 1 && a.n_tokens <= kGemvMaxTokens &&
          (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX && !(a.softcap > 0.0f);
 }
 
@@ -513,10 +574,14 @@ DecodePlan decode_plan(const AttnArgs& a) {
   return p;
 }
 
-cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
+cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
                                  cudaStream_t stream, const AttnRope* rope) {
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
+  if (a.cache == CacheKind::kQ8_0) {
+    if (rope) return a.head_dim == 64 ? launch_decode<64, true, true>(P, stream) : launch_decode<128, true, true>(P, stream);
+    return a.head_dim == 64 ? launch_decode<64, false, true>(P, stream) : launch_decode<128, false, true>(P, stream);
+  }
   if (rope) return a.head_dim == 64 ? launch_decode<64, true>(P, stream) : launch_decode<128, true>(P, stream);
   return a.head_dim == 64 ? launch_decode<64, false>(P, stream) : launch_decode<128, false>(P, stream);
 }

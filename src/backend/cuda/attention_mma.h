@@ -1,4 +1,4 @@
-// Attention on the tensor cores for f16 caches (attention_mma.cuh): the plans attention.cu
+// Attention on the tensor cores for f16 and Q8_0 KV caches (attention_mma.cuh): the plans attention.cu
 // shares with the prefill kernel (attention_prefill.cu) and the decode kernel
 // (attention_decode_mma.cu), their parameters and their launchers. Only included by .cu files of src/backend/cuda/.
 #pragma once
@@ -13,7 +13,7 @@
 namespace shoal::cuda {
 
 /// Whether attention() runs these arguments on the tensor-core prefill kernel: more than
-/// kGemvMaxTokens tokens, an f16 cache, head_dim 64 or 128.
+/// kGemvMaxTokens tokens, an f16 or Q8_0 cache, head_dim 64 or 128.
 bool use_prefill_mma(const AttnArgs& a);
 
 /// How the prefill kernel divides a call: blocks of 4 warps, each warp 16 consecutive tokens of
@@ -34,11 +34,11 @@ struct PrefillPlan {
 PrefillPlan prefill_plan(const AttnArgs& a);
 
 /// Causal attention of q (f32 [n_tokens, n_heads * head_dim]) against f16 caches [n_ctx,
-/// n_kv_heads * head_dim], keys first(t)..pos[t] (first from the sliding window), as `plan`
-/// says. With one split the normalised output goes to out; otherwise each split's unnormalised
+/// n_kv_heads * head_dim] or Q8_0 rows of them (a.cache; always exact: a.one_part is for f16
+/// caches), keys first(t)..pos[t] (first from the sliding window), as `plan` says. With one split the normalised output goes to out; otherwise each split's unnormalised
 /// output and (running max, sum) go to part_o [n_tokens, n_heads, n_splits, head_dim] and
 /// part_ml [.., 2] for attention_combine_flat_kernel (attention.cu). Errors: the launch's.
-cudaError_t attention_prefill(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
+cudaError_t attention_prefill(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                               const AttnArgs& a, const PrefillPlan& plan, float* part_o, float* part_ml, float* out,
                               cudaStream_t stream);
 
@@ -47,8 +47,8 @@ cudaError_t attention_prefill(const float* q, const __half* k_cache, const __hal
 template <class Plan>
 struct MmaParams {
   const float* q;
-  const __half* k;
-  const __half* v;
+  const void* k;  // f16 caches; the decode kernel also takes Q8_0 rows (AttnArgs::cache)
+  const void* v;
   const int32_t* pos;
   int64_t n_tokens;
   int n_ctx, n_heads, n_kv_heads, window;
@@ -60,7 +60,7 @@ struct MmaParams {
   float* out;
   AttnRope rope;  // the decode kernel with the rope prologue: q raw, k / v rows to store
 
-  static MmaParams of(const float* q, const __half* k, const __half* v, const int32_t* pos, const AttnArgs& a,
+  static MmaParams of(const float* q, const void* k, const void* v, const int32_t* pos, const AttnArgs& a,
                       const Plan& plan, float* part_o, float* part_ml, float* out, const AttnRope& rope = {}) {
     return {q, k, v, pos, a.n_tokens, int(a.n_ctx), a.n_heads, a.n_kv_heads, a.sliding_window, a.scale, a.softcap,
             a.early_kv, plan, part_o, part_ml, out, rope};
@@ -68,8 +68,8 @@ struct MmaParams {
 };
 
 /// Whether attention() runs these arguments on the tensor-core decode kernel: 1..kGemvMaxTokens
-/// tokens, an f16 cache, head_dim 64 or 128, no softcap (the tiled kernel takes those: the
-/// decode kernel's code stays small; docs/cuda.md, v18).
+/// tokens, an f16 or Q8_0 cache, head_dim 64 or 128, no softcap (the tiled kernel takes those:
+/// the decode kernel's code stays small; docs/cuda.md, v18).
 bool use_decode_mma(const AttnArgs& a);
 
 /// How the decode kernel divides a call: blocks of 4 warps over the (token, query head) rows of
@@ -86,10 +86,11 @@ struct DecodePlan {
 DecodePlan decode_plan(const AttnArgs& a);
 
 /// The decode kernel as `plan` says: the output to out, or (n_splits > 1, no cluster) partial
-/// results to part_o / part_ml as attention_prefill(). Errors: the launch's.
+/// results to part_o / part_ml as attention_prefill(). The caches are f16 or Q8_0 rows (GGUF
+/// blocks, a.cache). Errors: the launch's.
 /// With `rope` (not null) the kernel runs the rope prologue (AttnRope, rope_kv_attention()):
 /// q raw, the caches written (hence not const).
-cudaError_t attention_decode_mma(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
+cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
                                  cudaStream_t stream, const AttnRope* rope = nullptr);
 

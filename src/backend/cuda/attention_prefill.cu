@@ -1,5 +1,5 @@
-// Prefill attention (more than kGemvMaxTokens tokens) on the f16 tensor cores for f16 KV caches
-// and head_dim 64 / 128 (attention_mma.cuh: the tile step, exactness). A warp owns 16
+// Prefill attention (more than kGemvMaxTokens tokens) on the f16 tensor cores for f16 and Q8_0 KV
+// caches and head_dim 64 / 128 (attention_mma.cuh: the tile step, Q8_0 rows, exactness). A warp owns 16
 // consecutive tokens of one query head; the 4 warps of a block share a KV head (4 / gb token
 // slices of gb heads), so each K/V tile is read once for all of them. The block walks its keys
 // in 64-key tiles, double-buffered (the next tile loading while this one is computed); the
@@ -54,13 +54,28 @@ using attn_mma::kLog2e;
 // kernel 223 registers instead of 176, as in the build measured in docs/cuda.md v33.
 // kHalves (PrefillPlan::halves): warps 4 h + w (h < kHalves) take the block's key tiles
 // kHalves j + h; the halves' softmax states are merged in shared memory at the end.
-template <int D, bool kOnePart, int kHalves>
+// Q8: Q8_0 caches, staged in the tiles' rows and converted per set of tiles into f16 integer
+// tiles and scales (attention_mma.cuh; PrefillSmem).
+template <int D, int kHalves, bool Q8>
+struct PrefillSmem {
+  static constexpr int kBuffers = 2 * kHalves;  // tiles of K (and of V): 2 buffers of kHalves
+  static constexpr size_t kTiles = size_t(2 * kBuffers * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
+  static constexpr size_t kScales = Q8 ? size_t(kBuffers * kKeys * attn_mma::q8_blocks<D>()) * sizeof(float) : 0;
+  static constexpr size_t kBytes = kTiles + 2 * kScales;
+};
+
+template <int D, bool kOnePart, int kHalves, bool Q8>
 __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kernel(const Params P) {
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, kThreads = kThreadsOf<kHalves>;
   constexpr int kTile = kKeys * DP;               // halves of one K or V tile
+  constexpr int NB = attn_mma::q8_blocks<D>();
+  using Sm = PrefillSmem<D, kHalves, Q8>;
   extern __shared__ uint4 smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);  // [2 buffers][kHalves][kKeys][DP]
   __half* v_s = k_s + 2 * kHalves * kTile;        // [2 buffers][kHalves][kKeys][DP]
+  // Q8: the scales [2 buffers][kHalves][kKeys][NB] of K and V.
+  [[maybe_unused]] float* ksc_s = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(smem) + Sm::kTiles);
+  [[maybe_unused]] float* vsc_s = ksc_s + Sm::kBuffers * kKeys * NB;
   __shared__ int lo_s[kMaxBlockTokens], hi_s[kMaxBlockTokens];
 
   const PrefillPlan& pl = P.plan;
@@ -126,15 +141,24 @@ __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kern
 
   // 3. The tiles of keys [b_lo, b_hi] in sets of kHalves (one per half), double-buffered.
   const int64_t width = int64_t(P.n_kv_heads) * D;
-  const __half* kg = P.k + int64_t(kvh) * D;
-  const __half* vg = P.v + int64_t(kvh) * D;
+  const __half* kg = static_cast<const __half*>(P.k) + int64_t(kvh) * D;
+  const __half* vg = static_cast<const __half*>(P.v) + int64_t(kvh) * D;
+  // Q8: the head's first block in row 0, and the bytes of a cache row.
+  [[maybe_unused]] const int64_t q8_row = width / 32 * 34;
+  [[maybe_unused]] const uint8_t* kg8 = static_cast<const uint8_t*>(P.k) + int64_t(kvh) * attn_mma::q8_row_bytes<D>();
+  [[maybe_unused]] const uint8_t* vg8 = static_cast<const uint8_t*>(P.v) + int64_t(kvh) * attn_mma::q8_row_bytes<D>();
   const int n_tiles = b_hi >= b_lo ? (b_hi - b_lo) / kKeys + 1 : 0;
   const int n_sets = (n_tiles + kHalves - 1) / kHalves;
   auto load_set = [&](int j) {  // tiles kHalves j .. into buffer j & 1
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      const int i = j * kHalves + h, at = ((j & 1) * kHalves + h) * kTile;
-      if (i < n_tiles) attn_mma::load_tile<D, kThreads>(k_s + at, v_s + at, kg, vg, width, b_lo + i * kKeys, b_hi);
+      const int i = j * kHalves + h, buf = (j & 1) * kHalves + h;
+      if (i >= n_tiles) continue;
+      if constexpr (Q8)
+        attn_mma::load_tile_q8<D, kThreads>(k_s + buf * kTile, v_s + buf * kTile, kg8, vg8, q8_row, b_lo + i * kKeys,
+                                            b_hi);
+      else
+        attn_mma::load_tile<D, kThreads>(k_s + buf * kTile, v_s + buf * kTile, kg, vg, width, b_lo + i * kKeys, b_hi);
     }
   };
   attn_mma::RowState<D> st;
@@ -147,14 +171,22 @@ __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kern
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const int i = j * kHalves + half, k0 = b_lo + i * kKeys, at = ((j & 1) * kHalves + half) * kTile;
+    if constexpr (Q8) {  // the set's landed tiles as integers and scales
+      const int first = (j & 1) * kHalves;
+      attn_mma::convert_q8_tiles<D, kThreads>(k_s + first * kTile, v_s + first * kTile, ksc_s + first * kKeys * NB,
+                                              vsc_s + first * kKeys * NB, kg8, vg8, q8_row, b_lo + j * kHalves * kKeys,
+                                              min(kHalves, n_tiles - j * kHalves) * kKeys);
+      __syncthreads();
+    }
+    const int i = j * kHalves + half, k0 = b_lo + i * kKeys, buf = (j & 1) * kHalves + half, at = buf * kTile;
     if (i < n_tiles && k0 <= w_hi && k0 + kKeys - 1 >= w_lo)
-      attn_mma::tile_step<D, kKeys / 8, 1, true, true, kOnePart>(k_s + at, v_s + at, k0, qh, ql, r_lo, r_hi,
-                                                                 P.softcap * kLog2e, st, true, true,
-                                                                 k0 < f_lo || k0 + kKeys - 1 > f_hi);
+      attn_mma::tile_step<D, kKeys / 8, 1, true, true, kOnePart, Q8>(
+          k_s + at, v_s + at, k0, qh, ql, r_lo, r_hi, P.softcap * kLog2e, st, true, true,
+          k0 < f_lo || k0 + kKeys - 1 > f_hi, ksc_s + buf * kKeys * NB, vsc_s + buf * kKeys * NB);
     __syncthreads();  // the next load overwrites this buffer
   }
   cp_async_wait<0>();
+  if constexpr (Q8) st.q8_unscale();
   if constexpr (kHalves == 2) {
     // Half 1's state through shared memory (the tile buffers, free now) into half 0's: each lane
     // holds the same rows and output columns in both halves, and the quad's shares of l are
@@ -214,10 +246,10 @@ __global__ void __launch_bounds__(kThreadsOf<kHalves>, 1) attention_prefill_kern
   }
 }
 
-template <int D, bool kOnePart, int kHalves>
+template <int D, bool kOnePart, int kHalves, bool Q8>
 cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
-  const size_t smem = size_t(4 * kHalves * kKeys * attn_mma::pitch<D>()) * sizeof(__half);
-  auto* kernel = attention_prefill_kernel<D, kOnePart, kHalves>;
+  const size_t smem = PrefillSmem<D, kHalves, Q8>::kBytes;
+  auto* kernel = attention_prefill_kernel<D, kOnePart, kHalves, Q8>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(P.plan.token_tiles), unsigned(P.n_kv_heads * P.plan.groups), unsigned(P.plan.n_splits));
@@ -225,19 +257,22 @@ cudaError_t launch_prefill_v(const Params& P, cudaStream_t stream) {
 }
 // (Two accumulator chains per n-tile, and q in shared memory with three blocks per SM, measured
 // slower on the H200: docs/cuda.md v33.)
-template <int D, bool kOnePart>
+template <int D, bool kOnePart, bool Q8 = false>
 cudaError_t launch_prefill_h(const Params& P, cudaStream_t stream) {
-  return P.plan.halves == 2 ? launch_prefill_v<D, kOnePart, 2>(P, stream) : launch_prefill_v<D, kOnePart, 1>(P, stream);
+  return P.plan.halves == 2 ? launch_prefill_v<D, kOnePart, 2, Q8>(P, stream)
+                            : launch_prefill_v<D, kOnePart, 1, Q8>(P, stream);
 }
+// Q8_0 caches run exact whatever one_part says (AttnArgs::one_part: for f16 caches).
 template <int D>
-cudaError_t launch_prefill(const Params& P, bool one_part, cudaStream_t stream) {
+cudaError_t launch_prefill(const Params& P, bool one_part, bool q8, cudaStream_t stream) {
+  if (q8) return launch_prefill_h<D, false, true>(P, stream);
   return one_part ? launch_prefill_h<D, true>(P, stream) : launch_prefill_h<D, false>(P, stream);
 }
 
 }  // namespace
 
 bool use_prefill_mma(const AttnArgs& a) {
-  return a.cache == CacheKind::kF16 && a.n_tokens > kGemvMaxTokens && (a.head_dim == 64 || a.head_dim == 128) &&
+  return (a.cache == CacheKind::kF16 || a.cache == CacheKind::kQ8_0) && a.n_tokens > kGemvMaxTokens && (a.head_dim == 64 || a.head_dim == 128) &&
          a.n_ctx <= INT_MAX;
 }
 
@@ -262,11 +297,13 @@ PrefillPlan prefill_plan(const AttnArgs& a) {
   return p;
 }
 
-cudaError_t attention_prefill(const float* q, const __half* k_cache, const __half* v_cache, const int32_t* pos,
+cudaError_t attention_prefill(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                               const AttnArgs& a, const PrefillPlan& plan, float* part_o, float* part_ml, float* out,
                               cudaStream_t stream) {
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out);
-  return a.head_dim == 64 ? launch_prefill<64>(P, a.one_part, stream) : launch_prefill<128>(P, a.one_part, stream);
+  const bool q8 = a.cache == CacheKind::kQ8_0;
+  return a.head_dim == 64 ? launch_prefill<64>(P, a.one_part, q8, stream)
+                          : launch_prefill<128>(P, a.one_part, q8, stream);
 }
 
 }  // namespace shoal::cuda

@@ -242,7 +242,10 @@ void* CudaBackend::scratch(Scratch slot, uint64_t bytes) {
 
 Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t = Tensor::make(nullptr, dtype, shape);
-  SHOAL_ASSIGN_OR_RETURN(const uint64_t bytes, checked_bytes(dtype, t));
+  SHOAL_ASSIGN_OR_RETURN(uint64_t bytes, checked_bytes(dtype, t));
+  // Q8_0 tensors (KV caches) get 16 bytes of slack: the tensor-core attention copies each row's
+  // 16-byte aligned window, which may end up to 15 bytes past the last row (load_tile_q8).
+  if (dtype == DType::kQ8_0) bytes += 16;
   if (!use_device()) return error_;
   SHOAL_ASSIGN_OR_RETURN(
       t.data, device_malloc(bytes, fmt::format("{} tensor {}", dtype_name(dtype), t.shape_string()).c_str()));

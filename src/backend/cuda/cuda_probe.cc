@@ -299,6 +299,8 @@ int64_t early_epilogue_launches(Backend& b) { return counter(b, &CudaBackend::ea
 
 int64_t rope_epilogue_launches(Backend& b) { return counter(b, &CudaBackend::rope_epilogue_launches); }
 
+int64_t q8_tensor_core_attention(Backend& b) { return counter(b, &CudaBackend::q8_tensor_core_attention); }
+
 int64_t recorded_graphs(Backend& b) { return counter(b, &CudaBackend::recorded_graphs); }
 
 int64_t fragment_handoffs(Backend& b) { return counter(b, &CudaBackend::fragment_handoffs); }

@@ -64,6 +64,9 @@ int64_t rope_epilogue_launches(Backend& b);
 /// GEMV launches of the CUDA backend b so far that took their input as activation fragments
 /// written by the GEMV before (cuda::GemvOpts::frags_in); -1 if b is not a CUDA backend.
 int64_t fragment_handoffs(Backend& b);
+/// Attention calls over Q8_0 KV caches that the CUDA backend b ran on the tensor-core kernels so
+/// far; -1 if b is not a CUDA backend. For tests.
+int64_t q8_tensor_core_attention(Backend& b);
 /// Graphs the CUDA backend b holds (recorded by run_graph); -1 if b is not a CUDA backend. For tests.
 int64_t recorded_graphs(Backend& b);
 /// Turns those fragment handoffs on or off for b's ops from now on (no-op if b is not CUDA).

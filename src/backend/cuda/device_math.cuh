@@ -86,6 +86,28 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// One block of 32 values (lane = value, all lanes calling) quantized as ggml's
+/// quantize_row_q8_0_ref: d = amax / 127 (as f16 bits), this lane's q = round(x / d).
+__device__ __forceinline__ void q8_quantize(float x, uint16_t& d_bits, uint8_t& q) {
+  const float amax = warp_max(fabsf(x));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  d_bits = __half_as_ushort(__float2half_rn(d));
+  q = uint8_t(int8_t(roundf(x * id)));
+}
+/// A q8_quantize block written as a 34-byte Q8_0 block at dst (2-byte aligned): f16 d, 32 int8.
+__device__ __forceinline__ void put_q8_block(uint16_t d_bits, uint8_t q, uint8_t* dst) {
+  if ((threadIdx.x & 31) == 0) *reinterpret_cast<uint16_t*>(dst) = d_bits;
+  dst[2 + (threadIdx.x & 31)] = q;
+}
+/// q8_quantize then put_q8_block.
+__device__ __forceinline__ void store_q8_block(float x, uint8_t* dst) {
+  uint16_t d;
+  uint8_t q;
+  q8_quantize(x, d, q);
+  put_q8_block(d, q, dst);
+}
+
 /// A 16-byte load of data read once (weights): bypasses L1 so it keeps the activations.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;

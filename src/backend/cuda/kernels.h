@@ -371,9 +371,9 @@ uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
 /// (read on the device), split along the sequence where a call has few blocks (flash-decoding,
 /// at most 32 splits), the splits combined by a second kernel, or on sm_90 by a thread-block
-/// cluster (decode with an f16 cache, at most 1792 keys by AttnArgs::max_keys or n_ctx). f16
-/// caches with head_dim 64 / 128 run on the tensor cores (attention_mma.h), except decode with a
-/// softcap (the tiled kernel).
+/// cluster (decode with an f16 or Q8_0 cache, at most 1792 keys by AttnArgs::max_keys or n_ctx).
+/// f16 and Q8_0 caches with head_dim 64 / 128 run on the tensor cores (attention_mma.h), except
+/// decode with a softcap (the tiled kernel).
 /// head_dim must be a multiple of 8 and at most 256; out 16-byte aligned. The decode kernel reads
 /// pos before its PDL wait: pos must not be written by the kernel just before (the engine writes
 /// it by host copies).
@@ -381,8 +381,10 @@ uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// slower on the H200: 12.3 vs 11.7 us per layer at context 512.)
 cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, const AttnArgs& a,
                       void* scratch, float* out, cudaStream_t stream);
+/// Whether attention() runs these arguments on the tensor-core kernels (attention_mma.h).
+bool attention_on_tensor_cores(const AttnArgs& a);
 /// Whether rope_kv_attention() takes these arguments: the decode kernel's (1..kGemvMaxTokens
-/// tokens, f16 caches, head_dim 64 / 128, no softcap) and an even rot_dims <= head_dim.
+/// tokens, f16 or Q8_0 caches, head_dim 64 / 128, no softcap) and an even rot_dims <= head_dim.
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);
 /// rope_kv_write() then attention() in one kernel (decode): q (raw, [n_tokens, n_heads *
 /// head_dim]) normed and rotated as it is read, never written back; k and v of `r` stored in

@@ -65,6 +65,21 @@ __device__ __forceinline__ void cp_async_or_zero(void* dst, const void* src, boo
                "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
+/// B (4 or 8) bytes global -> shared, or B zero bytes when !valid (src is not read then).
+template <int B>
+__device__ __forceinline__ void cp_async_or_zero(void* dst, const void* src, bool valid) {
+  static_assert(B == 4 || B == 8, "cp.async.ca copies 4, 8 or 16 bytes (16: the overload above)");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(unsigned(__cvta_generic_to_shared(dst))),
+               "l"(src), "n"(B), "r"(valid ? B : 0)
+               : "memory");
+}
+/// A 16-byte shared-memory store of a, b, c, d at dst (16-byte aligned): one st.shared.v4 where
+/// the compiler, not knowing the alignment of a pointer cast from bytes, would store 4 words.
+__device__ __forceinline__ void st_shared_v4(void* dst, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(unsigned(__cvta_generic_to_shared(dst))), "r"(a),
+               "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /// Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

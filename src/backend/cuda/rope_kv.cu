@@ -60,17 +60,6 @@ __global__ void kv_write_plain_kernel(T* kc, T* vc, int64_t n_ctx, int64_t width
   vc[int64_t(p) * width + c] = to_cache<T>(v[i]);
 }
 
-// Quantizes one block of 32 values (lane = value) as ggml's quantize_row_q8_0_ref into a 34-byte
-// block at dst: f16 d = amax / 127, q = round(x / d).
-__device__ __forceinline__ void store_q8_block(float x, uint8_t* dst) {
-  const int lane = threadIdx.x & 31;
-  const float amax = warp_max(fabsf(x));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  if (lane == 0) *reinterpret_cast<uint16_t*>(dst) = __half_as_ushort(__float2half_rn(d));
-  dst[2 + lane] = uint8_t(int8_t(roundf(x * id)));
-}
-
 // One warp per (token, block of 32 values) of k and of v.
 __global__ void kv_write_q8_kernel(uint8_t* kc, uint8_t* vc, int64_t n_ctx, int64_t width, const float* __restrict__ k,
                                    const float* __restrict__ v, int64_t n, const int32_t* __restrict__ pos) {

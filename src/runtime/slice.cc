@@ -109,9 +109,8 @@ Status check_device_fits(const ModelConfig& cfg, const WeightMap& weights, const
   if (spec.embed) what += ", the embedding";
   if (spec.head) what += ", the head";
   return make_error(Code::kOutOfMemory,
-                    "this slice ({}) needs {} on {} ({} of weights, {} of KV cache for {} positions in {}) but it has {} "
-                    "free; "
-                    "lower -c, take --kv q8_0, or spread the model over a pool",
+                    "this slice ({}) needs {} on {} ({} of weights, {} of KV cache for {} positions in {}) but it "
+                    "has {} free; lower -c, take --kv q8_0, or spread the model over a pool",
                     what, format_bytes(need), backend.name(), format_bytes(need - kv), format_bytes(kv), opts.n_ctx,
                     dtype_name(opts.kv_dtype), format_bytes(free_bytes));
 }

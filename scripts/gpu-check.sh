@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 FIX=${SHOAL_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
 export SHOAL_FIXTURES=$FIX
 LOGS=${OUT:-$(mktemp -d)}
+mkdir -p "$LOGS"
 BENCH_MODE=${SHOAL_GPU_BENCH:-full}
 declare -a SUMMARY=()
 note() { SUMMARY+=("$1"); echo "== $1"; }
@@ -90,9 +91,14 @@ gpu_tests() {
   [ "$r" = ok ] || { fails=$((fails + 1)); grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$log" | head -30; }
   note "test $name: $r ($(gtest_counts "$log"); $SHARDS shards, $(( $(date +%s) - t0 )) s)"
 }
+# Tests that measure the device's free memory (cudaMemGetInfo counts every process) run alone,
+# after the shards.
+SERIAL='*WeightsAllocatedTogetherFreeTheirBlockWithTheLast*'
 for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
   [ -x "$t" ] || continue
-  gpu_tests "$(basename "$t")" "$LOGS/$(basename "$t").log" "$t" --gtest_color=no
+  gpu_tests "$(basename "$t")" "$LOGS/$(basename "$t").log" "$t" --gtest_color=no --gtest_filter="-$SERIAL"
+  SHARDS=1 gpu_tests "$(basename "$t"), alone" "$LOGS/$(basename "$t")-alone.log" "$t" --gtest_color=no \
+    --gtest_filter="$SERIAL"
 done
 # The attention tests again without thread-block clusters: decode splits combined by a kernel
 # (the path of pre-sm_90 devices).
@@ -103,6 +109,8 @@ fi
 
 # End to end with --device cuda:0: logits against the HF references, greedy stories260K.
 SHOAL="$BUILD/shoal"
+[ -x "$SHOAL" ] || fail "end to end: FAILED (no $SHOAL)"
+[ -f "$FIX/models/stories260K.gguf" ] || fail "stories260K: FAILED (no $FIX/models/stories260K.gguf)"
 if [ -x "$SHOAL" ]; then
   for arch in llama qwen3; do
     for form in hf gguf; do

@@ -109,7 +109,8 @@ class Backend {
   virtual DeviceKind kind() const = 0;
   /// "cpu (avx512, 2 threads)", "cuda:0 NVIDIA H200".
   virtual std::string name() const = 0;
-  /// Bytes of memory this backend can still allocate (device memory; host RAM for the CPU).
+  /// Bytes of memory this backend can still allocate (device memory; host RAM for the CPU); 0 when
+  /// it cannot tell (a failed query, logged).
   virtual uint64_t free_memory() const = 0;
   /// True when ops are queued and run later (CUDA); false when each op is done on return (CPU).
   virtual bool asynchronous() const { return false; }

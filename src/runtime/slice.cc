@@ -104,7 +104,7 @@ Status check_device_fits(const ModelConfig& cfg, const WeightMap& weights, const
     else if (!spec.embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));
   }
   const uint64_t free_bytes = backend.free_memory();
-  if (need <= free_bytes) return Status::Ok();
+  if (need <= free_bytes || free_bytes == 0) return Status::Ok();  // 0: not known (the allocations will say)
   std::string what = spec.first < spec.end ? fmt::format("layers {}-{}", spec.first, spec.end - 1) : "no layers";
   if (spec.embed) what += ", the embedding";
   if (spec.head) what += ", the head";

@@ -549,7 +549,7 @@ void CudaBackend::reset_graphs() {
 void CudaBackend::drop_graphs(uint64_t owner) {
   auto first = graphs_.lower_bound({owner, 0});
   auto last = graphs_.lower_bound({owner + 1, 0});
-  if (first == last) return;
+  if (first == last && (retired_.empty() || !graphs_.empty())) return;
   use_device();
   note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (drop_graphs)");
   for (auto it = first; it != last; ++it) note(cudaGraphExecDestroy(it->second), "cudaGraphExecDestroy");

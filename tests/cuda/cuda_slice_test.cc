@@ -17,21 +17,33 @@
 namespace shoal {
 namespace {
 
-TEST(CudaSliceTest, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
-  auto gpu = create_backend("cuda:0");
-  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device";
-  auto cpu = create_backend("cpu");
-  ASSERT_TRUE(cpu.ok());
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const int L = m->config.n_layers, d = m->config.d_model;
-  auto load = [&](SliceSpec spec, Backend& be) {
-    auto s = Slice::load(*m->file, m->config, m->weights, spec, {}, be);
+/// stories260K and both backends; load() gives a slice of it (nullptr and a failure on error).
+class CudaSliceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto g = create_backend("cuda:0");
+    if (!g.ok()) GTEST_SKIP() << "no CUDA device";
+    gpu_ = std::move(*g);
+    auto c = create_backend("cpu");
+    ASSERT_TRUE(c.ok());
+    cpu_ = std::move(*c);
+    auto m = open_model(test::fixture("models/stories260K.gguf"), false);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    m_ = std::move(*m);
+  }
+  std::unique_ptr<Slice> load(SliceSpec spec, Backend& be) {
+    auto s = Slice::load(*m_.file, m_.config, m_.weights, spec, {}, be);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     return s.ok() ? std::move(*s) : nullptr;
-  };
-  auto a = load({0, 2, true, false}, **cpu), ref = load({2, L, false, false}, **cpu);
-  auto b = load({2, L, false, false}, **gpu);
+  }
+  std::unique_ptr<Backend> gpu_, cpu_;
+  LocalModel m_;
+};
+
+TEST_F(CudaSliceTest, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
+  const int L = m_.config.n_layers, d = m_.config.d_model;
+  auto a = load({0, 2, true, false}, *cpu_), ref = load({2, L, false, false}, *cpu_);
+  auto b = load({2, L, false, false}, *gpu_);
   ASSERT_TRUE(a && ref && b);
   // More than 8 tokens: the prompt takes the GEMM path, the kept row the one-token GEMV.
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 29, 411, 302, 66, 290, 455};
@@ -64,21 +76,10 @@ TEST(CudaSliceTest, LastSliceWithoutTheHeadKeepsTheRowsTheHeadReads) {
   expect_last_row(got16, 2e-3f);
 }
 
-TEST(CudaSliceTest, SlicesOnOneBackendKeepTheirOwnGraphs) {
-  auto gpu = create_backend("cuda:0");
-  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device";
-  auto cpu = create_backend("cpu");
-  ASSERT_TRUE(cpu.ok());
-  auto m = open_model(test::fixture("models/stories260K.gguf"), false);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const int L = m->config.n_layers, d = m->config.d_model, V = m->config.vocab_size;
-  auto load = [&](SliceSpec spec, Backend& be) {
-    auto s = Slice::load(*m->file, m->config, m->weights, spec, {}, be);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    return s.ok() ? std::move(*s) : nullptr;
-  };
+TEST_F(CudaSliceTest, SlicesOnOneBackendKeepTheirOwnGraphs) {
+  const int L = m_.config.n_layers, d = m_.config.d_model, V = m_.config.vocab_size;
   // The CPU reference: the first two layers give the hidden state, the rest the logits.
-  auto a = load({0, 2, true, false}, **cpu), ref = load({2, L, false, true}, **cpu);
+  auto a = load({0, 2, true, false}, *cpu_), ref = load({2, L, false, true}, *cpu_);
   ASSERT_TRUE(a && ref);
   auto logits_of = [&](Slice& s, const StepInput& in) {
     StepOutput o;
@@ -106,7 +107,7 @@ TEST(CudaSliceTest, SlicesOnOneBackendKeepTheirOwnGraphs) {
   };
   // The whole model on the GPU records a 3-token step; then the second half, whose step has the
   // same size and head output, runs on another prompt's hidden state: it must record its own.
-  auto whole = load({0, L, true, true}, **gpu);
+  auto whole = load({0, L, true, true}, *gpu_);
   ASSERT_TRUE(whole);
   const std::vector<int32_t> ids = {1, 403, 407}, other = {1, 261, 378};
   StepInput in;
@@ -118,15 +119,15 @@ TEST(CudaSliceTest, SlicesOnOneBackendKeepTheirOwnGraphs) {
   hop.n = 3;
   hop.hidden = h.data();
   const std::vector<float> want = logits_of(*ref, hop);
-  auto half = load({2, L, false, true}, **gpu);
+  auto half = load({2, L, false, true}, *gpu_);
   ASSERT_TRUE(half);
   expect_near(logits_of(*half, hop), want);
   expect_near(logits_of(*half, hop), want);  // replayed
   // Replaced (a worker's new plan): its graphs go with it, the new slice records its own.
-  const int64_t held = cuda_probe::recorded_graphs(**gpu);
+  const int64_t held = cuda_probe::recorded_graphs(*gpu_);
   half.reset();
-  EXPECT_LT(cuda_probe::recorded_graphs(**gpu), held);
-  auto again = load({2, L, false, true}, **gpu);
+  EXPECT_LT(cuda_probe::recorded_graphs(*gpu_), held);
+  auto again = load({2, L, false, true}, *gpu_);
   ASSERT_TRUE(again);
   expect_near(logits_of(*again, hop), want);
 }

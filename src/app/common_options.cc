@@ -29,14 +29,27 @@ CLI::Validator finite_range(double lo, double hi) {
       fmt::format("in [{}, {}]", lo, hi));
 }
 
+namespace {
+
+// The whole of `text` as a decimal integer ('-' the only sign, no spaces) into v: std::errc() when
+// it is one, result_out_of_range past int64, invalid_argument otherwise. (CLI11's own conversion
+// wraps values past 2^63 and reads a leading 0 as octal.)
+std::errc parse_decimal(const std::string& text, int64_t& v) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec == std::errc() && ptr != end) return std::errc::invalid_argument;
+  return ec;
+}
+
+}  // namespace
+
 CLI::Validator int_range(int64_t lo, int64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
         int64_t v = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        const std::errc ec = parse_decimal(text, v);
         if (ec == std::errc::result_out_of_range) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
-        if (ec != std::errc() || ptr != end || text.empty()) return "'" + text + "' is not an integer";
+        if (ec != std::errc()) return "'" + text + "' is not an integer";
         if (v < lo || v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
         text = std::to_string(v);  // CLI11 would read a leading 0 as octal
         return {};
@@ -46,12 +59,10 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
 
 namespace {
 
-// --seed's text as a decimal number in [-1, 2^63 - 1], or nullopt. Parsed here, not by CLI11,
-// whose integer conversion wraps values past 2^63 and reads a leading 0 as octal.
+// --seed's text as a decimal number in [-1, 2^63 - 1], or nullopt (parse_decimal, not CLI11).
 std::optional<int64_t> parse_seed(const std::string& text) {
   int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v < -1) return std::nullopt;
+  if (parse_decimal(text, v) != std::errc() || v < -1) return std::nullopt;
   return v;
 }
 

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  "stderr log level: trace, debug, info, warn (or warning), error, critical, off (before or after the command)")
       ->capture_default_str()
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // (before and after the command)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->transform(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"},
                                 CLI::ignore_case));
 

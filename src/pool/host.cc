@@ -40,22 +40,6 @@ std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices) {
   return out;
 }
 
-Result<uint64_t> head_bytes(const ModelConfig& cfg, const WeightMap& weights, bool chain) {
-  uint64_t total = 0;
-  auto add = [&](const char* name, WeightRole role, int times) -> Status {
-    const TensorInfo* t = weights.find(name);
-    if (!t) return Status::Ok();
-    SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t->dtype, role, t->name));
-    total += uint64_t(times) * dtype_bytes(dt, t->n_elements()).value_or(0);
-    return Status::Ok();
-  };
-  SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix, cfg.tied_embeddings && chain ? 2 : 1));
-  SHOAL_RETURN_IF_ERROR(add("output_norm.weight", WeightRole::kVector, 1));
-  SHOAL_RETURN_IF_ERROR(add("output_norm.bias", WeightRole::kVector, 1));
-  if (!cfg.tied_embeddings) SHOAL_RETURN_IF_ERROR(add("output.weight", WeightRole::kMatrix, 1));
-  return total;
-}
-
 Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   if (opts.secret.empty()) return make_error(Code::kInvalidArgument, "the room secret is empty");
   SHOAL_ASSIGN_OR_RETURN(LocalModel model, open_model(opts.model, opts.tokenizer));
@@ -81,7 +65,10 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   so.kv_dtype = o.kv_dtype;
   so.max_tokens = o.max_tokens;
   SHOAL_ASSIGN_OR_RETURN(h->layer_bytes_, layer_bytes(cfg, h->model_.weights, so.n_ctx, o.kv_dtype));
-  SHOAL_ASSIGN_OR_RETURN(h->host_bytes_, head_bytes(cfg, h->model_.weights, /*chain=*/true));
+  // The embedding, and the head in a slice of its own (the chain's end; a tied head keeps a copy).
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t embed_bytes, global_bytes(cfg, h->model_.weights, true, false));
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t head_bytes, global_bytes(cfg, h->model_.weights, false, true));
+  h->host_bytes_ = embed_bytes + head_bytes;
   h->pipeline_ = std::make_unique<PoolPipeline>(*h->model_.file, cfg, h->model_.weights, *h->backend_, so, o.hop_dtype,
                                                 o.progress ? stderr_progress("loading") : LoadProgress{});
   const Tokenizer* tok = h->model_.tokenizer.get();

@@ -150,8 +150,4 @@ class Host {
 /// the remainder: even_split(5, 3) = 0-1, 2-3, 4.
 std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices);
 
-/// Bytes the host holds besides layers: embedding, final norm and LM head as stored on the backend
-/// (the embedding twice when tied and `chain`, since the head slice keeps its own copy).
-Result<uint64_t> head_bytes(const ModelConfig& cfg, const WeightMap& weights, bool chain);
-
 }  // namespace shoal::pool

@@ -163,35 +163,6 @@ Plan build_plan(const PlanInput& in, const PlanOptions& opts, const Prepared& p,
   return plan;
 }
 
-}  // namespace
-
-Status check_split(const std::vector<LayerRange>& r, uint32_t n_layers) {
-  const uint32_t L = n_layers;
-  if (r.empty()) return make_error(Code::kInvalidArgument, "--split has no ranges");
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (r[i].first > r[i].last) {
-      return make_error(Code::kInvalidArgument, "--split range {}-{} runs backwards", r[i].first, r[i].last);
-    }
-    if (r[i].last >= L) {
-      return make_error(Code::kInvalidArgument, "--split range {}-{} is past the last layer {}", r[i].first,
-                        r[i].last, L - 1);
-    }
-    const uint32_t want = i == 0 ? 0 : r[i - 1].last + 1;
-    if (r[i].first < want) {
-      return make_error(Code::kInvalidArgument, "--split range {}-{} overlaps the range before it", r[i].first, r[i].last);
-    }
-    if (r[i].first > want) {
-      return make_error(Code::kInvalidArgument, "--split leaves layers {}-{} to nobody", want, r[i].first - 1);
-    }
-  }
-  if (r.back().last != L - 1) {
-    return make_error(Code::kInvalidArgument, "--split leaves layers {}-{} to nobody", r.back().last + 1, L - 1);
-  }
-  return Status();
-}
-
-namespace {
-
 Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Prepared& p) {
   const bool host_holds = !(opts.layers_local && *opts.layers_local == 0);
   std::vector<size_t> slots;
@@ -295,6 +266,30 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
 }
 
 }  // namespace
+
+Status check_split(const std::vector<LayerRange>& r, uint32_t L) {
+  if (r.empty()) return make_error(Code::kInvalidArgument, "--split has no ranges");
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i].first > r[i].last) {
+      return make_error(Code::kInvalidArgument, "--split range {}-{} runs backwards", r[i].first, r[i].last);
+    }
+    if (r[i].last >= L) {
+      return make_error(Code::kInvalidArgument, "--split range {}-{} is past the last layer {}", r[i].first,
+                        r[i].last, L - 1);
+    }
+    const uint32_t want = i == 0 ? 0 : r[i - 1].last + 1;
+    if (r[i].first < want) {
+      return make_error(Code::kInvalidArgument, "--split range {}-{} overlaps the range before it", r[i].first, r[i].last);
+    }
+    if (r[i].first > want) {
+      return make_error(Code::kInvalidArgument, "--split leaves layers {}-{} to nobody", want, r[i].first - 1);
+    }
+  }
+  if (r.back().last != L - 1) {
+    return make_error(Code::kInvalidArgument, "--split leaves layers {}-{} to nobody", r.back().last + 1, L - 1);
+  }
+  return Status();
+}
 
 Result<Plan> make_plan(const PlanInput& in, const PlanOptions& opts) {
   SHOAL_ASSIGN_OR_RETURN(Prepared p, prepare(in, opts));

@@ -74,6 +74,11 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
 
 uint64_t kv_row_bytes(DType kv, int64_t width) { return dtype_bytes(kv, width).value_or(0); }
 
+// K and V cache bytes of one layer at n_ctx positions.
+uint64_t layer_kv_bytes(const LayerConfig& L, int n_ctx, DType kv_dtype) {
+  return 2 * uint64_t(n_ctx) * kv_row_bytes(kv_dtype, int64_t(L.n_kv_heads) * L.head_dim);
+}
+
 // A device backend (CUDA): the slice's weights and KV cache against the device's free memory,
 // before anything is allocated, so that a slice too large is refused with the whole need rather
 // than by the tensor that would have hit the limit (half the model loaded). Activation buffers and
@@ -83,25 +88,11 @@ Status check_device_fits(const ModelConfig& cfg, const WeightMap& weights, const
                          const SliceOptions& opts, Backend& backend) {
   if (backend.kind() == DeviceKind::kCpu) return Status::Ok();
   SHOAL_ASSIGN_OR_RETURN(const std::vector<uint64_t> per_layer, layer_bytes(cfg, weights, opts.n_ctx, opts.kv_dtype));
-  uint64_t kv = 0, need = 0;
+  SHOAL_ASSIGN_OR_RETURN(uint64_t need, global_bytes(cfg, weights, spec.embed, spec.head));
+  uint64_t kv = 0;
   for (int l = spec.first; l < spec.end; ++l) {
-    const LayerConfig& L = cfg.layers[size_t(l)];
-    kv += 2 * uint64_t(opts.n_ctx) * kv_row_bytes(opts.kv_dtype, int64_t(L.n_kv_heads) * L.head_dim);
+    kv += layer_kv_bytes(cfg.layers[size_t(l)], opts.n_ctx, opts.kv_dtype);
     need += per_layer[size_t(l)];
-  }
-  auto add = [&](const char* name, WeightRole role) -> Status {
-    const TensorInfo* t = weights.find(name);
-    if (!t) return Status::Ok();
-    SHOAL_ASSIGN_OR_RETURN(const DType dt, WeightLoader::backend_dtype(t->dtype, role, t->name));
-    need += dtype_bytes(dt, t->n_elements()).value_or(0);
-    return Status::Ok();
-  };
-  if (spec.embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));
-  if (spec.head) {
-    SHOAL_RETURN_IF_ERROR(add("output_norm.weight", WeightRole::kVector));
-    SHOAL_RETURN_IF_ERROR(add("output_norm.bias", WeightRole::kVector));
-    if (!cfg.tied_embeddings) SHOAL_RETURN_IF_ERROR(add("output.weight", WeightRole::kMatrix));
-    else if (!spec.embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));
   }
   const uint64_t free_bytes = backend.free_memory();
   if (need <= free_bytes || free_bytes == 0) return Status::Ok();  // 0: not known (the allocations will say)
@@ -562,10 +553,28 @@ Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMa
       SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t->dtype, need.role, t->name));
       out[size_t(l)] += dtype_bytes(dt, t->n_elements()).value_or(0);
     }
-    const LayerConfig& L = cfg.layers[size_t(l)];
-    out[size_t(l)] += 2 * uint64_t(n_ctx) * kv_row_bytes(kv_dtype, int64_t(L.n_kv_heads) * L.head_dim);
+    out[size_t(l)] += layer_kv_bytes(cfg.layers[size_t(l)], n_ctx, kv_dtype);
   }
   return out;
+}
+
+Result<uint64_t> global_bytes(const ModelConfig& cfg, const WeightMap& weights, bool embed, bool head) {
+  uint64_t total = 0;
+  auto add = [&](const char* name, WeightRole role) -> Status {
+    const TensorInfo* t = weights.find(name);
+    if (!t) return Status::Ok();
+    SHOAL_ASSIGN_OR_RETURN(const DType dt, WeightLoader::backend_dtype(t->dtype, role, t->name));
+    total += dtype_bytes(dt, t->n_elements()).value_or(0);
+    return Status::Ok();
+  };
+  if (embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));
+  if (head) {
+    SHOAL_RETURN_IF_ERROR(add("output_norm.weight", WeightRole::kVector));
+    SHOAL_RETURN_IF_ERROR(add("output_norm.bias", WeightRole::kVector));
+    if (!cfg.tied_embeddings) SHOAL_RETURN_IF_ERROR(add("output.weight", WeightRole::kMatrix));
+    else if (!embed) SHOAL_RETURN_IF_ERROR(add("token_embd.weight", WeightRole::kMatrix));  // the head's own copy
+  }
+  return total;
 }
 
 }  // namespace shoal

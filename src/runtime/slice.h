@@ -185,6 +185,9 @@ Status check_decode_sampling(const DecodeSampling& how);
 /// Bytes layers [first, end) take on a backend (weights after load-time conversion + KV cache at
 /// n_ctx), for the planner. Errors as Slice::load for missing/unsupported tensors.
 Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype);
+/// Bytes of a slice's weights outside its layers on a backend: the embedding (`embed`), the final
+/// norm and LM head (`head`; a tied head without the embedding holds its own copy of it).
+Result<uint64_t> global_bytes(const ModelConfig& cfg, const WeightMap& weights, bool embed, bool head);
 
 }  // namespace shoal
 

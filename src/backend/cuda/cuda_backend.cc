@@ -184,20 +184,24 @@ bool CudaBackend::last_op_may_write(const void* p, uint64_t n) const {
   return false;
 }
 
+cudaError_t CudaBackend::make_current() const {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device_) return cudaSuccess;
+  return cudaSetDevice(device_);
+}
+
 bool CudaBackend::use_device() {
   ++ops_;
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == device_) return true;
-  return note(cudaSetDevice(device_), "cudaSetDevice");
+  return note(make_current(), "cudaSetDevice");
 }
 
 uint64_t CudaBackend::free_memory() const {
   size_t free_b = 0, total_b = 0;
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device_) cudaSetDevice(device_);
-  if (const cudaError_t e = cudaMemGetInfo(&free_b, &total_b); e != cudaSuccess) {
+  cudaError_t e = make_current();
+  if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess) {
     cudaGetLastError();
-    spdlog::warn("{}: cudaMemGetInfo says {} ({}); counting no free memory", name_, cudaGetErrorName(e),
+    spdlog::warn("{}: no free memory figure: {} ({}); counting none", name_, cudaGetErrorName(e),
                  cudaGetErrorString(e));
     return 0;
   }
@@ -318,7 +322,6 @@ void CudaBackend::free(Tensor& t) {
 }
 
 Status CudaBackend::ensure_repack_buffers() {
-  if (raw_[0] && raw_[1]) return Status::Ok();
   for (auto& r : raw_) {
     if (r) continue;
     SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(kStagingHalf, "repacking buffer"));

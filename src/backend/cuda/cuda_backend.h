@@ -214,7 +214,9 @@ class CudaBackend final : public Backend {
   bool note(cudaError_t e, const char* what);
   bool note_cublas(cublasStatus_t s, const char* what);
   bool failed() const { return !error_.ok(); }
-  /// Makes device_ current on the calling thread; counts the op (ops_).
+  /// Makes device_ current on the calling thread (cudaSetDevice only where another one is).
+  cudaError_t make_current() const;
+  /// make_current(), a failure noted as the sticky error; counts the op (ops_).
   bool use_device();
   /// Device buffer of at least `bytes` for `slot`; a grown slot keeps its old buffer alive until
   /// reset_graphs() (a captured graph may still use it). nullptr (and a sticky error) on OOM.

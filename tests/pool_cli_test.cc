@@ -76,6 +76,18 @@ TEST(PoolCli, PrefillPrecisionIsAcceptedByRunAndTheLocalWorkers) {
   EXPECT_NE(bad.out.find("--prefill-precision"), std::string::npos) << bad.out;
 }
 
+TEST(PoolCli, NoWarmupIsAcceptedByRunAndTheLocalWorkers) {
+  // --no-warmup turns off a GPU slice's load-time warm-up (SliceOptions::warm_up); a CPU slice has
+  // none, so the ids stay those of one process. With --pool 2 the local worker gets the flag on its
+  // `shoal join` command line and must start with it.
+  const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
+                           " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids";
+  const auto want = ids_of(test::run_command(base));
+  ASSERT_EQ(want.size(), 12u);
+  EXPECT_EQ(ids_of(test::run_command(base + " --no-warmup")), want);
+  EXPECT_EQ(ids_of(test::run_command(base + " --no-warmup --pool 2")), want);
+}
+
 TEST(PoolCli, PoolFlagsAreCheckedWithoutAPool) {
   // run and check alone (no --pool) refuse a malformed plan flag, and warn that a well-formed one
   // changes nothing; the ids are those of the same run without it.

@@ -26,6 +26,7 @@ struct JoinOptions {
   std::string data_listen;
   int dead_after_ms = 2000;
   bool no_progress = false;
+  bool no_warmup = false;
 };
 
 int join(const JoinOptions& o) {
@@ -49,6 +50,7 @@ int join(const JoinOptions& o) {
   w.device = o.device;
   w.threads = o.threads;
   w.half_prefill = o.prefill_precision == "half";
+  w.warm_up = !o.no_warmup;
   if (!o.mem.empty()) {
     auto mem = parse_bytes(o.mem);
     if (!mem.ok()) return fail(mem.status().with_context("--mem"));
@@ -87,6 +89,7 @@ CommandFn add_join_command(CLI::App& app) {
       ->capture_default_str()
       ->transform(int_range(0, 1024));  // (as the other commands: a thread each is not free)
   add_prefill_precision_flag(cmd, o->prefill_precision);
+  add_no_warmup_flag(cmd, o->no_warmup);
   cmd->add_option("--mem", o->mem, "Memory lent to the pool, e.g. 8G (default: what the device has free)");
   cmd->add_option("--mem-share", o->mem_share,
                   "Without --mem, lend 1/N of the free memory (N processes sharing one device, as --pool starts them)")

@@ -84,6 +84,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
       ->capture_default_str()
       ->transform(int_range(1, 4096));
   add_prefill_precision_flag(cmd, f.prefill_precision);
+  add_no_warmup_flag(cmd, f.no_warmup);
+}
+
+void add_no_warmup_flag(CLI::App* cmd, bool& no_warmup) {
+  cmd->add_flag("--no-warmup", no_warmup,
+                "On a GPU, skip the load-time warm-up: one step of -b tokens at the end of the context and one "
+                "decode step on throw-away input, which take the memory first use needs (so running out of it "
+                "fails the load, not a request) and make the first request as fast as later ones");
 }
 
 void add_prefill_precision_flag(CLI::App* cmd, std::string& value) {
@@ -109,6 +117,7 @@ Result<LocalModelOptions> local_options(const ModelFlags& f) {
   SHOAL_ASSIGN_OR_RETURN(o.kv_dtype, parse_kv_dtype(f.kv));
   o.max_tokens = f.batch;
   o.half_prefill = f.prefill_precision == "half";
+  o.warm_up = !f.no_warmup;
   return o;
 }
 

@@ -19,12 +19,16 @@ struct ModelFlags {
   std::string kv = "";
   int batch = 128;
   std::string prefill_precision = "exact";
+  bool no_warmup = false;
 };
 
-/// -m, --device, --threads/-t, -c/--ctx-size, --kv, -b/--batch-size, --prefill-precision.
+/// -m, --device, --threads/-t, -c/--ctx-size, --kv, -b/--batch-size, --prefill-precision,
+/// --no-warmup.
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv);
 /// --prefill-precision exact|half (BackendOptions::half_prefill) into value.
 void add_prefill_precision_flag(CLI::App* cmd, std::string& value);
+/// --no-warmup (SliceOptions::warm_up off) into no_warmup.
+void add_no_warmup_flag(CLI::App* cmd, bool& no_warmup);
 /// Options for load_local_model from the flags. Errors: kInvalidArgument (bad --kv).
 Result<LocalModelOptions> local_options(const ModelFlags& f);
 

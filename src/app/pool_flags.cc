@@ -59,6 +59,7 @@ Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p) 
   o.kv_dtype = lo.kv_dtype;
   o.max_tokens = lo.max_tokens;
   o.half_prefill = lo.half_prefill;
+  o.warm_up = lo.warm_up;
   o.hop_dtype = p.hop_dtype == "f32" ? pool::HopDType::kF32 : pool::HopDType::kF16;
   o.hops.dead_after = pool::Millis(p.dead_after_ms);
   o.hops.ping_interval = pool::Millis(std::max(50, p.dead_after_ms / 4));
@@ -120,6 +121,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   w.device = m.device;
   w.threads = threads;
   w.half_prefill = o.half_prefill;
+  w.warm_up = o.warm_up;
   const auto level = spdlog::level::to_string_view(spdlog::get_level());
   w.log_level = std::string(level.data(), level.size());
   w.dead_after_ms = p.dead_after_ms;

@@ -64,6 +64,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   so.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
   so.kv_dtype = o.kv_dtype;
   so.max_tokens = o.max_tokens;
+  so.warm_up = o.warm_up;
   SHOAL_ASSIGN_OR_RETURN(h->layer_bytes_, layer_bytes(cfg, h->model_.weights, so.n_ctx, o.kv_dtype));
   // The embedding, and the head in a slice of its own (the chain's end; a tied head keeps a copy).
   SHOAL_ASSIGN_OR_RETURN(const uint64_t embed_bytes, global_bytes(cfg, h->model_.weights, true, false));

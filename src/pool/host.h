@@ -43,6 +43,7 @@ struct HostOptions {
   DType kv_dtype = DType::kF16;          // KV cache type on every stage
   int max_tokens = 128;                  // the host's prefill step when it holds every layer
   bool half_prefill = false;             // BackendOptions::half_prefill of the host's backend
+  bool warm_up = true;                   // SliceOptions::warm_up of the host's slices
   bool tokenizer = true;                 // load the tokenizer (not needed by `shoal check`)
   bool progress = true;                  // progress bar while loading
   std::string listen = "127.0.0.1:0";    // the room's address

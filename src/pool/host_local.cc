@@ -52,6 +52,7 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalW
                                      "--mem-share", std::to_string(o.mem_share), "--no-progress"};
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (o.half_prefill) args.insert(args.end(), {"--prefill-precision", "half"});
+    if (!o.warm_up) args.push_back("--no-warmup");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

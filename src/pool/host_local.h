@@ -23,6 +23,7 @@ struct LocalWorkerOptions {
   std::string device = "cpu";
   int threads = 0;                     // per worker (0: the worker's default)
   bool half_prefill = false;           // --prefill-precision half
+  bool warm_up = true;                 // false: --no-warmup
   std::string log_level = "info";
   int dead_after_ms = 2000;
   int mem_share = 1;                   // each worker lends free memory / mem_share

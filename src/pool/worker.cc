@@ -234,6 +234,7 @@ Status Worker::load(const Assign& a) {
   so.n_ctx = int(a.context_length);
   so.kv_dtype = a.kv_dtype;
   so.max_tokens = kFrameTokens;
+  so.warm_up = opts_.warm_up;
   const uint64_t before = model_->file->bytes_read();
   // A bar on stderr for a long load; the load stops when the worker is stopped or the host left.
   LoadProgress bar = opts_.progress ? stderr_progress(fmt::format("worker '{}' loading", opts_.name)) : LoadProgress{};

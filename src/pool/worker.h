@@ -39,6 +39,7 @@ struct WorkerOptions {
   std::string device = "cpu";
   int threads = 0;          // CPU threads (0: all)
   bool half_prefill = false;  // BackendOptions::half_prefill
+  bool warm_up = true;        // SliceOptions::warm_up
   uint64_t mem = 0;         // bytes lent to the pool; 0: what the backend reports free
   int mem_share = 1;        // with mem 0: lend free / mem_share (processes sharing one device)
   std::string name;         // label in plans and errors; empty: HOSTNAME-PID

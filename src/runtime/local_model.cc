@@ -37,6 +37,7 @@ Result<LocalModel> load_local_model(const std::string& path, const LocalModelOpt
   }
   so.kv_dtype = opts.kv_dtype;
   so.max_tokens = opts.max_tokens;
+  so.warm_up = opts.warm_up;
   spdlog::info("model {} ({}): {} layers, d_model {}, vocab {}, context {}; device {}", m.config.name, m.config.arch,
                m.config.n_layers, m.config.d_model, m.config.vocab_size, so.n_ctx, m.backend->name());
   LoadProgress progress = opts.progress ? stderr_progress("loading") : LoadProgress{};

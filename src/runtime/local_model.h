@@ -20,6 +20,7 @@ struct LocalModelOptions {
   DType kv_dtype = DType::kF32;  // KV cache type
   int max_tokens = 128;          // prefill chunk (tokens per step)
   bool half_prefill = false;     // BackendOptions::half_prefill (CUDA)
+  bool warm_up = true;           // SliceOptions::warm_up
   bool tokenizer = true;         // load the tokenizer too
   bool progress = true;          // progress bar while loading
 };

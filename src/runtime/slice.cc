@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <numeric>
 #include <span>
 #include <vector>
@@ -82,7 +83,8 @@ uint64_t layer_kv_bytes(const LayerConfig& L, int n_ctx, DType kv_dtype) {
 // A device backend (CUDA): the slice's weights and KV cache against the device's free memory,
 // before anything is allocated, so that a slice too large is refused with the whole need rather
 // than by the tensor that would have hit the limit (half the model loaded). Activation buffers and
-// the backend's own scratch are left out (small; an allocation that fails still names its size).
+// the backend's own scratch are left out (small): the activations are allocated next, the scratch
+// by Slice::warm_up, and an allocation that fails names its size and the free memory.
 // CPU backends are not checked: their free memory (MemAvailable) ignores swap and mmap'd pages.
 Status check_device_fits(const ModelConfig& cfg, const WeightMap& weights, const SliceSpec& spec,
                          const SliceOptions& opts, Backend& backend) {
@@ -287,7 +289,34 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   s->weight_bytes_ = loader.backend_bytes();
   s->file_bytes_ = loader.file_bytes();
   SHOAL_RETURN_IF_ERROR(s->alloc_buffers());
+  if (opts.warm_up && backend.kind() != DeviceKind::kCpu) SHOAL_RETURN_IF_ERROR(s->warm_up());
   return s;
+}
+
+Status Slice::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = std::min(opts_.max_tokens, opts_.n_ctx);
+  const int64_t last = opts_.n_ctx - 1;
+  std::vector<int32_t> ids(size_t(n), 0);
+  std::vector<uint16_t> hidden(size_t(n) * size_t(cfg_.d_model), 0);  // f16 zeros
+  auto step = [&](int tokens, int64_t pos0, HeadMode mode) -> Status {
+    StepInput in{tokens, pos0, ids.data(), hidden.data(), DType::kF16};
+    StepOutput out;
+    out.mode = mode;
+    out.top_k = mode == HeadMode::kTopKLast ? std::min(256, cfg_.vocab_size) : 0;
+    out.hidden = hidden.data();
+    out.hidden_dtype = DType::kF16;
+    n_past_ = pos0;  // the rows before pos0 are taken as cached (zeros or earlier warm-up rows)
+    return forward(in, out).with_context(
+        fmt::format("warm-up at load ({} tokens at positions {}..{})", tokens, pos0, pos0 + tokens - 1));
+  };
+  Status s = step(n, last + 1 - n, HeadMode::kArgmaxAll);
+  if (s.ok()) s = step(1, last, HeadMode::kTopKLast);
+  n_past_ = 0;
+  SHOAL_RETURN_IF_ERROR(s);
+  spdlog::debug("{}: warm-up of layers {}-{} took {:.1f} ms", backend_.name(), spec_.first, spec_.end - 1,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return Status::Ok();
 }
 
 int head_rows(HeadMode mode, int n) {

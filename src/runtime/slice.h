@@ -30,6 +30,7 @@ struct SliceOptions {
   int n_ctx = 4096;              // KV cache positions
   DType kv_dtype = DType::kF32;  // F32, F16 or Q8_0
   int max_tokens = 128;          // tokens per forward() call (prefill chunk)
+  bool warm_up = true;           // device backends: Slice::load runs warm_up() (llama.cpp's --no-warmup turns it off)
 };
 
 /// Input of one forward step: n tokens at positions pos0 .. pos0 + n - 1.
@@ -84,11 +85,12 @@ struct StepOutput {
 
 class Slice {
  public:
-  /// Allocates every buffer, then streams this slice's tensors in (and only those).
+  /// Allocates every buffer, then streams this slice's tensors in (and only those); on a device
+  /// backend with opts.warm_up it then runs warm_up().
   /// Errors: kNotFound (a tensor missing, named), kUnsupported, kOutOfMemory (on a device
   /// backend, before any allocation: the slice's weights and KV cache against the free memory,
-  /// both named; else the allocation that failed, with its size and the free memory), kIoError,
-  /// kUnavailable (`progress` stopped the load).
+  /// both named; else the allocation that failed, with its size and the free memory, the
+  /// warm-up's included), kIoError, kUnavailable (`progress` stopped the load).
   static Result<std::unique_ptr<Slice>> load(ModelFile& file, const ModelConfig& cfg, const WeightMap& weights,
                                              const SliceSpec& spec, const SliceOptions& opts, Backend& backend,
                                              const LoadProgress& progress = {});
@@ -133,6 +135,14 @@ class Slice {
       : cfg_(cfg), spec_(spec), opts_(opts), backend_(backend) {}
   Status plan_weights(WeightLoader& loader, const WeightMap& weights);
   Status alloc_buffers();
+  /// The largest steps this slice will be asked for, run once on throw-away input so that what a
+  /// backend allocates on first use (scratch, libraries' workspaces, lazily loaded kernels, step
+  /// recordings) is taken at load, where running out of memory fails the load with its figures,
+  /// rather than in the middle of a request: max_tokens tokens (the last at n_ctx - 1, attending
+  /// the whole cache) with the widest head output, then one token at n_ctx - 1 with a top-k of 256.
+  /// Leaves the cache empty (n_past() 0; the rows written are overwritten before any step reads
+  /// them). As llama.cpp's load-time warm-up and vLLM's profile run. Errors: forward()'s, prefixed.
+  Status warm_up();
   /// Backend::settle_weights for each layer's matrices (one group: fused paths see one kind)
   /// and each global matrix, after the load; logs how many BF16 matrices were held as F16.
   Status settle_weights();

@@ -241,6 +241,7 @@ void* CudaBackend::scratch(Scratch slot, uint64_t bytes) {
   if (p) retired_.push_back(p);
   p = *r;
   cap = want;
+  ++scratch_allocs_;
   return p;
 }
 

@@ -137,6 +137,8 @@ class CudaBackend final : public Backend {
   uint64_t q8_tensor_core_attention() const { return q8_mma_attention_; }
   /// Graphs recorded by run_graph and held now (for tests).
   size_t recorded_graphs() const { return graphs_.size(); }
+  /// Scratch buffers allocated so far (a slot's first use, or a call that outgrew it; for tests).
+  uint64_t scratch_allocations() const { return scratch_allocs_; }
   /// Whether a quantized GLU GEMV also writes its output as the next GEMV's activation
   /// fragments (GemvOpts::frags_out), taken by a quantized GEMV launched right after on that
   /// output. On unless SHOAL_CUDA_FRAGS=0 at creation; for tests and comparisons.
@@ -344,7 +346,8 @@ class CudaBackend final : public Backend {
   // caches and positions (an attention right after it may load the older keys early).
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
-           stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0;
+           stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0,
+           scratch_allocs_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

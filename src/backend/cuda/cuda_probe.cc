@@ -303,6 +303,8 @@ int64_t q8_tensor_core_attention(Backend& b) { return counter(b, &CudaBackend::q
 
 int64_t recorded_graphs(Backend& b) { return counter(b, &CudaBackend::recorded_graphs); }
 
+int64_t scratch_allocations(Backend& b) { return counter(b, &CudaBackend::scratch_allocations); }
+
 int64_t fragment_handoffs(Backend& b) { return counter(b, &CudaBackend::fragment_handoffs); }
 
 void set_fragment_handoff(Backend& b, bool on) {

@@ -69,6 +69,9 @@ int64_t fragment_handoffs(Backend& b);
 int64_t q8_tensor_core_attention(Backend& b);
 /// Graphs the CUDA backend b holds (recorded by run_graph); -1 if b is not a CUDA backend. For tests.
 int64_t recorded_graphs(Backend& b);
+/// Scratch buffers the CUDA backend b allocated so far (first uses and growth); -1 if b is not a
+/// CUDA backend. For tests.
+int64_t scratch_allocations(Backend& b);
 /// Turns those fragment handoffs on or off for b's ops from now on (no-op if b is not CUDA).
 void set_fragment_handoff(Backend& b, bool on);
 

@@ -366,7 +366,9 @@ struct AttnArgs {
 /// vs 7.5 for up to 32 splits and the combine, but 14.9 vs 11.5 at 4096 keys: they cross near
 /// 1800 (docs/cuda.md, v28).
 int64_t attention_keys_bound(int64_t keys);
-/// Bytes of scratch attention() needs for these arguments (split partial results).
+/// Bytes of scratch attention() needs for these arguments (split partial results): the most any
+/// call of 1..a.n_tokens tokens with otherwise these arguments needs, so that a step of the
+/// largest size (Slice::warm_up) has allocated the scratch of every smaller one.
 uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
 /// (read on the device), split along the sequence where a call has few blocks (flash-decoding,

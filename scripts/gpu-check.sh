@@ -91,9 +91,9 @@ gpu_tests() {
   [ "$r" = ok ] || { fails=$((fails + 1)); grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$log" | head -30; }
   note "test $name: $r ($(gtest_counts "$log"); $SHARDS shards, $(( $(date +%s) - t0 )) s)"
 }
-# Tests that measure the device's free memory (cudaMemGetInfo counts every process) run alone,
-# after the shards.
-SERIAL='*WeightsAllocatedTogetherFreeTheirBlockWithTheLast*'
+# Tests that measure the device's free memory (cudaMemGetInfo counts every process) or take all
+# of it for a while run alone, after the shards.
+SERIAL='*WeightsAllocatedTogetherFreeTheirBlockWithTheLast*:*ScratchOutOfMemory*'
 for t in "$BUILD"/tests/shoal_gpu_tests "$BUILD"/tests/cuda_*_test; do
   [ -x "$t" ] || continue
   gpu_tests "$(basename "$t")" "$LOGS/$(basename "$t").log" "$t" --gtest_color=no --gtest_filter="-$SERIAL"

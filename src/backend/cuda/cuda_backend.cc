@@ -145,8 +145,9 @@ CudaBackend::~CudaBackend() {
 
 bool CudaBackend::note(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
-  if (error_.ok()) {
+  if (error_.ok() || oom_only_) {
     error_ = cuda_status(e, what);
+    oom_only_ = false;
     spdlog::error("{}: {}", name_, error_.message());
   }
   return false;
@@ -154,11 +155,21 @@ bool CudaBackend::note(cudaError_t e, const char* what) {
 
 bool CudaBackend::note_cublas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
-  if (error_.ok()) {
+  if (error_.ok() || oom_only_) {
     error_ = make_error(Code::kInternal, "{} failed: {}", what, cublasGetStatusString(s));
+    oom_only_ = false;
     spdlog::error("{}: {}", name_, error_.message());
   }
   return false;
+}
+
+Status CudaBackend::take_error() {
+  Status s = error_;
+  if (oom_only_) {
+    error_ = Status::Ok();
+    oom_only_ = false;
+  }
+  return s;
 }
 
 void CudaBackend::wrote(std::span<const Tensor* const> ts) {
@@ -234,6 +245,7 @@ void* CudaBackend::scratch(Scratch slot, uint64_t bytes) {
   if (!r.ok()) {
     if (error_.ok()) {
       error_ = r.status();
+      oom_only_ = error_.code() == Code::kOutOfMemory;
       spdlog::error("{}: {}", name_, error_.message());
     }
     return nullptr;
@@ -361,7 +373,7 @@ Status CudaBackend::upload_weight(Tensor& t, const void* bytes, uint64_t nbytes)
     return make_error(Code::kInvalidArgument, "weight of {} bytes uploaded into a {} {} tensor of {} bytes", nbytes,
                       dtype_name(t.dtype), t.shape_string(), t.nbytes());
   if (capturing_) return make_error(Code::kFailedPrecondition, "upload_weight inside run_graph");
-  if (failed()) return error_;
+  if (failed()) return take_error();
   if (!use_device()) return error_;
   if (is_repacked(t.dtype) && !t.aux)
     return make_error(Code::kInvalidArgument, "{} weight was not allocated by alloc_weight", dtype_name(t.dtype));
@@ -380,7 +392,7 @@ Result<int> CudaBackend::settle_weights(std::span<Tensor* const> ws) {
     if (t && t->data && t->dtype == DType::kBF16) bf.push_back(t);
   if (!bf16_as_f16_ || bf.empty()) return 0;
   if (capturing_) return make_error(Code::kFailedPrecondition, "settle_weights inside run_graph");
-  if (failed()) return error_;
+  if (failed()) return take_error();
   if (!use_device()) return error_;
   int* bad = nullptr;  // (its own 4 bytes: a failure here keeps BF16 instead of failing the backend)
   if (cudaMalloc(&bad, sizeof(int)) != cudaSuccess) {
@@ -417,7 +429,7 @@ Status CudaBackend::to_device(Tensor& t, const void* src, uint64_t nbytes, uint6
     return make_error(Code::kOutOfRange, "copy of {} bytes at {} into a tensor of {}", nbytes, offset, t.nbytes());
   if (t.aux) return make_error(Code::kInvalidArgument, "to_device into a repacked weight (use upload_weight)");
   if (capturing_) return make_error(Code::kFailedPrecondition, "to_device inside run_graph");
-  if (failed()) return error_;
+  if (failed()) return take_error();
   if (!use_device()) return error_;
   return stage_upload(static_cast<const uint8_t*>(src), nbytes, static_cast<uint8_t*>(t.data) + offset, nullptr);
 }
@@ -426,7 +438,7 @@ Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_
   if (offset > t.nbytes() || nbytes > t.nbytes() - offset)
     return make_error(Code::kOutOfRange, "copy of {} bytes at {} from a tensor of {}", nbytes, offset, t.nbytes());
   if (capturing_) return make_error(Code::kFailedPrecondition, "to_host inside run_graph");
-  if (failed()) return error_;
+  if (failed()) return take_error();
   if (!use_device()) return error_;
   const auto* src = static_cast<const uint8_t*>(t.data) + offset;
   for (uint64_t off = 0; off < nbytes; off += kStagingHalf) {
@@ -443,7 +455,7 @@ Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
   static_assert(kDecodedMax + 2 <= cuda::kDecodedWords, "a slot holds the tag, the count and the ids");
   SHOAL_RETURN_IF_ERROR(check_decoded_wait(pos, n));
   if (capturing_) return make_error(Code::kFailedPrecondition, "wait_decoded inside run_graph");
-  if (failed()) return error_;
+  if (failed()) return take_error();
   int32_t* slot = decoded_ + (pos % kDecodedSlots) * cuda::kDecodedWords;
   const std::atomic_ref<int32_t> tag(slot[0]);
   // The kernel writes the slot as a sequence lock (tag -1, fence, count and ids, fence, tag):
@@ -496,7 +508,7 @@ Status CudaBackend::synchronize() {
   if (capturing_) return make_error(Code::kFailedPrecondition, "synchronize inside run_graph");
   if (!use_device()) return error_;
   note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  return error_;
+  return take_error();
 }
 
 Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record, uint64_t owner) {
@@ -504,7 +516,7 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record,
     record();
     return Status::Ok();
   }
-  if (failed()) return error_;
+  if (failed()) return take_error();
   if (!use_device()) return error_;
   auto it = graphs_.find({owner, key});
   if (it == graphs_.end()) {
@@ -522,9 +534,10 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record,
     capturing_ = false;
     cudaGraph_t graph = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
-    if (failed() || !note(e, "cudaStreamEndCapture")) {
+    const bool ended = note(e, "cudaStreamEndCapture");  // (replaces a scratch out-of-memory)
+    if (failed() || !ended) {  // a step without an op that failed: not kept
       if (graph) cudaGraphDestroy(graph);
-      return error_;
+      return take_error();
     }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t ei = cudaGraphInstantiate(&exec, graph, 0);
@@ -533,7 +546,7 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record,
     it = graphs_.emplace(std::make_pair(owner, key), exec).first;
   }
   note(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-  return error_;
+  return take_error();
 }
 
 int CudaBackend::plan_attention_keys(int64_t keys, int n_tokens) {

@@ -31,6 +31,12 @@ std::vector<int32_t> ids_of(const test::CommandResult& r) {
   }
 }
 
+// `shoal run` of 12 greedy tokens of stories260K on one thread, ids as JSON (flags are appended).
+std::string stories_run() {
+  return test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
+         " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids";
+}
+
 struct IdsCase {
   std::string name;
   std::string model;     // fixture path
@@ -65,8 +71,7 @@ TEST(PoolCli, PrefillPrecisionIsAcceptedByRunAndTheLocalWorkers) {
   // whatever it says, so the ids stay those of one process. With --pool 2 the local worker gets
   // the flag on its `shoal join` command line and must start with it (on a CPU this cannot show
   // that it was passed, only that join takes it). A value other than exact / half is refused.
-  const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
-                           " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids";
+  const std::string base = stories_run();
   const auto want = ids_of(test::run_command(base));
   ASSERT_EQ(want.size(), 12u);
   EXPECT_EQ(ids_of(test::run_command(base + " --prefill-precision half")), want);
@@ -80,12 +85,10 @@ TEST(PoolCli, NoWarmupIsAcceptedByRunAndTheLocalWorkers) {
   // --no-warmup turns off a GPU slice's load-time warm-up (SliceOptions::warm_up); a CPU slice has
   // none, so the ids stay those of one process. With --pool 2 the local worker gets the flag on its
   // `shoal join` command line and must start with it.
-  const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
-                           " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids";
-  const auto want = ids_of(test::run_command(base));
+  const auto want = ids_of(test::run_command(stories_run()));
   ASSERT_EQ(want.size(), 12u);
-  EXPECT_EQ(ids_of(test::run_command(base + " --no-warmup")), want);
-  EXPECT_EQ(ids_of(test::run_command(base + " --no-warmup --pool 2")), want);
+  for (const char* flags : {" --no-warmup", " --no-warmup --pool 2"})
+    EXPECT_EQ(ids_of(test::run_command(stories_run() + flags)), want) << flags;
 }
 
 TEST(PoolCli, PoolFlagsAreCheckedWithoutAPool) {

@@ -89,9 +89,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
 
 void add_no_warmup_flag(CLI::App* cmd, bool& no_warmup) {
   cmd->add_flag("--no-warmup", no_warmup,
-                "On a GPU, skip the load-time warm-up: one step of -b tokens at the end of the context and one "
-                "decode step on throw-away input, which take the memory first use needs (so running out of it "
-                "fails the load, not a request) and make the first request as fast as later ones");
+                "On a GPU, skip the load-time warm-up: the largest step (-b tokens; a pool worker's 16-token "
+                "frames) at the end of the context and one decode step, on throw-away input, which take the "
+                "memory first use needs, so that running out of it fails the load, not a request");
 }
 
 void add_prefill_precision_flag(CLI::App* cmd, std::string& value) {

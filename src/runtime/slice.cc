@@ -300,7 +300,7 @@ Status Slice::warm_up() {
   std::vector<int32_t> ids(size_t(n), 0);
   std::vector<uint16_t> hidden(size_t(n) * size_t(cfg_.d_model), 0);  // f16 zeros
   auto step = [&](int tokens, int64_t pos0, HeadMode mode) -> Status {
-    StepInput in{tokens, pos0, ids.data(), hidden.data(), DType::kF16};
+    StepInput in{tokens, pos0, ids.data(), hidden.data(), spec_.embed ? DType::kF32 : DType::kF16};
     StepOutput out;
     out.mode = mode;
     out.top_k = mode == HeadMode::kTopKLast ? std::min(256, cfg_.vocab_size) : 0;
@@ -313,6 +313,7 @@ Status Slice::warm_up() {
   Status s = step(n, last + 1 - n, HeadMode::kArgmaxAll);
   if (s.ok()) s = step(1, last, HeadMode::kTopKLast);
   n_past_ = 0;
+  backend_.drop_graphs(graph_owner_);  // steps of these outputs are rarely asked for
   SHOAL_RETURN_IF_ERROR(s);
   spdlog::debug("{}: warm-up of layers {}-{} took {:.1f} ms", backend_.name(), spec_.first, spec_.end - 1,
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

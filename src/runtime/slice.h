@@ -136,12 +136,13 @@ class Slice {
   Status plan_weights(WeightLoader& loader, const WeightMap& weights);
   Status alloc_buffers();
   /// The largest steps this slice will be asked for, run once on throw-away input so that what a
-  /// backend allocates on first use (scratch, libraries' workspaces, lazily loaded kernels, step
-  /// recordings) is taken at load, where running out of memory fails the load with its figures,
-  /// rather than in the middle of a request: max_tokens tokens (the last at n_ctx - 1, attending
-  /// the whole cache) with the widest head output, then one token at n_ctx - 1 with a top-k of 256.
-  /// Leaves the cache empty (n_past() 0; the rows written are overwritten before any step reads
-  /// them). As llama.cpp's load-time warm-up and vLLM's profile run. Errors: forward()'s, prefixed.
+  /// backend allocates on first use (scratch, lazily loaded kernels) is taken at load, where
+  /// running out of memory fails the load with its figures, rather than in the middle of a
+  /// request: max_tokens tokens (the last at n_ctx - 1, attending the whole cache) with the widest
+  /// head output, then one token at n_ctx - 1 with a top-k of 256; their step recordings are then
+  /// dropped. Leaves the cache empty (n_past() 0; the rows written are overwritten before any
+  /// step reads them). As llama.cpp's load-time warm-up and vLLM's profile run. Errors:
+  /// forward()'s, prefixed with the step.
   Status warm_up();
   /// Backend::settle_weights for each layer's matrices (one group: fused paths see one kind)
   /// and each global matrix, after the load; logs how many BF16 matrices were held as F16.

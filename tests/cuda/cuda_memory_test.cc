@@ -85,7 +85,7 @@ TEST_F(CudaScratchOutOfMemory, FailsOneStepAndTheBackendServesTheNext) {
   poison(out);
   ASSERT_TRUE(gpu_->run_graph(42, step).ok());
   EXPECT_LT(nerr(out), 1e-5);
-  // The one-token call still runs exactly on the scratch it had.
+  // The one-token call still runs, exactly.
   cpu_->attention(q1.c, kc.c, vc.c, pos1.c, spec, out1.c);
   poison(out1);
   gpu_->attention(q1.g, kc.g, vc.g, pos1.g, spec, out1.g);

@@ -2,8 +2,7 @@
 // the host's head reads: keep_rows 1 gives the CPU reference's last row of the all-rows step (f32
 // and f16 hops), keep_rows 0 only fills the cache and writes nothing. Slices sharing one CUDA
 // backend (the pool's host; a worker given a new plan) never replay each other's step graphs, and
-// a slice's graphs go with it. After the load-time warm-up no step a session runs allocates
-// scratch. stories260K.
+// a slice's graphs go with it. stories260K.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +12,6 @@
 #include "kept_rows.h"
 #include "runtime/local_model.h"
 #include "runtime/slice.h"
-#include "stepwise_pipeline.h"
 #include "test_util.h"
 
 namespace shoal {
@@ -132,62 +130,6 @@ TEST_F(CudaSliceTest, SlicesOnOneBackendKeepTheirOwnGraphs) {
   auto again = load({2, L, false, true}, *gpu_);
   ASSERT_TRUE(again);
   expect_near(logits_of(*again, hop), want);
-}
-
-TEST_F(CudaSliceTest, AfterTheWarmUpNoStepAllocatesScratch) {
-  // Slice::warm_up runs the largest step (64 tokens attending the whole cache) and a top-k decode
-  // step at load, so prompt chunks of every size with every head output and chained decoding
-  // (greedy and sampled) allocate no scratch afterwards; a slice loaded without it does.
-  const int L = m_.config.n_layers;
-  std::vector<int32_t> ids(64);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 1) % size_t(m_.config.vocab_size));
-  const HeadMode modes[] = {HeadMode::kArgmaxAll, HeadMode::kLogitsLast, HeadMode::kTopKLast,
-                            HeadMode::kNone,      HeadMode::kLogitsAll,  HeadMode::kArgmaxLast};
-  for (bool warm : {true, false}) {
-    SCOPED_TRACE(warm ? "warm-up" : "no warm-up");
-    auto g = create_backend("cuda:0");
-    ASSERT_TRUE(g.ok());
-    SliceOptions so;
-    so.n_ctx = 256;
-    so.max_tokens = 64;
-    so.kv_dtype = DType::kF16;
-    so.warm_up = warm;
-    auto s = Slice::load(*m_.file, m_.config, m_.weights, SliceSpec{0, L, true, true}, so, **g);
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    const int64_t loaded = cuda_probe::scratch_allocations(**g);
-    size_t k = 0;
-    for (int n : {1, 2, 5, 8, 9, 17, 40, 63, 64}) {
-      for (int pos0 : {0, int(so.n_ctx) - n}) {
-        (*s)->rewind(0);
-        if (pos0 > 0) {  // fill the cache up to pos0 (steps of the largest size)
-          for (int p = 0; p < pos0; p += 64) {
-            StepOutput none;
-            none.mode = HeadMode::kNone;
-            ASSERT_TRUE((*s)->forward(StepInput{std::min(64, pos0 - p), p, ids.data()}, none).ok());
-          }
-        }
-        StepOutput out;
-        out.mode = modes[k++ % std::size(modes)];
-        out.top_k = out.mode == HeadMode::kTopKLast ? 40 : 0;
-        const Status st = (*s)->forward(StepInput{n, pos0, ids.data()}, out);
-        ASSERT_TRUE(st.ok()) << n << " at " << pos0 << ": " << st.to_string();
-      }
-    }
-    for (bool greedy : {true, false}) {
-      (*s)->rewind(0);
-      StepOutput am;
-      am.mode = HeadMode::kArgmaxLast;
-      ASSERT_TRUE((*s)->forward(StepInput{5, 0, ids.data()}, am).ok());
-      const DecodeSampling how = greedy ? DecodeSampling{} : test::sampled(7, 0);
-      auto r = (*s)->decode(am.ids[0], 5, int(so.n_ctx) - 5, how, [](int32_t) { return true; });
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-    }
-    if (warm) {
-      EXPECT_EQ(cuda_probe::scratch_allocations(**g), loaded);
-    } else {
-      EXPECT_GT(cuda_probe::scratch_allocations(**g), loaded);
-    }
-  }
 }
 
 }  // namespace

@@ -145,6 +145,15 @@ CudaBackend::~CudaBackend() {
 
 bool CudaBackend::note(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
+  if (e == cudaErrorMemoryAllocation) {  // not sticky in CUDA: a launch or instantiation not done
+    cudaGetLastError();
+    if (error_.ok()) {
+      error_ = make_error(Code::kOutOfMemory, "{}: out of device memory ({} free)", what, format_bytes(free_memory()));
+      oom_only_ = true;
+      spdlog::error("{}: {}", name_, error_.message());
+    }
+    return false;
+  }
   if (error_.ok() || oom_only_) {
     error_ = cuda_status(e, what);
     oom_only_ = false;
@@ -168,6 +177,7 @@ Status CudaBackend::take_error() {
   if (oom_only_) {
     error_ = Status::Ok();
     oom_only_ = false;
+    ++ops_;  // no later op takes a handoff from an op skipped or recorded before this
   }
   return s;
 }
@@ -408,7 +418,7 @@ Result<int> CudaBackend::settle_weights(std::span<Tensor* const> ws) {
   if (e == cudaSuccess) e = cudaMemcpyAsync(&n_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream_);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
   cudaFree(bad);
-  if (!note(e, "settle_weights")) return error_;
+  if (!note(e, "settle_weights")) return take_error();
   if (n_bad > 0) {
     spdlog::debug("{}: {} BF16 weights ({} first) stay BF16: {} rows that F16 would not hold to 2^-20", name_,
                   bf.size(), bf[0]->shape_string(), n_bad);
@@ -417,7 +427,7 @@ Result<int> CudaBackend::settle_weights(std::span<Tensor* const> ws) {
   for (Tensor* t : bf) {
     if (!note(cuda::bf16_to_f16_in_place(static_cast<uint16_t*>(t->data), t->n_elements(), stream_),
               "bf16_to_f16_in_place"))
-      return error_;
+      return take_error();
     t->dtype = DType::kF16;
   }
   bf16_as_f16_weights_ += bf.size();
@@ -445,7 +455,7 @@ Status CudaBackend::to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_
     const uint64_t len = std::min(kStagingHalf, nbytes - off);
     SHOAL_CUDA_TRY(cudaMemcpyAsync(pinned_, src + off, len, cudaMemcpyDeviceToHost, stream_));
     const cudaError_t e = cudaStreamSynchronize(stream_);
-    if (!note(e, "cudaStreamSynchronize (to_host)")) return error_;
+    if (!note(e, "cudaStreamSynchronize (to_host)")) return take_error();
     std::memcpy(static_cast<uint8_t*>(dst) + off, pinned_, len);
   }
   return Status::Ok();
@@ -475,7 +485,7 @@ Status CudaBackend::wait_decoded(int64_t pos, int32_t* dst, int n) {
         if (tag.load(std::memory_order_acquire) == int32_t(pos)) break;  // published as the stream went idle
         return make_error(Code::kFailedPrecondition, "no decode step at position {} was published", pos);
       }
-      if (e != cudaErrorNotReady && !note(e, "cudaStreamQuery (wait_decoded)")) return error_;
+      if (e != cudaErrorNotReady && !note(e, "cudaStreamQuery (wait_decoded)")) return take_error();
       next_query = now + std::chrono::microseconds(50);
     }
     if (now - start > std::chrono::milliseconds(2))
@@ -542,7 +552,7 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record,
     cudaGraphExec_t exec = nullptr;
     const cudaError_t ei = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
-    if (!note(ei, "cudaGraphInstantiate")) return error_;
+    if (!note(ei, "cudaGraphInstantiate")) return take_error();
     it = graphs_.emplace(std::make_pair(owner, key), exec).first;
   }
   note(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");

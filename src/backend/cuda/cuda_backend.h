@@ -5,11 +5,11 @@
 //
 // Errors: allocation and copies return Status (kOutOfMemory says needed and free bytes). An op
 // cannot return one, so a failed launch or cuBLAS call is logged and kept as a sticky error:
-// later ops are skipped and synchronize() / to_host() / to_device() / run_graph() return it. An
-// op's scratch that cannot be allocated (kOutOfMemory, no CUDA error: nothing was launched
-// without it) is returned once by the first of them and then cleared, so the backend serves the
-// next step (take_error). Shape mistakes are bugs (SHOAL_CHECK). All work goes to one stream, in
-// call order.
+// later ops are skipped and synchronize() / to_host() / to_device() / run_graph() return it. Out
+// of device memory (an op's scratch, or cudaErrorMemoryAllocation from a launch or a graph's
+// instantiation: nothing was launched without its memory, and CUDA keeps no error) is kOutOfMemory,
+// returned once by the first of them and then cleared, so the backend serves the next step
+// (take_error). Shape mistakes are bugs (SHOAL_CHECK). All work goes to one stream, in call order.
 #pragma once
 
 #include <cublas_v2.h>
@@ -215,13 +215,14 @@ class CudaBackend final : public Backend {
   static Scratch other_input(Scratch s) { return s == kGemmInput ? kGemmInput2 : kGemmInput; }
 
   Status init(int device);
-  /// Keeps the first error of an op (sticky; a CUDA or cuBLAS error replaces a scratch
-  /// out-of-memory) and logs it; returns false on error.
+  /// Keeps the first error of an op (sticky; cudaErrorMemoryAllocation as a kOutOfMemory that
+  /// take_error clears, which any other CUDA or cuBLAS error replaces) and logs it; returns false
+  /// on error.
   bool note(cudaError_t e, const char* what);
   bool note_cublas(cublasStatus_t s, const char* what);
   bool failed() const { return !error_.ok(); }
-  /// The error for a caller: error_, cleared when it is only a scratch out-of-memory (the ops
-  /// after it were skipped, the device and stream are sound).
+  /// The error for a caller: error_, cleared when it is only out of memory (the ops after it were
+  /// skipped, the device and stream are sound).
   Status take_error();
   /// Makes device_ current on the calling thread (cudaSetDevice only where another one is).
   cudaError_t make_current() const;
@@ -408,7 +409,7 @@ class CudaBackend final : public Backend {
     float eps = 0.0f;
   } split_handoff_;
   Status error_;
-  bool oom_only_ = false;  // error_ is a scratch out-of-memory (take_error clears it)
+  bool oom_only_ = false;  // error_ is out of device memory only (take_error clears it)
 };
 
 }  // namespace shoal

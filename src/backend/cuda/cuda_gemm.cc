@@ -47,10 +47,13 @@ size_t stacked_run(std::span<const MatmulOut> outs, size_t i, int64_t& m) {
 // the two products are small. H200 with cuBLAS 13, 2 x 14336 x 4096 weights: one GEMM 168 against
 // 195 us for two at 512 columns, 344 against 328 at 1024; 2 x 3072 x 1024: 25 / 14 us against 29 /
 // 24 at 1024 / 512 columns (docs/cuda.md v35). So up to 16M output values.
-bool stack_glu(const Tensor& gate, const Tensor& up, int64_t columns) {
-  constexpr int64_t kMaxOutputs = int64_t(16) << 20;
+constexpr int64_t kMaxStackedOutputs = int64_t(16) << 20;
+bool glu_stackable(const Tensor& gate, const Tensor& up) {
   return (gate.dtype == DType::kF16 || gate.dtype == DType::kBF16) && up.dtype == gate.dtype &&
-         back_to_back(gate, up) && up.rows() == gate.rows() && 2 * gate.rows() * columns <= kMaxOutputs;
+         back_to_back(gate, up) && up.rows() == gate.rows();
+}
+bool stack_glu(const Tensor& gate, const Tensor& up, int64_t columns) {
+  return glu_stackable(gate, up) && 2 * gate.rows() * columns <= kMaxStackedOutputs;
 }
 
 }  // namespace
@@ -271,6 +274,11 @@ bool CudaBackend::glu_products(const MatmulOut& o, const GemmInput& in, GluProdu
   // faster than two; the GLU then reads both from its rows.
   const int64_t m = o.w->rows();
   const bool stacked = stack_glu(*o.w, *o.up, int64_t(in.parts) * in.n);
+  // A smaller step stacks them and writes both products into kGemmOut: the slot takes that size
+  // for the largest such step first (a step's scratch covers every smaller one: Slice::warm_up).
+  if (!stacked && glu_stackable(*o.w, *o.up) &&
+      !scratch(kGemmOut, uint64_t(kMaxStackedOutputs / (2 * m) * 2 * m) * 4))
+    return false;
   float* yp = nullptr;
   p.gate_blocks = rows_products(*o.w, stacked ? 2 * m : m, in, yp);
   p.gate = yp;

@@ -147,8 +147,8 @@ class Backend {
   /// Copies bytes of t to host memory; waits for queued ops first.
   virtual Status to_host(void* dst, const Tensor& t, uint64_t nbytes, uint64_t offset = 0) = 0;
   /// Waits for every queued op. Errors: kInternal (device fault), kOutOfMemory (an op since the
-  /// last call could not allocate its scratch and was skipped with the ops after it; returned
-  /// once, the backend serves later ops).
+  /// last call ran out of device memory and was skipped with the ops after it; returned once, the
+  /// backend serves later ops).
   virtual Status synchronize() = 0;
   /// Chained decoding's read-back: the host reads step N's ids while step N + 1 runs, with
   /// nothing queued between the steps. advance_decode publishes its next[0..n) to the host,

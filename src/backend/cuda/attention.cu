@@ -372,8 +372,10 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
   // 128 tokens one), so the bound is taken over every call of 1..n_tokens tokens.
   AttnArgs m = a;
   uint64_t most = 0;
-  for (m.n_tokens = 1; m.n_tokens <= a.n_tokens; ++m.n_tokens)
-    most = std::max(most, uint64_t(m.n_tokens * a.n_heads * n_splits_for(m)) * uint64_t(a.head_dim + 2) * sizeof(float));
+  for (m.n_tokens = 1; m.n_tokens <= a.n_tokens; ++m.n_tokens) {
+    const uint64_t rows = uint64_t(m.n_tokens * a.n_heads * n_splits_for(m));
+    most = std::max(most, rows * uint64_t(a.head_dim + 2) * sizeof(float));
+  }
   return most;
 }
 namespace {

@@ -113,13 +113,18 @@ TEST(CudaWarmUp, AfterTheWarmUpNoStepAllocatesScratch) {
       ASSERT_TRUE(s.ok()) << s.status().to_string();
       Slice& sl = **s;
       const int64_t loaded = cuda_probe::scratch_allocations(**g);
-      StepOutput none;
-      none.mode = HeadMode::kNone;
-      for (int p = 0; p < kCtx; p += kChunk)  // the whole cache, for the steps at its end
-        ASSERT_TRUE(sl.forward(StepInput{std::min(kChunk, kCtx - p), p, ids.data()}, none).ok());
+      auto fill = [&] {  // the whole cache, for the steps at its end (rewind only goes back)
+        StepOutput none;
+        none.mode = HeadMode::kNone;
+        sl.rewind(0);
+        for (int p = 0; p < kCtx; p += kChunk)
+          ASSERT_TRUE(sl.forward(StepInput{std::min(kChunk, kCtx - p), p, ids.data()}, none).ok());
+      };
       size_t k = 0;
-      for (int n : {1, 2, 5, 8, 9, 16, 100, 240, 256, 257, 300}) {
-        for (int pos0 : {0, kCtx - n}) {
+      for (bool at_end : {true, false}) {
+        if (at_end) fill();
+        for (int n : {1, 2, 5, 8, 9, 16, 100, 240, 256, 257, 300}) {
+          const int pos0 = at_end ? kCtx - n : 0;
           sl.rewind(pos0);
           StepOutput out;
           out.mode = modes[k++ % std::size(modes)];
@@ -128,6 +133,7 @@ TEST(CudaWarmUp, AfterTheWarmUpNoStepAllocatesScratch) {
           ASSERT_TRUE(st.ok()) << n << " tokens at " << pos0 << ": " << st.to_string();
         }
       }
+      fill();
       for (bool greedy : {true, false}) {
         const int pos0 = kCtx - 64;
         sl.rewind(pos0);

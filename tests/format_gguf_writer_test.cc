@@ -1,5 +1,6 @@
 // GgufWriter: write -> parse gives back the same metadata and tensors; a fixture GGUF re-written
-// reads back with the same index and bytes; invalid requests are refused.
+// reads back with the same index and bytes; invalid requests are refused; a synthetic model of a
+// given shape opens as a model of that shape.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include "core/mmap_file.h"
 #include "format/gguf.h"
 #include "format/model_file.h"
+#include "format/synthetic_gguf.h"
+#include "runtime/local_model.h"
 #include "test_util.h"
 
 namespace shoal {
@@ -201,6 +204,41 @@ TEST(FormatGgufWriter, LargeVocabularyParses) {
   const auto* arr = g->metadata.find("tokenizer.ggml.tokens")->as_array();
   ASSERT_EQ(arr->size(), 151936u);
   EXPECT_EQ(*(*arr)[151935].as_string(), "tok151935");
+}
+
+TEST(SyntheticGguf, OpensAsAModelOfItsShape) {
+  // A small Qwen3-style shape (q / k norms, tied head) in Q8_0, and a Llama-style one in F16.
+  const SyntheticShape qwen{"qwen3", 2, 64, 96, 4, 2, 32, 300, 1024, 1e6f, 1e-6f, true, true};
+  const SyntheticShape llama{"llama", 3, 128, 256, 4, 1, 32, 200, 2048, 500000.0f, 1e-5f, false, false};
+  for (const auto& [shape, dt] : {std::pair{qwen, DType::kQ8_0}, std::pair{llama, DType::kF16}}) {
+    SCOPED_TRACE(shape.arch);
+    const std::string path = temp_path("synthetic_" + shape.arch + ".gguf");
+    ASSERT_TRUE(write_synthetic_gguf(shape, dt, path).ok());
+    auto m = open_model(path, false);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const ModelConfig& c = m->config;
+    EXPECT_EQ(c.arch, shape.arch);
+    EXPECT_EQ(c.n_layers, shape.n_layers);
+    EXPECT_EQ(c.d_model, shape.d_model);
+    EXPECT_EQ(c.vocab_size, shape.vocab);
+    EXPECT_EQ(c.n_ctx_train, shape.n_ctx);
+    EXPECT_EQ(c.tied_embeddings, shape.tied);
+    EXPECT_EQ(c.qk_norm, shape.qk_norm);
+    ASSERT_EQ(c.layers.size(), size_t(shape.n_layers));
+    EXPECT_EQ(c.layers[0].n_heads, shape.n_heads);
+    EXPECT_EQ(c.layers[0].n_kv_heads, shape.n_kv_heads);
+    EXPECT_EQ(c.layers[0].head_dim, shape.head_dim);
+    EXPECT_EQ(c.layers[0].d_ff, shape.d_ff);
+    // Per layer: 2 norms, q / k / v / o, gate / up / down, and q / k norms for Qwen3; then the
+    // embedding, the final norm and an untied head.
+    const size_t per_layer = 9 + (shape.qk_norm ? 2 : 0);
+    EXPECT_EQ(m->weights.size(), per_layer * size_t(shape.n_layers) + 2 + (shape.tied ? 0 : 1));
+    const TensorInfo* up = m->weights.find("blk.1.ffn_up.weight");
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->dtype, dt);
+    EXPECT_EQ(up->shape, (std::vector<int64_t>{shape.d_ff, shape.d_model}));
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace

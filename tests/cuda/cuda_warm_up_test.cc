@@ -1,7 +1,7 @@
 // The load-time warm-up on CUDA (Slice::warm_up): after it, no step a session runs allocates
 // scratch: prompt chunks of every size at both ends of the cache with every head output, chained
 // greedy and sampled decoding; a slice loaded without it does allocate. The model is a random
-// F16 Llama written here with head_dim 128 (the tensor-core attention, whose splits grow as the
+// F16 Llama (write_synthetic_gguf) with head_dim 128 (the tensor-core attention, whose splits grow as the
 // tokens shrink) and d_ff 16384, so gate and up take one GEMM for steps of up to 256 tokens and
 // two above (the 300-token warm-up), with f16 and Q8_0 caches.
 #include <gtest/gtest.h>
@@ -9,16 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_probe.h"
-#include "core/half.h"
-#include "format/gguf.h"
+#include "format/synthetic_gguf.h"
 #include "runtime/local_model.h"
 #include "runtime/slice.h"
 #include "stepwise_pipeline.h"
@@ -26,77 +23,18 @@
 namespace shoal {
 namespace {
 
-// The model's shape.
-struct WarmUpLlama {
-  static constexpr int kDModel = 256, kLayers = 2, kHeads = 2, kKvHeads = 1, kHeadDim = 128, kFf = 16384,
-                       kVocab = 512;
-};
-
-/// Writes that model (F16 matrices uniform in +-sqrt(3 / fan-in), norms 1) to `path`.
-Status write_f16_llama(const std::string& path) {
-  using M = WarmUpLlama;
-  GgufWriter w;
-  w.set("general.architecture", MetaValue::str("llama"));
-  w.set("llama.context_length", MetaValue::u32(4096));
-  w.set("llama.embedding_length", MetaValue::u32(M::kDModel));
-  w.set("llama.block_count", MetaValue::u32(M::kLayers));
-  w.set("llama.feed_forward_length", MetaValue::u32(M::kFf));
-  w.set("llama.attention.head_count", MetaValue::u32(M::kHeads));
-  w.set("llama.attention.head_count_kv", MetaValue::u32(M::kKvHeads));
-  w.set("llama.attention.key_length", MetaValue::u32(M::kHeadDim));
-  w.set("llama.attention.value_length", MetaValue::u32(M::kHeadDim));
-  w.set("llama.rope.freq_base", MetaValue::f32(500000.0f));
-  w.set("llama.rope.dimension_count", MetaValue::u32(M::kHeadDim));
-  w.set("llama.attention.layer_norm_rms_epsilon", MetaValue::f32(1e-5f));
-  w.set("llama.vocab_size", MetaValue::u32(M::kVocab));
-  uint32_t seed = 1;
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    const float a = std::sqrt(3.0f / float(cols));
-    const uint32_t s = seed++;
-    return w.add_tensor(name, DType::kF16, {rows, cols}, [a, s](uint64_t offset, uint8_t* dst, uint64_t n) {
-      for (uint64_t i = 0; i < n / 2; ++i) {  // (offsets and chunks of whole values)
-        uint32_t h = uint32_t(offset / 2 + i) * 2654435761u ^ s * 40503u;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        const uint16_t v = f32_to_f16((float(h % 2001u) / 1000.0f - 1.0f) * a);
-        std::memcpy(dst + 2 * i, &v, 2);
-      }
-      return Status::Ok();
-    });
-  };
-  auto ones = [&](const std::string& name, int64_t n) {
-    const std::vector<float> v(static_cast<size_t>(n), 1.0f);
-    return w.add_tensor(name, DType::kF32, {n},
-                        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4));
-  };
-  SHOAL_RETURN_IF_ERROR(matrix("token_embd.weight", M::kVocab, M::kDModel));
-  for (int l = 0; l < M::kLayers; ++l) {
-    auto n = [&](const char* x) { return fmt::format("blk.{}.{}", l, x); };
-    SHOAL_RETURN_IF_ERROR(ones(n("attn_norm.weight"), M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("attn_q.weight"), M::kHeads * M::kHeadDim, M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("attn_k.weight"), M::kKvHeads * M::kHeadDim, M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("attn_v.weight"), M::kKvHeads * M::kHeadDim, M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("attn_output.weight"), M::kDModel, M::kHeads * M::kHeadDim));
-    SHOAL_RETURN_IF_ERROR(ones(n("ffn_norm.weight"), M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("ffn_gate.weight"), M::kFf, M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("ffn_up.weight"), M::kFf, M::kDModel));
-    SHOAL_RETURN_IF_ERROR(matrix(n("ffn_down.weight"), M::kDModel, M::kFf));
-  }
-  SHOAL_RETURN_IF_ERROR(ones("output_norm.weight", M::kDModel));
-  SHOAL_RETURN_IF_ERROR(matrix("output.weight", M::kVocab, M::kDModel));
-  return w.write(path);
-}
+// The model: Llama-style, 2 layers of d_model 256, 2 heads of 128 (one KV head), d_ff 16384.
+const SyntheticShape kWarmUpLlama{"llama", 2, 256, 16384, 2, 1, 128, 512, 4096, 500000.0f, 1e-5f, false, false};
 
 TEST(CudaWarmUp, AfterTheWarmUpNoStepAllocatesScratch) {
   if (!create_backend("cuda:0").ok()) GTEST_SKIP() << "no CUDA device";
   const std::string path = ::testing::TempDir() + fmt::format("warm_up_f16_llama_{}.gguf", getpid());
-  ASSERT_TRUE(write_f16_llama(path).ok());
+  ASSERT_TRUE(write_synthetic_gguf(kWarmUpLlama, DType::kF16, path).ok());
   auto m = open_model(path, false);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   constexpr int kCtx = 2048, kChunk = 300;
   std::vector<int32_t> ids(kChunk);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 1) % WarmUpLlama::kVocab);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 1) % size_t(kWarmUpLlama.vocab));
   const HeadMode modes[] = {HeadMode::kArgmaxAll, HeadMode::kLogitsLast, HeadMode::kTopKLast,
                             HeadMode::kNone,      HeadMode::kLogitsAll,  HeadMode::kArgmaxLast};
   for (DType kv : {DType::kF16, DType::kQ8_0}) {
@@ -109,7 +47,7 @@ TEST(CudaWarmUp, AfterTheWarmUpNoStepAllocatesScratch) {
       so.max_tokens = kChunk;
       so.kv_dtype = kv;
       so.warm_up = warm;
-      auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, WarmUpLlama::kLayers, true, true}, so, **g);
+      auto s = Slice::load(*m->file, m->config, m->weights, SliceSpec{0, kWarmUpLlama.n_layers, true, true}, so, **g);
       ASSERT_TRUE(s.ok()) << s.status().to_string();
       Slice& sl = **s;
       const int64_t loaded = cuda_probe::scratch_allocations(**g);

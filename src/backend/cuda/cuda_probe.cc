@@ -344,4 +344,17 @@ void set_pdl(bool on) { cuda::set_pdl(on); }
 
 void set_prefill_halves(int halves) { cuda::set_prefill_halves(halves); }
 
+uint64_t attention_scratch_bytes(int64_t tokens, int n_heads, int n_kv_heads, int head_dim, int64_t rows, DType cache,
+                                 int64_t max_keys, bool every_count) {
+  cuda::AttnArgs a;
+  a.n_tokens = tokens;
+  a.n_ctx = rows;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.head_dim = head_dim;
+  a.cache = cache == DType::kF16 ? cuda::CacheKind::kF16 : cache == DType::kQ8_0 ? cuda::CacheKind::kQ8_0 : cuda::CacheKind::kF32;
+  a.max_keys = max_keys;
+  return every_count ? cuda::attention_scratch_bytes(a) : cuda::attention_call_scratch_bytes(a);
+}
+
 }  // namespace shoal::cuda_probe

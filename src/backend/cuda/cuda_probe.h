@@ -115,6 +115,14 @@ void set_gemv_rows(int rows_per_block);
 /// forced, 0 where the plan says, for calls planned from now on.
 void set_prefill_halves(int halves);
 
+/// Attention's scratch bytes for a call of `tokens` tokens (n_heads / n_kv_heads heads of
+/// head_dim) over a cache of `rows` rows of type `cache` (F32, F16 or Q8_0; other types as F32),
+/// planned for `max_keys` keys (0: the cache): with `every_count` the bound the backend allocates
+/// (cuda::attention_scratch_bytes, the most over 1..tokens), else that call's own
+/// (cuda::attention_call_scratch_bytes). For tests.
+uint64_t attention_scratch_bytes(int64_t tokens, int n_heads, int n_kv_heads, int head_dim, int64_t rows, DType cache,
+                                 int64_t max_keys, bool every_count);
+
 /// Programmatic dependent launch on or off for kernels recorded from now on (sm_90+ only).
 void set_pdl(bool on);
 

@@ -370,6 +370,9 @@ int64_t attention_keys_bound(int64_t keys);
 /// call of 1..a.n_tokens tokens with otherwise these arguments needs, so that a step of the
 /// largest size (Slice::warm_up) has allocated the scratch of every smaller one.
 uint64_t attention_scratch_bytes(const AttnArgs& a);
+/// Bytes of scratch one attention() call of exactly a.n_tokens tokens uses (its splits' partial
+/// o, m and l in f32); attention_scratch_bytes is the most of these over 1..n_tokens.
+uint64_t attention_call_scratch_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
 /// (read on the device), split along the sequence where a call has few blocks (flash-decoding,
 /// at most 32 splits), the splits combined by a second kernel, or on sm_90 by a thread-block

@@ -352,7 +352,9 @@ uint64_t attention_scratch_bytes(int64_t tokens, int n_heads, int n_kv_heads, in
   a.n_heads = n_heads;
   a.n_kv_heads = n_kv_heads;
   a.head_dim = head_dim;
-  a.cache = cache == DType::kF16 ? cuda::CacheKind::kF16 : cache == DType::kQ8_0 ? cuda::CacheKind::kQ8_0 : cuda::CacheKind::kF32;
+  a.cache = cache == DType::kF16    ? cuda::CacheKind::kF16
+            : cache == DType::kQ8_0 ? cuda::CacheKind::kQ8_0
+                                    : cuda::CacheKind::kF32;
   a.max_keys = max_keys;
   return every_count ? cuda::attention_scratch_bytes(a) : cuda::attention_call_scratch_bytes(a);
 }

@@ -729,31 +729,40 @@ TEST_F(CudaAttentionScratch, TheLargestCallServesEverySmallerOneF16Cache) { chec
 TEST_F(CudaAttentionScratch, TheLargestCallServesEverySmallerOneQ8Cache) { check(DType::kQ8_0); }
 
 // The bound measures only the last count of each plan step; against every count, for heads of
-// each warp grouping (G = 1, 2, 4, 7, 8), each cache type, caches on and off the cluster plan,
-// and prompts across the decode / prefill edge and many prefill token tiles.
+// each warp grouping (G = 1, 2, 4, 7, 8), each cache type, with and without clusters, decode
+// planned for the cache or for 1792 keys, and prompts across the decode / prefill edge and many
+// prefill token tiles.
 TEST(CudaAttentionScratchBound, IsTheMostOfEveryCallUpToIt) {
   struct Heads {
     int n, kv, dim;
   };
+  struct Restore {  // the cluster setting as it was (the backends set it as they start)
+    bool before = cuda_probe::set_clusters(true);
+    ~Restore() { cuda_probe::set_clusters(before); }
+  } restore;
   int cases = 0;
-  for (const Heads h : {Heads{32, 8, 128}, Heads{16, 8, 64}, Heads{8, 8, 64}, Heads{28, 4, 128}, Heads{14, 2, 64},
-                        Heads{64, 8, 128}, Heads{12, 12, 96}})
-    for (const DType cache : {DType::kF16, DType::kQ8_0, DType::kF32})
-      for (const int64_t rows : {16, 100, 641, 2048, 9000})
-        for (const int64_t max_keys : {int64_t{0}, int64_t{1792}}) {
-          uint64_t most = 0;
-          for (int64_t n = 1; n <= 1100; ++n) {
-            most = std::max(
-                most, cuda_probe::attention_scratch_bytes(n, h.n, h.kv, h.dim, rows, cache, max_keys, false));
-            if (n <= 40 || n % 37 == 0 || n == 1100) {
-              ASSERT_EQ(cuda_probe::attention_scratch_bytes(n, h.n, h.kv, h.dim, rows, cache, max_keys, true), most)
-                  << h.n << "/" << h.kv << " heads of " << h.dim << ", " << rows << " rows, cache "
-                  << static_cast<int>(cache) << ", max_keys " << max_keys << ", " << n << " tokens";
-              ++cases;
+  for (const bool clusters : {true, false}) {
+    cuda_probe::set_clusters(clusters);
+    for (const Heads h : {Heads{32, 8, 128}, Heads{16, 8, 64}, Heads{8, 8, 64}, Heads{28, 4, 128}, Heads{14, 2, 64},
+                          Heads{64, 8, 128}, Heads{12, 12, 96}})
+      for (const DType cache : {DType::kF16, DType::kQ8_0, DType::kF32})
+        for (const int64_t rows : {16, 100, 641, 2048, 9000})
+          for (const int64_t max_keys : {int64_t{0}, int64_t{1792}}) {
+            uint64_t most = 0;
+            for (int64_t n = 1; n <= 1100; ++n) {
+              most = std::max(
+                  most, cuda_probe::attention_scratch_bytes(n, h.n, h.kv, h.dim, rows, cache, max_keys, false));
+              if (n <= 80 || n % 17 == 0 || n == 1100) {
+                ASSERT_EQ(cuda_probe::attention_scratch_bytes(n, h.n, h.kv, h.dim, rows, cache, max_keys, true), most)
+                    << h.n << "/" << h.kv << " heads of " << h.dim << ", " << rows << " rows, cache "
+                    << static_cast<int>(cache) << ", max_keys " << max_keys << ", clusters " << clusters << ", "
+                    << n << " tokens";
+                ++cases;
+              }
             }
           }
-        }
-  EXPECT_GT(cases, 10000);
+  }
+  EXPECT_GT(cases, 50000);
 }
 
 TEST_F(CudaAttentionCases, SlidingWindowAndSoftcap) {

@@ -551,7 +551,11 @@ cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
 
 }  // namespace
 
-void set_clusters(bool on) { g_clusters = on; }
+bool set_clusters(bool on) {
+  const bool before = g_clusters;
+  g_clusters = on;
+  return before;
+}
 
 int64_t attention_keys_bound(int64_t keys) { return keys <= kClusterMaxKeys ? kClusterMaxKeys : 0; }
 

@@ -344,6 +344,8 @@ void set_pdl(bool on) { cuda::set_pdl(on); }
 
 void set_prefill_halves(int halves) { cuda::set_prefill_halves(halves); }
 
+bool set_clusters(bool on) { return cuda::set_clusters(on); }
+
 uint64_t attention_scratch_bytes(int64_t tokens, int n_heads, int n_kv_heads, int head_dim, int64_t rows, DType cache,
                                  int64_t max_keys, bool every_count) {
   cuda::AttnArgs a;

@@ -123,6 +123,10 @@ void set_prefill_halves(int halves);
 uint64_t attention_scratch_bytes(int64_t tokens, int n_heads, int n_kv_heads, int head_dim, int64_t rows, DType cache,
                                  int64_t max_keys, bool every_count);
 
+/// Decode attention's cluster plan allowed or not for calls planned from now on (each CUDA
+/// backend sets it again as it starts); returns the setting before. For tests.
+bool set_clusters(bool on);
+
 /// Programmatic dependent launch on or off for kernels recorded from now on (sm_90+ only).
 void set_pdl(bool on);
 

@@ -27,8 +27,9 @@ struct WeightRef {
 
 /// Turns programmatic dependent launch on or off for this process (on for sm_90+ devices).
 void set_pdl(bool on);
-/// Whether kernels may use thread-block clusters (sm_90+; set once per process by the backend).
-void set_clusters(bool on);
+/// Whether kernels may use thread-block clusters (sm_90+; set by each backend as it starts).
+/// Returns the setting before.
+bool set_clusters(bool on);
 /// Whether the kernels the driver runs on the current device were compiled for sm_90 or later
 /// (not the case for a build of older architectures JIT-compiled from PTX): PDL and clusters
 /// need it.

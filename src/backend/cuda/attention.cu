@@ -373,8 +373,8 @@ uint64_t attention_call_scratch_bytes(const AttnArgs& a) {
 
 uint64_t attention_scratch_bytes(const AttnArgs& a) {
   // Fewer tokens may take more splits, and more bytes (Llama-3-8B heads: 9 tokens 24 splits,
-  // 128 tokens one), so the bound is the most over every call of 1..n_tokens tokens. A count's
-  // splits change only at these steps, so only the largest count of each step is measured:
+  // 128 tokens one), so the bound is the most over every call of 1..n_tokens tokens. The splits
+  // change only at the plans' steps below, so only the largest count of each step is planned:
   // - 1..kGemvMaxTokens each (the decode plans);
   // - above, on the tensor cores, the last count of each prefill token tile (the splits follow
   //   the tiles, never rise with them, and stay at one once they are one), then n_tokens;

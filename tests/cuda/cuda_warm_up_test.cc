@@ -1,9 +1,9 @@
 // The load-time warm-up on CUDA (Slice::warm_up): after it, no step a session runs allocates
 // scratch: prompt chunks of every size at both ends of the cache with every head output, chained
 // greedy and sampled decoding; a slice loaded without it does allocate. The model is a random
-// F16 Llama (write_synthetic_gguf) with head_dim 128 (the tensor-core attention, whose splits grow as the
-// tokens shrink) and d_ff 16384, so gate and up take one GEMM for steps of up to 256 tokens and
-// two above (the 300-token warm-up), with f16 and Q8_0 caches.
+// F16 Llama (write_synthetic_gguf) with head_dim 128 (the tensor-core attention, whose splits
+// grow as the tokens shrink) and d_ff 16384, so gate and up take one GEMM for steps of up to 256
+// tokens and two above (the 300-token warm-up), with f16 and Q8_0 caches.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

@@ -389,9 +389,8 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
   };
   for (int64_t n = 1; n <= std::min<int64_t>(a.n_tokens, kGemvMaxTokens); ++n) take(n);
   if (a.n_tokens <= kGemvMaxTokens) return most;
-  m.n_tokens = a.n_tokens;
-  if (use_prefill_mma(m)) {
-    const int64_t tile = prefill_plan(m).block_tokens;
+  if (use_prefill_mma(a)) {
+    const int64_t tile = prefill_plan(a).block_tokens;
     for (int64_t n = align_up(uint64_t(kGemvMaxTokens + 1), uint64_t(tile)); n < a.n_tokens; n += tile)
       if (take(n) == 1) break;
   }

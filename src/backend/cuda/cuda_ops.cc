@@ -14,22 +14,9 @@ namespace {
 using cuda::Act;
 using cuda::WKind;
 using cuda::act_of;
+using cuda::cache_kind;
 using cuda::f32;
 using cuda::i32;
-
-cuda::CacheKind cache_kind(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return cuda::CacheKind::kF32;
-    case DType::kF16:
-      return cuda::CacheKind::kF16;
-    case DType::kQ8_0:
-      return cuda::CacheKind::kQ8_0;
-    default:
-      SHOAL_CHECK(false, "KV cache of type {} (expected F32, F16 or Q8_0)", dtype_name(t));
-  }
-  return cuda::CacheKind::kF32;
-}
 
 // ggml ids of the types convert() handles.
 int plain_id(DType t) {

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/tensor_args.h"
 
 namespace shoal::cuda_probe {
 namespace {
@@ -354,9 +355,7 @@ uint64_t attention_scratch_bytes(int64_t tokens, int n_heads, int n_kv_heads, in
   a.n_heads = n_heads;
   a.n_kv_heads = n_kv_heads;
   a.head_dim = head_dim;
-  a.cache = cache == DType::kF16    ? cuda::CacheKind::kF16
-            : cache == DType::kQ8_0 ? cuda::CacheKind::kQ8_0
-                                    : cuda::CacheKind::kF32;
+  a.cache = cuda::cache_kind(cache);
   a.max_keys = max_keys;
   return every_count ? cuda::attention_scratch_bytes(a) : cuda::attention_call_scratch_bytes(a);
 }

@@ -116,7 +116,7 @@ void set_gemv_rows(int rows_per_block);
 void set_prefill_halves(int halves);
 
 /// Attention's scratch bytes for a call of `tokens` tokens (n_heads / n_kv_heads heads of
-/// head_dim) over a cache of `rows` rows of type `cache` (F32, F16 or Q8_0; other types as F32),
+/// head_dim) over a cache of `rows` rows of type `cache` (F32, F16 or Q8_0),
 /// planned for `max_keys` keys (0: the cache): with `every_count` the bound the backend allocates
 /// (cuda::attention_scratch_bytes, the most over 1..tokens), else that call's own
 /// (cuda::attention_call_scratch_bytes). For tests.

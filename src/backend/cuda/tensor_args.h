@@ -23,4 +23,19 @@ inline const int32_t* i32(const Tensor& t) {
 
 inline Act act_of(Activation a) { return static_cast<Act>(static_cast<int>(a)); }
 
+/// The kernels' kind of a KV cache of type t (F32, F16 or Q8_0; another type is a bug).
+inline CacheKind cache_kind(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return CacheKind::kF32;
+    case DType::kF16:
+      return CacheKind::kF16;
+    case DType::kQ8_0:
+      return CacheKind::kQ8_0;
+    default:
+      SHOAL_CHECK(false, "KV cache of type {} (expected F32, F16 or Q8_0)", dtype_name(t));
+  }
+  return CacheKind::kF32;
+}
+
 }  // namespace shoal::cuda

@@ -192,36 +192,48 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
   SHOAL_CHECK(k_cache.cols() == int64_t(spec.n_kv_heads) * hd, "attention cache width");
   const int32_t* p = i32(pos);
   const int64_t kvw = k_cache.cols();
+  const auto heads = size_t(spec.n_heads);
+  // Each cache row is dequantized once per token and serves every head; per head the sums run in
+  // the order of the keys, as one head at a time would take them.
   std::vector<float> krow(static_cast<size_t>(kvw)), vrow(static_cast<size_t>(kvw));
-  std::vector<double> scores, acc(static_cast<size_t>(hd));
+  std::vector<double> scores, mx(heads), sum(heads), acc(heads * size_t(hd));
   for (int64_t t = 0; t < n; ++t) {
     const int64_t last = p[t];
     const int64_t first = spec.sliding_window > 0 ? std::max<int64_t>(0, last - spec.sliding_window + 1) : 0;
     SHOAL_CHECK(last < k_cache.rows(), "attention position {} outside cache", last);
-    for (int h = 0; h < spec.n_heads; ++h) {
-      const int kvh = h / group;
-      const float* qh = f32(q) + t * q.cols() + int64_t(h) * hd;
-      scores.assign(size_t(last - first + 1), 0.0);
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = first; j <= last; ++j) {
-        dequantize_row(k_cache, j, krow.data());
+    const auto keys = size_t(last - first + 1);
+    scores.assign(heads * keys, 0.0);  // [head][key]
+    std::fill(mx.begin(), mx.end(), -std::numeric_limits<double>::infinity());
+    for (int64_t j = first; j <= last; ++j) {
+      dequantize_row(k_cache, j, krow.data());
+      for (size_t h = 0; h < heads; ++h) {
+        const float* qh = f32(q) + t * q.cols() + int64_t(h) * hd;
+        const float* kh = krow.data() + int64_t(h) / group * hd;
         double s = 0;
-        for (int d = 0; d < hd; ++d) s += double(qh[d]) * krow[size_t(kvh * hd + d)];
+        for (int d = 0; d < hd; ++d) s += double(qh[d]) * kh[d];
         s *= spec.scale;
         if (spec.softcap > 0) s = spec.softcap * std::tanh(s / spec.softcap);
-        scores[size_t(j - first)] = s;
-        mx = std::max(mx, s);
+        scores[h * keys + size_t(j - first)] = s;
+        mx[h] = std::max(mx[h], s);
       }
-      double sum = 0;
-      for (double& s : scores) sum += (s = std::exp(s - mx));
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = first; j <= last; ++j) {
-        dequantize_row(v_cache, j, vrow.data());
-        const double pj = scores[size_t(j - first)] / sum;
-        for (int d = 0; d < hd; ++d) acc[size_t(d)] += pj * vrow[size_t(kvh * hd + d)];
+    }
+    for (size_t h = 0; h < heads; ++h) {
+      sum[h] = 0;
+      for (size_t i = 0; i < keys; ++i) sum[h] += (scores[h * keys + i] = std::exp(scores[h * keys + i] - mx[h]));
+    }
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = first; j <= last; ++j) {
+      dequantize_row(v_cache, j, vrow.data());
+      for (size_t h = 0; h < heads; ++h) {
+        const double pj = scores[h * keys + size_t(j - first)] / sum[h];
+        const float* vh = vrow.data() + int64_t(h) / group * hd;
+        double* ah = acc.data() + h * size_t(hd);
+        for (int d = 0; d < hd; ++d) ah[d] += pj * vh[d];
       }
+    }
+    for (size_t h = 0; h < heads; ++h) {
       float* oh = f32(out) + t * q.cols() + int64_t(h) * hd;
-      for (int d = 0; d < hd; ++d) oh[d] = float(acc[size_t(d)]);
+      for (int d = 0; d < hd; ++d) oh[d] = float(acc[h * size_t(hd) + size_t(d)]);
     }
   }
 }

@@ -190,6 +190,7 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
   SHOAL_CHECK(spec.n_heads % spec.n_kv_heads == 0, "n_heads not a multiple of n_kv_heads");
   SHOAL_CHECK(q.cols() == int64_t(spec.n_heads) * hd && out.n_elements() == q.n_elements(), "attention q/out shapes");
   SHOAL_CHECK(k_cache.cols() == int64_t(spec.n_kv_heads) * hd, "attention cache width");
+  SHOAL_CHECK(v_cache.cols() == k_cache.cols() && v_cache.rows() == k_cache.rows(), "attention v cache shape");
   const int32_t* p = i32(pos);
   const int64_t kvw = k_cache.cols();
   const auto heads = size_t(spec.n_heads);

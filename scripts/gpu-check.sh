@@ -79,6 +79,11 @@ gtest_counts() {
   awk '/^\[  PASSED  \] [0-9]+/ {p += $4} /^\[  SKIPPED \] [0-9]+/ {s += $4} /^\[  FAILED  \] [0-9]+ tests?,/ {f += $4}
        END {printf "%d passed, %d failed, %d skipped", p - 0, f - 0, s - 0}' "$1"
 }
+# "slowest NAME N.N s" of a gtest log (where the shards' time goes), or nothing.
+gtest_slowest() {
+  awk '/^\[       OK \] .* \([0-9]+ ms\)$/ {ms = substr($(NF - 1), 2) + 0; if (ms > best) {best = ms; name = $4}}
+       END {if (best > 0) printf "; slowest %s %.1f s", name, best / 1000}' "$1"
+}
 # Whether most tests ran: more passed than skipped (a machine without a device skips them all).
 most_ran() { awk '/^\[  PASSED  \] [0-9]+/ {p += $4} /^\[  SKIPPED \] [0-9]+/ {s += $4} END {exit !(p > s)}' "$1"; }
 # gpu_tests NAME LOG COMMAND...: runs, counts, notes.
@@ -89,7 +94,7 @@ gpu_tests() {
   run_sharded "$log" "$@" || r=FAILED
   if [ "$r" = ok ] && ! most_ran "$log"; then r="FAILED (most tests skipped: no device?)"; fi
   [ "$r" = ok ] || { fails=$((fails + 1)); grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|nerr|trace' "$log" | head -30; }
-  note "test $name: $r ($(gtest_counts "$log"); $SHARDS shards, $(( $(date +%s) - t0 )) s)"
+  note "test $name: $r ($(gtest_counts "$log"); $SHARDS shards, $(( $(date +%s) - t0 )) s$(gtest_slowest "$log"))"
 }
 # Tests that measure the device's free memory (cudaMemGetInfo counts every process) or take all
 # of it for a while run alone, after the shards.

@@ -87,14 +87,21 @@ void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) {
   const float* xs = f32(x);
   float* ys = f32(y);
   const float* b = bias ? f32(*bias) : nullptr;
+  // Eight tokens at a time: independent sums (each over k in order, as one token alone would
+  // take it) keep the CPU's adders busy; the results are those of one token at a time.
+  constexpr int64_t kTokens = 8;
   for (int64_t o = 0; o < out; ++o) {
     dequantize_row(w, o, wrow.data());
-    for (int64_t i = 0; i < n; ++i) {
-      double acc = 0;
-      const float* xr = xs + i * in;
-      for (int64_t k = 0; k < in; ++k) acc += double(wrow[size_t(k)]) * double(xr[k]);
-      if (b) acc += b[o];
-      ys[i * out + o] = float(acc);
+    for (int64_t i0 = 0; i0 < n; i0 += kTokens) {
+      const int64_t m = std::min(kTokens, n - i0);
+      double acc[kTokens] = {};
+      const float* xr[kTokens];
+      for (int64_t j = 0; j < kTokens; ++j) xr[j] = xs + (i0 + std::min(j, m - 1)) * in;
+      for (int64_t k = 0; k < in; ++k) {
+        const double wk = wrow[size_t(k)];
+        for (int64_t j = 0; j < kTokens; ++j) acc[j] += wk * double(xr[j][k]);
+      }
+      for (int64_t j = 0; j < m; ++j) ys[(i0 + j) * out + o] = float(b ? acc[j] + b[o] : acc[j]);
     }
   }
 }

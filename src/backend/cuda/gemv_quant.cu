@@ -336,25 +336,25 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         // and the lo lanes. The 4 items of a word are adjacent lanes; they share the word's
         // power-of-two scale, which puts max |x| of the 32 values in [2^14, 2^15): no f16
         // overflow, lo clear of the subnormals.
-        const int64_t items = (c1 - c0 - warp + kWarps - 1) / kWarps * kWords * NT * 4;
+        // Items in 32-bit indices (gemv_quant checks cols < 2^30: 64-bit ones cost ~150 more
+        // instructions per warp between the PDL wait and the first x load).
+        const int items = int((c1 - c0 - warp + kWarps - 1) / kWarps) * kWords * NT * 4;
         constexpr int kG = 4;  // items per lane whose activations are loaded together
-        for (int64_t it0 = lane; it0 < items; it0 += 32 * kG) {
+        for (int it0 = lane; it0 < items; it0 += 32 * kG) {
           // Item it0 + 32 gi: lane column t (= it & 3), token js[gi], stage-local word words[gi].
           float2 v[kG][4];
           float sumsq[kG];
-          int js[kG];
-          int64_t words[kG];
-          bool used[kG];  // a real item of a real token (whole quads)
+          int js[kG], words[kG];
+          bool used[kG];
 #pragma unroll
           for (int gi = 0; gi < kG; ++gi) {
-            const int64_t it = it0 + 32 * gi;
-            const int j = int((it >> 2) % NT);
-            const int64_t wm = it / (4 * NT);  // the warp's word index
-            const int64_t word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;
-            const int64_t k = (c0 * kWords + word) * 32 + 2 * t;
+            const int it = it0 + 32 * gi;
+            const int j = (it >> 2) % NT, wm = it / (4 * NT);  // the warp's word index
+            const int word = (warp + kWarps * (wm / kWords)) * kWords + wm % kWords;
+            const int k = (int(c0) * kWords + word) * 32 + 2 * t;
             js[gi] = j;
             words[gi] = word;
-            used[gi] = it < items && j < a.n;
+            used[gi] = it < items && j < a.n;  // a real item of a real token (whole quads)
             const bool live = used[gi] && k < a.cols;
 #pragma unroll
             for (int p = 0; p < 4; ++p)  // pairs at k + 0, + 8, + 16, + 24
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
           for (int gi = 0; gi < kG; ++gi) {
             if (!used[gi]) continue;
             const int j = js[gi];
-            const int64_t word = words[gi];
+            const int word = words[gi];
 #pragma unroll
             for (int jj = 0; jj < NT; ++jj)  // (ss[j] would put ss in local memory)
               if (jj == j) ss[jj] += sumsq[gi];
@@ -632,7 +632,7 @@ int64_t gemv_frag_bytes(int64_t cols) { return cols / 32 * (kFragWords * 16 + 4)
 cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& o, cudaStream_t stream) {
   const WKind kind = outs[0].w.kind;
   const int64_t cols = outs[0].w.cols;
-  if (cols % 32 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+  if (cols % 32 != 0 || cols >= (int64_t(1) << 30) || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
       (o.norm_w && reinterpret_cast<uintptr_t>(o.norm_w) % 16 != 0))
     return cudaErrorInvalidValue;
   const bool q4 = kind == WKind::kQ4_0;

@@ -151,8 +151,8 @@ cudaError_t gemv_multi(const GemvOut* outs, int count, const float* x, int n, co
                        cudaStream_t stream);
 /// The Q8_0 / Q4_0 path of gemv_multi() (gemv_quant.cu): f16 tensor-core MMAs on the tile
 /// layout of cuda_util.h, exact to ~2^-22 relative. The products are already validated by
-/// gemv_multi(). Errors: cudaErrorInvalidValue when cols is not a multiple of 32 or x / norm_w
-/// are not 16-byte aligned.
+/// gemv_multi(). Errors: cudaErrorInvalidValue when cols is not a multiple of 32 or not below
+/// 2^30 (32-bit column indices), or x / norm_w are not 16-byte aligned.
 cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, const GemvOpts& opts,
                        cudaStream_t stream);
 /// The current device's SM count and opt-in shared memory per block (bytes), read once per device

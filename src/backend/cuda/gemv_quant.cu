@@ -215,9 +215,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   };
 
   // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
-  // block's units in turn, by pairs (c, c + 8), copied slots - 1 pairs ahead of the
-  // computation into this lane's ring slots. It runs on across stages and units, so the loads
-  // stay in flight while fragments are built and partial sums reduced.
+  // block's units in turn, by pairs (c, c + 8), into this lane's ring slots: every slot is
+  // filled before the PDL wait, and a slot is refilled (with the pair `slots` ahead) as soon as
+  // its pair is computed. It runs on across stages and units, so the loads stay in flight while
+  // fragments are built and partial sums reduced. (A 4-slot ring holds a 4096-column Q4_0 /
+  // Q8_0 unit's whole share of a warp: wo and q/k/v blocks have all their first unit's
+  // weights loading before the previous kernel ends.)
   const int m_chunks = warp < a.chunks ? int((a.chunks - warp + kWarps - 1) / kWarps) : 0;
   constexpr int kPairLoads = 2 * kLoads;
   uint4* ring_w = smem + warp * slots * kPairLoads * 32 + lane;  // + ((slot * 2 + h) * kLoads + load) * 32
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   };
   if (p_unit < a.units) point(p_unit);
 #pragma unroll 1
-  for (int i = 0; i < slots - 1; ++i) issue();  // before the wait: weights never depend on it
+  for (int i = 0; i < slots; ++i) issue();  // before the wait: weights never depend on it
   EpilogueIn e;  // of the unit: loaded at its start (the first one's before the wait, if allowed)
   if (a.early_epilogue && first_unit < a.units) e = unit_epilogue(first_unit);
   pdl_prologue();
@@ -392,7 +395,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       constexpr int kFragStep = kWarps * kWords * kSets * kLanes, kInvStep = kWarps * kWords * NT;
 #pragma unroll 1
       for (int c = int(c0) + warp; c < int(c1); c += 2 * kWarps) {
-        issue();                      // into the slot computed last time
         if (Sh::kMaxSlots > 2 && slots == Sh::kMaxSlots)  // the pair (c, c + 8) has landed
           cp_async_wait<Sh::kMaxSlots - 1>();
         else
@@ -451,6 +453,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
               }
             }
         }
+        issue();  // into the slot just computed (p_slot == c_slot)
         fw += 2 * kFragStep;
         iw += 2 * kInvStep;
         c_slot = Sh::next_slot(c_slot, slots);

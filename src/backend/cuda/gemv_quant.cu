@@ -150,8 +150,10 @@ struct Shape {
   // row needs several stages, or would with more slots (one stage, looping over units, beats a
   // deeper ring), and for 3 when it would hold fewer blocks per SM (launch_quant). While a pair
   // is computed, the other slots' (slots - 1) * 2 * kLoads loads are in flight. (H200,
-  // Llama-3-8B decode step: Q8_0 with 3 slots 0.8% faster than with 2 or 4; Q4_0 gate+up no
-  // faster with 3, and its 4-token GEMV slower.)
+  // Llama-3-8B decode step, with slots - 1 pairs issued before the PDL wait: Q8_0 with 3 slots
+  // 0.8% faster than with 2 or 4; Q4_0 gate+up no faster with 3, and its 4-token GEMV slower.
+  // H100, with every slot filled first (v47): Q4_0 with 3 slots for gate+up and the LM head
+  // 2% slower.)
   static constexpr int kMaxSlots = NT >= 4 || kLoads > 1 ? (kQ4 ? 2 : 3) : 4;
   // The ring slot after slot i of a ring of `slots` (kMaxSlots or 2): a mask for powers of two
   // (the Q4_0 decode step was 1% slower with the compare in every kernel).
@@ -218,9 +220,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   // block's units in turn, by pairs (c, c + 8), into this lane's ring slots: every slot is
   // filled before the PDL wait, and a slot is refilled (with the pair `slots` ahead) as soon as
   // its pair is computed. It runs on across stages and units, so the loads stay in flight while
-  // fragments are built and partial sums reduced. (A 4-slot ring holds a 4096-column Q4_0 /
-  // Q8_0 unit's whole share of a warp: wo and q/k/v blocks have all their first unit's
-  // weights loading before the previous kernel ends.)
+  // fragments are built and partial sums reduced. (A 4-slot ring holds a warp's whole share of
+  // a one-tile unit of 4096 Q4_0 columns, so the Llama-3-8B wo and q/k/v blocks have all their
+  // first unit's weights loading before the previous kernel ends; Q8_0 half of it.)
   const int m_chunks = warp < a.chunks ? int((a.chunks - warp + kWarps - 1) / kWarps) : 0;
   constexpr int kPairLoads = 2 * kLoads;
   uint4* ring_w = smem + warp * slots * kPairLoads * 32 + lane;  // + ((slot * 2 + h) * kLoads + load) * 32

@@ -341,8 +341,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         // and the lo lanes. The 4 items of a word are adjacent lanes; they share the word's
         // power-of-two scale, which puts max |x| of the 32 values in [2^14, 2^15): no f16
         // overflow, lo clear of the subnormals.
-        // Items in 32-bit indices (gemv_quant checks cols < 2^30: 64-bit ones cost ~150 more
-        // instructions per warp between the PDL wait and the first x load).
+        // Items in 32-bit indices (gemv_quant checks cols < 2^30; 64-bit ones took ~200
+        // instructions per warp between the PDL wait and the first x load, v47).
         const int items = int((c1 - c0 - warp + kWarps - 1) / kWarps) * kWords * NT * 4;
         constexpr int kG = 4;  // items per lane whose activations are loaded together
         for (int it0 = lane; it0 < items; it0 += 32 * kG) {

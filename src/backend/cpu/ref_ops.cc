@@ -28,6 +28,16 @@ const int32_t* i32(const Tensor& t) {
   return static_cast<const int32_t*>(t.data);
 }
 
+// acc[j] += the dot product of w with token row xr[j] (in values), j < M, each summed in double
+// over k in order.
+template <int M>
+void token_dots(const float* w, const float* const* xr, int64_t in, double* acc) {
+  for (int64_t k = 0; k < in; ++k) {
+    const double wk = w[k];
+    for (int j = 0; j < M; ++j) acc[j] += wk * double(xr[j][k]);
+  }
+}
+
 }  // namespace
 
 float apply_activation(float x, Activation act) {
@@ -87,21 +97,24 @@ void matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tensor* bias) {
   const float* xs = f32(x);
   float* ys = f32(y);
   const float* b = bias ? f32(*bias) : nullptr;
-  // Eight tokens at a time: independent sums (each over k in order, as one token alone would
-  // take it) keep the CPU's adders busy; the results are those of one token at a time.
-  constexpr int64_t kTokens = 8;
+  // Up to eight tokens at a time (8, 4, 2 or 1: no sums for tokens past the end): independent
+  // sums, each over k in order as one token alone would take it, keep the CPU's adders busy; the
+  // results are those of one token at a time.
   for (int64_t o = 0; o < out; ++o) {
     dequantize_row(w, o, wrow.data());
-    for (int64_t i0 = 0; i0 < n; i0 += kTokens) {
-      const int64_t m = std::min(kTokens, n - i0);
-      double acc[kTokens] = {};
-      const float* xr[kTokens];
-      for (int64_t j = 0; j < kTokens; ++j) xr[j] = xs + (i0 + std::min(j, m - 1)) * in;
-      for (int64_t k = 0; k < in; ++k) {
-        const double wk = wrow[size_t(k)];
-        for (int64_t j = 0; j < kTokens; ++j) acc[j] += wk * double(xr[j][k]);
+    for (int64_t i0 = 0; i0 < n;) {
+      const int64_t left = n - i0, m = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      double acc[8] = {};
+      const float* xr[8];
+      for (int64_t j = 0; j < m; ++j) xr[j] = xs + (i0 + j) * in;
+      switch (m) {
+        case 8: token_dots<8>(wrow.data(), xr, in, acc); break;
+        case 4: token_dots<4>(wrow.data(), xr, in, acc); break;
+        case 2: token_dots<2>(wrow.data(), xr, in, acc); break;
+        default: token_dots<1>(wrow.data(), xr, in, acc);
       }
       for (int64_t j = 0; j < m; ++j) ys[(i0 + j) * out + o] = float(b ? acc[j] + b[o] : acc[j]);
+      i0 += m;
     }
   }
 }

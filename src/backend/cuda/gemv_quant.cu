@@ -328,10 +328,34 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
             cp_async(dst + at, src + at, std::integral_constant<int, int(sizeof(*dst))>{});
           }
         };
-        copy(frag, a.frag_in + c0 * kE, std::integral_constant<int, kE>{});
-        copy(inv_scale, a.inv_in + c0 * kEI, std::integral_constant<int, kEI>{});
-        cp_async_commit();
-        cp_async_wait<0>();  // (the weight pairs in flight too)
+        // Q8_0: plain loads and stores, which wait for the fragments alone (cp.async's
+        // wait_group 0 waits for every weight pair issued before them too; v47: Q8_0 step ~1%
+        // faster, Q4_0 no different, measured with a runtime switch).
+        auto load_copy = [&](auto* dst, const auto* src, auto per) {
+          constexpr int kU = 8;  // loads per lane in flight
+          for (int i0 = lane; i0 < m * per; i0 += 32 * kU) {
+            std::remove_cv_t<std::remove_reference_t<decltype(*src)>> v[kU];
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+              const int i = i0 + 32 * u;
+              if (i < m * per) v[u] = src[(warp + kWarps * (i / per)) * per + i % per];
+            }
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+              const int i = i0 + 32 * u;
+              if (i < m * per) dst[(warp + kWarps * (i / per)) * per + i % per] = v[u];
+            }
+          }
+        };
+        if constexpr (!kQ4) {
+          load_copy(frag, a.frag_in + c0 * kE, std::integral_constant<int, kE>{});
+          load_copy(inv_scale, a.inv_in + c0 * kEI, std::integral_constant<int, kEI>{});
+        } else {
+          copy(frag, a.frag_in + c0 * kE, std::integral_constant<int, kE>{});
+          copy(inv_scale, a.inv_in + c0 * kEI, std::integral_constant<int, kEI>{});
+          cp_async_commit();
+          cp_async_wait<0>();  // (the weight pairs in flight too)
+        }
         __syncwarp();
       } else if (!built || !single_stage) {
         __syncwarp();  // the previous stage's fragments are read

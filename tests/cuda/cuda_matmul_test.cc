@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_probe.h"
+#include "backend/cuda/kernels.h"
 #include "cuda/cuda_test_util.h"
 
 namespace shoal::test {
@@ -644,6 +645,26 @@ TEST_F(CudaMatmulTest, UnsupportedWeightTypeIsAnError) {
   auto r = gpu_->alloc_weight(DType::kQ4_K, {16, 256});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
+}
+
+TEST(CudaGemvQuantArgs, RejectsWhatItsIndicesOrLoadsCannotTake) {
+  // gemv_quant's own checks (kernels.h), made before it touches memory or the device, so they
+  // need no GPU: columns not a multiple of 32 or not below 2^30 (the fragment build's 32-bit
+  // indices), x not 16-byte aligned. The pointers are never dereferenced.
+  const auto* x = reinterpret_cast<const float*>(uintptr_t{256});
+  float* y = reinterpret_cast<float*>(uintptr_t{512});
+  const auto* q = reinterpret_cast<const void*>(uintptr_t{1024});
+  const auto* s = reinterpret_cast<const uint16_t*>(uintptr_t{2048});
+  for (cuda::WKind kind : {cuda::WKind::kQ8_0, cuda::WKind::kQ4_0})
+    for (int64_t cols : {int64_t{1} << 30, (int64_t{1} << 30) + 32, int64_t{1} << 40, int64_t{4096 + 16}}) {
+      SCOPED_TRACE(fmt::format("kind {} cols {}", int(kind), cols));
+      cuda::GemvOut o{cuda::WeightRef{kind, q, s, 16, cols}};
+      o.y = y;
+      EXPECT_EQ(cuda::gemv_quant(&o, 1, x, 1, cuda::GemvOpts{}, nullptr), cudaErrorInvalidValue);
+    }
+  cuda::GemvOut o{cuda::WeightRef{cuda::WKind::kQ4_0, q, s, 16, 4096}};
+  o.y = y;
+  EXPECT_EQ(cuda::gemv_quant(&o, 1, x + 1, 1, cuda::GemvOpts{}, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
 //   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--attention]
-//                [--prefill-attention] [--only llama-q4_0]
+//                [--prefill-attention] [--sampling] [--only llama-q4_0]
 //                [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -663,7 +663,7 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
 }
 
 int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, bool gemv, bool prefill_attention,
-        const std::string& only) {
+        bool sampling, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -700,6 +700,10 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   }
   if (gemv) {
     bench_gemv(b, c, reps);
+    return 0;
+  }
+  if (sampling) {
+    bench_sampling(b, reps);
     return 0;
   }
   if (prefill) bench_gemm(b, c, reps);
@@ -764,7 +768,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
-  bool prefill = false, sweep = false, attention = false, gemv = false, prefill_attention = false;
+  bool prefill = false, sweep = false, attention = false, gemv = false, prefill_attention = false, sampling = false;
   app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
   app.add_flag("--gemv", gemv, "Ceilings and the GEMV table of Llama-3-8B shapes only");
   app.add_flag("--attention", attention,
@@ -772,6 +776,7 @@ int main(int argc, char** argv) {
   app.add_flag("--prefill-attention", prefill_attention,
                "Ceilings and prefill attention (Llama-3-8B and Qwen3-0.6B heads, 512-4096 tokens) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
+  app.add_flag("--sampling", sampling, "Ceilings and the sampling ops of a decode step (argmax, top-k, draw) only");
   CLI::Option* only_opt =
       app.add_option("--only", only,
                      "Ceilings and one decode step: llama-q4_0, llama-q8_0, llama-f16 or qwen-f16 (with --prefill: "
@@ -793,7 +798,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, only);
 }
 
 #else  // no CUDA backend in this build

@@ -61,8 +61,8 @@ constexpr int kLoadsMax = 8;  // float4 loads per thread in flight in a slice's 
 // Reads n = min(slice, vocab - lo) values of row r at lo: a whole, 16-byte-aligned slice of a
 // multiple of 4 * kThreads values, at most kLoadsMax times that, with every float4 load of a
 // thread in flight before the first use (the logits were just written: L2 latency, not
-// bandwidth, bounds a slice), else one value at a time. f(j, v) is called for every value v at row index j, by the thread that
-// loaded it.
+// bandwidth, bounds a slice), else one value at a time. f(j, v) is called for every value v at
+// row index lo + j, by the thread that loaded it.
 template <int kThreads, class F>
 __device__ __forceinline__ void read_slice(const float* r, int64_t lo, int slice, int n, F f) {
   if (n == slice && slice % (4 * kThreads) == 0 && slice <= kLoadsMax * 4 * kThreads &&

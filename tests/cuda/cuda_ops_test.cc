@@ -137,7 +137,9 @@ TEST_F(CudaOpsTest, EmbedEveryDtypeIsExact) {
 }
 
 TEST_F(CudaOpsTest, ArgmaxLowestIndexOnTies) {
-  for (int64_t vocab : {1, 7, 8192, 32000, 151936}) {
+  // (6146 values: rows 0 and 2 start 16-byte aligned, row 1 does not; three whole slices and a
+  // partial one per row.)
+  for (int64_t vocab : {1, 7, 6146, 8192, 32000, 151936}) {
     const int64_t rows = 3;
     std::vector<float> v = randn(rows * vocab);
     // Row 1: the maximum twice; row 2: everything equal.
@@ -152,8 +154,9 @@ TEST_F(CudaOpsTest, ArgmaxLowestIndexOnTies) {
 }
 
 TEST_F(CudaOpsTest, TopKSortedWithTiesByIndex) {
-  for (auto [vocab, k] : {std::pair<int64_t, int>{10, 10}, {1000, 1}, {32000, 40}, {128256, 50}, {151936, 256},
-                          {151936, 1024}, {9000, 700}}) {
+  // (Slices of 2048, 4096 and 8192 logits: k 40 / 50, 128256 x 256, 151936 x 256 / 1024.)
+  for (auto [vocab, k] : {std::pair<int64_t, int>{10, 10}, {1000, 1}, {32000, 40}, {128256, 50}, {128256, 256},
+                          {151936, 256}, {151936, 1024}, {9000, 700}}) {
     SCOPED_TRACE(fmt::format("vocab {} k {}", vocab, k));
     std::vector<float> v = randn(vocab);
     // Ties across slices and inside the top k.

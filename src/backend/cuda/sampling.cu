@@ -61,10 +61,11 @@ constexpr int kLoadsMax = 8;  // float4 loads per thread in flight in a slice's 
 // Reads n = min(slice, vocab - lo) values of row r at lo: a whole, 16-byte-aligned slice of a
 // multiple of 4 * kThreads values, at most kLoadsMax times that, with every float4 load of a
 // thread in flight before the first use (the logits were just written: L2 latency, not
-// bandwidth, bounds a slice), else one value at a time. f(j, v) is called for every value v at
-// row index lo + j, by the thread that loaded it.
-template <int kThreads, class F>
-__device__ __forceinline__ void read_slice(const float* r, int64_t lo, int slice, int n, F f) {
+// bandwidth, bounds a slice), and quad(j, v) called for the values lo + j .. lo + j + 3 (j a
+// multiple of 4); else one value at a time, one(j, v) for value lo + j. Each call is made by
+// the thread that loaded the values.
+template <int kThreads, class Quad, class One>
+__device__ __forceinline__ void read_slice(const float* r, int64_t lo, int slice, int n, Quad quad, One one) {
   if (n == slice && slice % (4 * kThreads) == 0 && slice <= kLoadsMax * 4 * kThreads &&
       reinterpret_cast<uintptr_t>(r + lo) % 16 == 0) {
     const float4* r4 = reinterpret_cast<const float4*>(r + lo);
@@ -75,15 +76,9 @@ __device__ __forceinline__ void read_slice(const float* r, int64_t lo, int slice
       if (u < per) v[u] = r4[threadIdx.x + u * kThreads];
 #pragma unroll
     for (int u = 0; u < kLoadsMax; ++u)
-      if (u < per) {
-        const int j = 4 * (int(threadIdx.x) + u * kThreads);
-        f(j, v[u].x);
-        f(j + 1, v[u].y);
-        f(j + 2, v[u].z);
-        f(j + 3, v[u].w);
-      }
+      if (u < per) quad(4 * (int(threadIdx.x) + u * kThreads), v[u]);
   } else {
-    for (int j = threadIdx.x; j < n; j += kThreads) f(j, r[lo + j]);
+    for (int j = threadIdx.x; j < n; j += kThreads) one(j, r[lo + j]);
   }
 }
 
@@ -100,11 +95,19 @@ __global__ void argmax_partial_kernel(const float* __restrict__ logits, int64_t 
   const int64_t row = blockIdx.y;
   const int64_t lo = int64_t(blockIdx.x) * slice;
   Cand best{0.0f, -1};
-  read_slice<kArgmaxThreads>(logits + row * vocab, lo, slice, int(min(int64_t(slice), vocab - lo)),
-                             [&](int j, float v) {
-                               const Cand c{v, int32_t(lo + j)};
-                               if (better(c, best)) best = c;
-                             });
+  auto one = [&](int j, float v) {
+    const Cand c{v, int32_t(lo + j)};
+    if (better(c, best)) best = c;
+  };
+  read_slice<kArgmaxThreads>(
+      logits + row * vocab, lo, slice, int(min(int64_t(slice), vocab - lo)),
+      [&](int j, float4 v) {
+        one(j, v.x);
+        one(j + 1, v.y);
+        one(j + 2, v.z);
+        one(j + 3, v.w);
+      },
+      one);
   best = block_best<kArgmaxThreads>(best, smem);
   if (threadIdx.x == 0) partial[row * slices + blockIdx.x] = best;
 }
@@ -167,8 +170,8 @@ __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, i
 }
 
 // ---- top-k ----------------------------------------------------------------------------------
-// Two stages: each block takes a slice of 8192 logits and keeps its k best, sorted; one block
-// then takes the k best of those. A stage finds its k-th best by radix select on an
+// Two stages: each block takes a slice of 2048-8192 logits (topk_slice) and keeps its k best,
+// sorted; one block then takes the k best of those. A stage finds its k-th best by radix select on an
 // order-preserving key of the value (MSB first, 8 bits a pass, stopping once the boundary digit's
 // elements are all in), takes every element above it and, of those equal to it on the bits
 // seen, the first ones by position (position order is index order: slices are contiguous, their
@@ -176,7 +179,8 @@ __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, i
 // barriers a pass; the earlier selection by k rounds of block-wide best took ~2 us a round.
 constexpr int kSliceThreads = 256;
 constexpr int kSliceMax = kLoadsMax * 4 * kSliceThreads;  // logits per first-stage block, at most
-// (1024 threads: with 256, top-k 40 took 16.5-21.6 us instead of 15.3-16.6; H100, v48.)
+// Threads of the final stage (with 256, top-k 40 took 16.5-21.6 us instead of 15.3-16.6; H100,
+// v48).
 constexpr int kFinalThreads = 1024;
 constexpr int64_t kMaxCandidates = 32768;
 
@@ -311,10 +315,12 @@ struct CandGet {
 __global__ void __launch_bounds__(kSliceThreads)
     top_k_slice_kernel(const float* __restrict__ logits, int64_t vocab, int slice, int k, Cand* __restrict__ cands) {
   pdl_prologue();
-  __shared__ float vals[kSliceMax];
+  __shared__ __align__(16) float vals[kSliceMax];
   const int64_t lo = int64_t(blockIdx.x) * slice;
   const int n = int(min(int64_t(slice), vocab - lo));
-  read_slice<kSliceThreads>(logits, lo, slice, n, [&](int j, float v) { vals[j] = v; });
+  read_slice<kSliceThreads>(
+      logits, lo, slice, n, [&](int j, float4 v) { reinterpret_cast<float4*>(vals)[j / 4] = v; },
+      [&](int j, float v) { vals[j] = v; });
   __syncthreads();
   select_top_k<kSliceThreads>(SliceGet{vals, lo}, n, k, cands + int64_t(blockIdx.x) * k);
 }
@@ -334,7 +340,7 @@ __global__ void __launch_bounds__(kFinalThreads)
 // Logits per first-stage block of a top-k: the smallest power of two from 2048 up to kSliceMax
 // that leaves the final stage at most kFinalCandidates. (Top-k 40 of 128256 values: 63 blocks of
 // 2048, 15.3-16.0 us; 28.4 with 8192 per block, 29.9 before the loads in flight, 16.1 with 1024;
-// k = 256 keeps 8192. H100, v48.)
+// k = 256 takes 4096 for 128256 values and 8192 for 151936. H100, v48.)
 constexpr int64_t kFinalCandidates = 8192;
 int topk_slice(int64_t vocab, int k) {
   int slice = 2048;

@@ -321,12 +321,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         __syncwarp();  // the previous stage's fragments are read
         constexpr int kE = kWords * kSets * kLanes, kEI = kWords * NT;
         const int m = int((c1 - c0 - warp + kWarps - 1) / kWarps);
-        // per: elements per chunk (a power of two); dst / src: the stage's first chunk.
+        // per: elements per chunk (a power of two); dst / src: the stage's first chunk; element i
+        // of the warp's chunks is at at(i, per) of both.
+        auto at = [&](int i, int per) { return (warp + kWarps * (i / per)) * per + i % per; };
         auto copy = [&](auto* dst, const auto* src, auto per) {
-          for (int i = lane; i < m * per; i += 32) {
-            const int at = (warp + kWarps * (i / per)) * per + i % per;
-            cp_async(dst + at, src + at, std::integral_constant<int, int(sizeof(*dst))>{});
-          }
+          for (int i = lane; i < m * per; i += 32)
+            cp_async(dst + at(i, per), src + at(i, per), std::integral_constant<int, int(sizeof(*dst))>{});
         };
         // Q8_0: plain loads and stores, which wait for the fragments alone (cp.async's
         // wait_group 0 waits for every weight pair issued before them too; v47-v48: Q8_0 step
@@ -338,12 +338,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
               const int i = i0 + 32 * u;
-              if (i < m * per) v[u] = src[(warp + kWarps * (i / per)) * per + i % per];
+              if (i < m * per) v[u] = src[at(i, per)];
             }
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
               const int i = i0 + 32 * u;
-              if (i < m * per) dst[(warp + kWarps * (i / per)) * per + i % per] = v[u];
+              if (i < m * per) dst[at(i, per)] = v[u];
             }
           }
         };

@@ -88,19 +88,19 @@ __device__ __forceinline__ void read_slice(const float* r, int64_t lo, int slice
 constexpr int kArgmaxSlice = 2048;
 static_assert(kArgmaxSlice % (4 * kArgmaxThreads) == 0 && kArgmaxSlice <= kLoadsMax * 4 * kArgmaxThreads);
 
-__global__ void argmax_partial_kernel(const float* __restrict__ logits, int64_t vocab, int slice, int slices,
+__global__ void argmax_partial_kernel(const float* __restrict__ logits, int64_t vocab, int slices,
                                       Cand* __restrict__ partial) {
   pdl_prologue();
   __shared__ Cand smem[33];
   const int64_t row = blockIdx.y;
-  const int64_t lo = int64_t(blockIdx.x) * slice;
+  const int64_t lo = int64_t(blockIdx.x) * kArgmaxSlice;
   Cand best{0.0f, -1};
   auto one = [&](int j, float v) {
     const Cand c{v, int32_t(lo + j)};
     if (better(c, best)) best = c;
   };
   read_slice<kArgmaxThreads>(
-      logits + row * vocab, lo, slice, int(min(int64_t(slice), vocab - lo)),
+      logits + row * vocab, lo, kArgmaxSlice, int(min(int64_t(kArgmaxSlice), vocab - lo)),
       [&](int j, float4 v) {
         one(j, v.x);
         one(j + 1, v.y);
@@ -359,10 +359,10 @@ uint64_t top_k_scratch_bytes(int64_t vocab, int k) { return uint64_t(slices_of(v
 
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scratch, int32_t* out, cudaStream_t stream) {
   if (rows == 0 || vocab == 0) return cudaSuccess;
-  const int slice = kArgmaxSlice, slices = int(div_up(vocab, int64_t(slice)));
+  const int slices = int(div_up(vocab, int64_t(kArgmaxSlice)));
   Cand* partial = static_cast<Cand*>(scratch);
   SHOAL_TRY_LAUNCH(launch(argmax_partial_kernel, dim3(unsigned(slices), unsigned(rows)), kArgmaxThreads, 0, stream,
-                          logits, vocab, slice, slices, partial));
+                          logits, vocab, slices, partial));
   SHOAL_TRY_LAUNCH(launch(argmax_final_kernel, unsigned(rows), 32, 0, stream, partial, slices, out));
   return cudaGetLastError();
 }

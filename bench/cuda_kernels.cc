@@ -318,7 +318,7 @@ void bench_prefill_attention(Backend& b, Backend& half, int reps) {
 
 // ---- sampling ------------------------------------------------------------------------------
 // The head's sampling ops of one decode step, each alone in a graph: argmax (greedy), top-k,
-// and top-k with the draw from its candidates (a sampled step of a chained decode).
+// and top-k with the draw from its candidates (top_k_sample: a sampled step of a chained decode).
 void bench_sampling(Backend& b, int reps) {
   std::printf("\n## Sampling ops of a decode step (us)\n| vocab | argmax | top-k 40 | top-k 40 + draw | top-k 256 + draw |\n");
   std::printf("|---|---|---|---|---|\n");
@@ -333,8 +333,7 @@ void bench_sampling(Backend& b, int reps) {
     auto draw = [&](int k) {
       return [&, k] {
         Tensor i = ids.rows_view(0, k).reshaped({k}), v = vals.rows_view(0, k).reshaped({k});
-        b.top_k(logits, k, i, v);
-        b.sample(i, v, state, out);
+        b.top_k_sample(logits, k, i, v, state, out);
       };
     };
     const double am = us([&] { b.argmax(logits, best); });

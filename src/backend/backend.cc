@@ -57,6 +57,11 @@ Status Backend::clear_decoded() {
   return Status::Ok();
 }
 
+void Backend::top_k_sample(const Tensor& logits, int k, Tensor& ids, Tensor& vals, Tensor& state, Tensor& out) {
+  top_k(logits, k, ids, vals);
+  sample(ids, vals, state, out);
+}
+
 void Backend::add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) {
   add(x, delta, x);
   rms_norm(x, w, eps, y);

@@ -356,7 +356,7 @@ int Slice::kept_rows(int n, const StepOutput& out) const {
   return out.keep_rows < 0 ? n : out.keep_rows;
 }
 
-void Slice::run_head(int n, const StepOutput& out) {
+void Slice::run_head(int n, const StepOutput& out, Tensor* drawn) {
   Backend& be = backend_;
   ForwardContext ctx{&be, &cfg_, &act_};
   switch (out.mode) {
@@ -370,7 +370,10 @@ void Slice::run_head(int n, const StepOutput& out) {
       forward_head(ctx, global_, n - 1, 1, l);
       Tensor ids = topk_ids_.rows_view(0, out.top_k).reshaped({out.top_k});
       Tensor vals = topk_vals_.rows_view(0, out.top_k).reshaped({out.top_k});
-      be.top_k(l, out.top_k, ids, vals);
+      if (drawn)
+        be.top_k_sample(l, out.top_k, ids, vals, sampling_, *drawn);
+      else
+        be.top_k(l, out.top_k, ids, vals);
       break;
     }
     case HeadMode::kArgmaxLast: {
@@ -440,7 +443,7 @@ Status Slice::run_step(uint64_t key, int64_t keys, int n, const std::function<vo
   return ran;
 }
 
-void Slice::record_step(const StepInput& in, const StepOutput& out) {
+void Slice::record_step(const StepInput& in, const StepOutput& out, Tensor* drawn) {
   Backend& be = backend_;
   const int n = in.n;
   Tensor x = act_.x.rows_view(0, n);
@@ -455,7 +458,7 @@ void Slice::record_step(const StepInput& in, const StepOutput& out) {
   }
   const int keep = kept_rows(n, out);
   forward_layers(ctx, layers_, cache_, spec_.first, spec_.end, n, keep);
-  if (spec_.head && out.mode != HeadMode::kLogitsAll) run_head(n, out);
+  if (spec_.head && out.mode != HeadMode::kLogitsAll) run_head(n, out, drawn);
   if (!spec_.head && out.hidden_dtype == DType::kF16 && keep > 0) {
     Tensor hop = hop_.rows_view(0, keep);
     be.convert(x.rows_view(n - keep, keep), hop);
@@ -548,12 +551,7 @@ Result<int> Slice::decode(int32_t id, int64_t pos0, int max_steps, const DecodeS
   int launched = 0;
   auto launch = [&] {  // step `launched`: position pos0 + launched, attending one key more
     return run_step(step_key(in, head, true), pos0 + launched + 1, 1, [&] {
-      record_step(in, head);
-      if (!how.greedy) {
-        Tensor cand_ids = topk_ids_.rows_view(0, how.top_k).reshaped({how.top_k});
-        Tensor cand_vals = topk_vals_.rows_view(0, how.top_k).reshaped({how.top_k});
-        be.sample(cand_ids, cand_vals, sampling_, next);
-      }
+      record_step(in, head, how.greedy ? nullptr : &next);  // (sampled: the head also draws)
       be.advance_decode(next, ids, pos);  // also publishes the step's id (wait_decoded)
     });
   };

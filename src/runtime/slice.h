@@ -152,7 +152,7 @@ class Slice {
   /// without a head), or keep_rows outside -1..n or set on a slice that has a head or does not
   /// end the model; checked before an n-token step is recorded or replayed.
   Status check_output(const StepOutput& out, int n) const;
-  void run_head(int n, const StepOutput& out);
+  void run_head(int n, const StepOutput& out, Tensor* drawn);
   /// Checks a step against the cache and the context; uploads its positions and ids (or hidden state).
   Status upload_step(const StepInput& in);
   /// The graph key of a step: its size, head output (or for a slice without a head, the rows it
@@ -165,7 +165,9 @@ class Slice {
   /// (plan_attention_keys) while it runs, the plan class added to `key` (bits 48..55).
   Status run_step(uint64_t key, int64_t keys, int n, const std::function<void()>& record);
   /// Enqueues a step's ops: embedding (or hop conversion), the layers, the head, the hop out.
-  void record_step(const StepInput& in, const StepOutput& out);
+  /// drawn (kTopKLast only): the head also draws a token from its candidates into drawn (i32 [1]),
+  /// with sampling_'s settings (Backend::top_k_sample).
+  void record_step(const StepInput& in, const StepOutput& out, Tensor* drawn = nullptr);
   Result<Tensor> alloc(std::initializer_list<int64_t> shape, DType dtype = DType::kF32);
   static uint64_t next_graph_owner();
 

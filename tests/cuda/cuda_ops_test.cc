@@ -1,8 +1,10 @@
 // Norms, elementwise ops, conversion, embedding and sampling on CUDA against the CPU reference
 // backend on fresh random inputs (several shapes, odd sizes included), GPU outputs poisoned first.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "backend/sampling_math.h"
@@ -222,6 +224,80 @@ TEST_F(CudaOpsTest, SampleDrawsWhatTheReferenceDraws) {
         ASSERT_EQ(bytes_of(*cpu_, out.c), bytes_of(*gpu_, out.g)) << "draw " << draw;
       }
       EXPECT_EQ(bytes_of(*cpu_, state.c), bytes_of(*gpu_, state.g));
+    }
+  }
+}
+
+// The fused op (the draw in top-k's last kernel) gives what top_k then sample give on the CPU:
+// the same candidates, drawn id and draw index. Random logits take the final stage's bounded
+// path where k <= the first stage's lists (40 of 128256, 64 of 151936; the other k are past
+// their lists: the radix select); all-equal logits overflow its survivors into the radix select
+// (40 of 128256: 1561 survive); logits in steps of 0.5 put ties at its bound; at 100 values one
+// list holds them all.
+TEST_F(CudaOpsTest, TopKSampleIsTopKThenSample) {
+  int round = 0;
+  for (auto [vocab, k] : {std::pair<int64_t, int>{32000, 40}, {128256, 40}, {151936, 64}, {128256, 256},
+                          {151936, 256}, {6146, 50}, {100, 100}}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      SCOPED_TRACE(fmt::format("vocab {} k {} {}", vocab, k, kind == 0 ? "random" : kind == 1 ? "all equal" : "in steps"));
+      const DeviceSampling s{0.8f, 0.95f, 0.05f, 0, uint64_t(777 + round++), 3};
+      std::vector<int32_t> words(8);
+      std::memcpy(words.data(), &s, sizeof s);
+      Dual state = make_i32(words), out = output(DType::kI32, {1});
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> v = kind == 1 ? std::vector<float>(size_t(vocab), 0.5f) : randn(vocab, 3.0f);
+        if (kind == 2)  // ties everywhere, at both stages' bounds too
+          for (float& x : v) x = std::round(x * 2.0f) / 2.0f;
+        Dual logits = make_f32({1, vocab}, v);
+        Dual ids = output(DType::kI32, {k}), vals = output(DType::kF32, {k});
+        cpu_->top_k_sample(logits.c, k, ids.c, vals.c, state.c, out.c);
+        gpu_->top_k_sample(logits.g, k, ids.g, vals.g, state.g, out.g);
+        ASSERT_EQ(bytes_of(*cpu_, ids.c), bytes_of(*gpu_, ids.g)) << "step " << step;
+        ASSERT_EQ(bytes_of(*cpu_, vals.c), bytes_of(*gpu_, vals.g)) << "step " << step;
+        ASSERT_EQ(bytes_of(*cpu_, out.c), bytes_of(*gpu_, out.g)) << "step " << step;
+        ASSERT_EQ(bytes_of(*cpu_, state.c), bytes_of(*gpu_, state.g)) << "step " << step;
+      }
+    }
+  }
+}
+
+// NaN logits (a model whose weights hold NaNs) have no order on the host; on the device they
+// rank above +inf or below -inf by their sign, so the sorts give each candidate its own place:
+// k distinct ids in range, each with its own logit, the same on a second run, and a drawn id
+// among them.
+TEST_F(CudaOpsTest, TopKOfNaNLogitsGivesDistinctIdsInRange) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto [vocab, k] : {std::pair<int64_t, int>{128256, 40}, {128256, 256}, {6146, 50}}) {
+    SCOPED_TRACE(fmt::format("vocab {} k {}", vocab, k));
+    std::vector<float> v = randn(vocab);
+    for (int64_t j = 3; j < vocab; j += 97) v[size_t(j)] = (j / 97) % 2 ? nan : -nan;
+    Dual logits = make_f32({1, vocab}, v);
+    const DeviceSampling s{0.8f, 0.95f, 0.05f, 0, 99, 0};
+    std::vector<int32_t> words(8);
+    std::memcpy(words.data(), &s, sizeof s);
+    Dual state = make_i32(words), out = output(DType::kI32, {1});
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 2; ++run) {
+      Dual ids = output(DType::kI32, {k}), vals = output(DType::kF32, {k});
+      gpu_->top_k_sample(logits.g, k, ids.g, vals.g, state.g, out.g);
+      const auto ib = bytes_of(*gpu_, ids.g);
+      const auto vb = floats(*gpu_, vals.g);
+      std::vector<int32_t> id(static_cast<size_t>(k));
+      std::memcpy(id.data(), ib.data(), ib.size());
+      std::set<int32_t> seen;
+      for (int r = 0; r < k; ++r) {
+        ASSERT_GE(id[size_t(r)], 0);
+        ASSERT_LT(id[size_t(r)], vocab);
+        EXPECT_TRUE(seen.insert(id[size_t(r)]).second) << "id " << id[size_t(r)] << " twice";
+        const float want = v[size_t(id[size_t(r)])];
+        EXPECT_EQ(std::memcmp(&want, &vb[size_t(r)], 4), 0) << "rank " << r;
+      }
+      const auto ob = bytes_of(*gpu_, out.g);
+      int32_t drawn = 0;
+      std::memcpy(&drawn, ob.data(), 4);
+      EXPECT_TRUE(seen.count(drawn)) << "drawn " << drawn;
+      if (run == 0) first = ib;
+      else EXPECT_EQ(first, ib);
     }
   }
 }

@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
   void top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) override;
   void advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) override;
   void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) override;
+  void top_k_sample(const Tensor& logits, int k, Tensor& ids, Tensor& vals, Tensor& state, Tensor& out) override;
 
   /// One kernel for the residual add and the norm.
   void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) override;
@@ -173,6 +174,8 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend() = default;
+  /// SHOAL_CHECKs top_k's shapes (k <= cuda::kTopKMax).
+  static void check_top_k(const Tensor& logits, int k, const Tensor& ids, const Tensor& vals);
   enum Scratch {
     kAttnScratch,
     kSampleScratch,

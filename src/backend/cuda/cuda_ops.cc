@@ -535,14 +535,30 @@ void CudaBackend::advance_decode(const Tensor& next, Tensor& ids, Tensor& pos) {
 }
 
 void CudaBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) {
-  const int64_t v = logits.cols();
-  SHOAL_CHECK(k > 0 && k <= v && ids.n_elements() >= k && vals.n_elements() >= k && ids.dtype == DType::kI32,
+  check_top_k(logits, k, ids, vals);
+  if (failed() || !use_device()) return;
+  void* s = scratch(kSampleScratch, cuda::top_k_scratch_bytes(logits.cols(), k));
+  if (!s) return;
+  note(cuda::top_k(f32(logits), logits.cols(), k, s, static_cast<int32_t*>(ids.data), f32(vals), stream_), "top_k");
+}
+
+void CudaBackend::top_k_sample(const Tensor& logits, int k, Tensor& ids, Tensor& vals, Tensor& state, Tensor& out) {
+  check_top_k(logits, k, ids, vals);
+  SHOAL_CHECK(state.nbytes() == sizeof(DeviceSampling) && out.n_elements() == 1 && out.dtype == DType::kI32,
+              "top_k_sample shapes");
+  if (failed() || !use_device()) return;
+  void* s = scratch(kSampleScratch, cuda::top_k_scratch_bytes(logits.cols(), k));
+  if (!s) return;
+  note(cuda::top_k_sample(f32(logits), logits.cols(), k, s, static_cast<int32_t*>(ids.data), f32(vals),
+                          static_cast<DeviceSampling*>(state.data), static_cast<int32_t*>(out.data), stream_),
+       "top_k_sample");
+}
+
+void CudaBackend::check_top_k(const Tensor& logits, int k, const Tensor& ids, const Tensor& vals) {
+  SHOAL_CHECK(k > 0 && k <= logits.cols() && ids.n_elements() >= k && vals.n_elements() >= k &&
+                  ids.dtype == DType::kI32 && vals.dtype == DType::kF32,
               "top_k shapes");
   SHOAL_CHECK(k <= cuda::kTopKMax, "CUDA top_k supports k <= {}, got {}", cuda::kTopKMax, k);
-  if (failed() || !use_device()) return;
-  void* s = scratch(kSampleScratch, cuda::top_k_scratch_bytes(v, k));
-  if (!s) return;
-  note(cuda::top_k(f32(logits), v, k, s, static_cast<int32_t*>(ids.data), f32(vals), stream_), "top_k");
 }
 
 }  // namespace shoal

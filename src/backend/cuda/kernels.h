@@ -412,6 +412,10 @@ cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scrat
 constexpr int kTopKMax = 1024;
 cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
                   cudaStream_t stream);
+/// top_k, then in its final kernel the draw of sample from those candidates: ids / vals as top_k
+/// writes them, out[0] the drawn id, state->draw += 1 (a sampled step of a chained decode).
+cudaError_t top_k_sample(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
+                         shoal::DeviceSampling* state, int32_t* out, cudaStream_t stream);
 /// out[0] = ids[pick_candidate(vals, k, ...)] with the settings and draw of *state, then
 /// state->draw += 1 (sampling_math.h; one block). k <= kTopKMax.
 cudaError_t sample(const int32_t* ids, const float* vals, int k, shoal::DeviceSampling* state, int32_t* out,

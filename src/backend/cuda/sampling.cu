@@ -127,26 +127,77 @@ __global__ void argmax_final_kernel(const Cand* __restrict__ partial, int slices
 // ---- a draw from the top-k candidates ---------------------------------------------------------
 constexpr int kSampleThreads = 256;
 
-// The candidates' logits into shared memory and their softmax terms, in parallel; then thread 0
-// walks the candidates as the host does, reading logits from shared memory (its min-p walk reads
-// one per step until the cut). (The draw of 40 candidates, top-k + draw less top-k, took 10.1-10.4
-// us with the logits read from global memory, 8.3-8.6 with this; H100, v48.)
+// a[i] = a[0] + ... + a[i], added left to right (as pick_candidate's loops add), eight loads
+// ahead of the adds.
+__device__ void running_sum(double* a, int n) {
+  double r = 0;
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    double v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = a[i + j];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[i + j] = r += v[j];
+  }
+  for (; i < n; ++i) a[i] = r += a[i];
+}
+
+// The lowest i in [lo, n) with pred(i), else n; every lane of warp 0 gets it.
+template <class Pred>
+__device__ int first_index(int lo, int n, Pred pred) {
+  unsigned best = unsigned(n);
+  for (int i = lo + int(threadIdx.x); i < n; i += 32)
+    if (pred(i)) {
+      best = unsigned(i);
+      break;
+    }
+  return int(__reduce_min_sync(0xffffffffu, best));
+}
+
+// pick_candidate (sampling_math.h) for the k >= 1 candidates' logits l (shared memory), by the
+// block's threads: the softmax terms in parallel, then warp 0. Its sums are pick_candidate's, in
+// the same order (lane 0 turns e and w into running sums), so the pick is the host's; the
+// searches for the first index past a cut are spread over the lanes. Returns the index in warp
+// 0 (-1 elsewhere). (Thread 0 walking pick_candidate's four loops took ~8.5 us for 40
+// candidates; H100, v49.)
+template <int kThreads>
+__device__ int pick_on_device(const float* l, int k, const DeviceSampling& s, double* e, double* w) {
+  for (int i = threadIdx.x; i < k; i += kThreads) {
+    e[i] = top_p_term(l, i);
+    w[i] = draw_term(l, i, s.temperature);
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return -1;
+  if (s.top_p < 1.0f) {  // the smallest prefix whose mass reaches top_p
+    if (threadIdx.x == 0) running_sum(e, k);
+    __syncwarp();
+    const double reach = double(s.top_p) * e[k - 1];
+    const int i = first_index(0, k, [&](int i) { return e[i] >= reach; });
+    if (i < k) k = i + 1;
+  }
+  if (s.min_p > 0.0f) {  // then those at or above l[0] + log(min_p)
+    const double cut = double(l[0]) + log(double(s.min_p));
+    k = first_index(1, k, [&](int i) { return !(double(l[i]) >= cut); });
+  }
+  if (threadIdx.x == 0) running_sum(w, k);
+  __syncwarp();
+  const double x = uniform_draw(s.seed, s.draw) * w[k - 1];
+  return min(first_index(0, k, [&](int i) { return x < w[i]; }), k - 1);
+}
+
+// The candidates' logits into shared memory, then pick_on_device.
 __global__ void sample_kernel(const int32_t* __restrict__ ids, const float* __restrict__ vals, int k,
                               DeviceSampling* state, int32_t* __restrict__ out) {
   pdl_prologue();
   __shared__ double e[kTopKMax], w[kTopKMax];
   __shared__ float l[kTopKMax];
-  DeviceSampling s = *state;
+  const DeviceSampling s = *state;
   for (int i = int(threadIdx.x); i < k; i += kSampleThreads) l[i] = vals[i];
   __syncthreads();
-  for (int i = int(threadIdx.x); i < k; i += kSampleThreads) {
-    e[i] = top_p_term(l, i);
-    w[i] = draw_term(l, i, s.temperature);
-  }
-  __syncthreads();
+  const int i = pick_on_device<kSampleThreads>(l, k, s, e, w);
   if (threadIdx.x == 0) {
-    out[0] = draw_token(ids, l, k, s, e, w);
-    state->draw = s.draw;
+    out[0] = ids[i];
+    state->draw = s.draw + 1;
   }
 }
 
@@ -175,8 +226,8 @@ __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, i
 // order-preserving key of the value (MSB first, 8 bits a pass, stopping once the boundary digit's
 // elements are all in), takes every element above it and, of those equal to it on the bits
 // seen, the first ones by position (position order is index order: slices are contiguous, their
-// lists sorted), then sorts the k taken by rank (value desc, index asc). About six block
-// barriers a pass; the earlier selection by k rounds of block-wide best took ~2 us a round.
+// lists sorted), then sorts the k taken by rank (ranks_before: value desc, index asc). About six
+// block barriers a pass; the earlier selection by k rounds of block-wide best took ~2 us a round.
 constexpr int kSliceThreads = 256;
 constexpr int kSliceMax = kLoadsMax * 4 * kSliceThreads;  // logits per first-stage block, at most
 // Threads of the final stage (with 256, top-k 40 took 16.5-21.6 us instead of 15.3-16.6; H100,
@@ -188,6 +239,18 @@ constexpr int64_t kMaxCandidates = 32768;
 __device__ __forceinline__ uint32_t key_of(float v) {
   const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// a ranks before b in top-k's order: the larger key, then the lower index; a real candidate
+// before none. better()'s order where no value is a NaN; with NaNs (above +inf or below -inf by
+// their sign bit) still a strict total order, so a sort by counting gives every candidate its
+// own rank. Slower than better() (a sort of 40 candidates by it took top-k 40 from 14 to 19
+// us; H100, v49), so the sorts take it only where a NaN is among the candidates.
+__device__ __forceinline__ bool ranks_before(Cand a, Cand b) {
+  if (a.i < 0) return false;
+  if (b.i < 0) return true;
+  const uint32_t ka = key_of(a.v), kb = key_of(b.v);
+  return ka > kb || (ka == kb && a.i < b.i);
 }
 
 // Exclusive prefix sum of v over the block's threads (kThreads a multiple of 32, <= 1024).
@@ -293,10 +356,16 @@ __device__ void select_top_k(Get get, int n, int k, Cand* out) {
   }
   __syncthreads();
   const int m = taken;
+  bool nan = false;
+  for (int a = threadIdx.x; a < m; a += kThreads) nan = nan || isnan(sel[a].v);
+  nan = __syncthreads_or(nan);
   for (int a = threadIdx.x; a < m; a += kThreads) {  // sorted by rank among the taken
     const Cand c = sel[a];
     int r = 0;
-    for (int b = 0; b < m; ++b) r += better(sel[b], c);
+    if (nan)
+      for (int b = 0; b < m; ++b) r += ranks_before(sel[b], c);
+    else
+      for (int b = 0; b < m; ++b) r += better(sel[b], c);
     out[r] = c;
   }
   for (int r = m + int(threadIdx.x); r < k; r += kThreads) out[r] = Cand{0.0f, -1};
@@ -325,15 +394,98 @@ __global__ void __launch_bounds__(kSliceThreads)
   select_top_k<kSliceThreads>(SliceGet{vals, lo}, n, k, cands + int64_t(blockIdx.x) * k);
 }
 
-__global__ void __launch_bounds__(kFinalThreads)
-    top_k_final_kernel(const Cand* __restrict__ cands, int n, int k, Cand* __restrict__ best, int32_t* __restrict__ ids,
-                       float* __restrict__ vals) {
-  pdl_prologue();
-  select_top_k<kFinalThreads>(CandGet{cands}, n, k, best);
+// The final stage's fast path, for k <= slices (top-k 40 of 128256 logits: 63 lists). The
+// first-stage lists are sorted, so the head ranked k - 1 among the lists' heads, b, has k
+// candidates at or above it (the heads above it and b's own list): every one of the k best
+// overall ranks at or above b. Those survivors (for random logits, k = 40 over 63 lists, about
+// k + a few dozen) are sorted by counting, for each, the survivors better than it. Taken for at
+// most kBoundItemsMax lists, kSurvivorsMax survivors and no NaN among the candidates; else
+// final_top_k falls back to the radix select. (With j = ceil(k / slices) candidates per list for larger k the bound was too weak:
+// top-k 256 of 128256 took 108-117 us instead of 84-95; H100, v49.)
+constexpr int kBoundItemsMax = 512;
+constexpr int kSurvivorsMax = 1024;
+
+// The k best of the slices' sorted lists cands [slices][k] into top[0, k), sorted (padded with
+// i = -1 where fewer than k exist). Every thread of the block calls it.
+__device__ void final_top_k(const Cand* __restrict__ cands, int slices, int k, Cand* top) {
+  __shared__ Cand buf[kSurvivorsMax];
+  __shared__ Cand bound;
+  __shared__ int count;
+  const int n = slices * k;
+  bool fast = k <= slices && slices <= kBoundItemsMax;
+  if (fast) {
+    bool nan = false;
+    if (int(threadIdx.x) < slices) {  // (slices <= kBoundItemsMax < kFinalThreads)
+      buf[threadIdx.x] = cands[threadIdx.x * k];
+      nan = isnan(buf[threadIdx.x].v);
+    }
+    if (threadIdx.x == 0) {
+      bound = Cand{0.0f, -1};
+      count = 0;
+    }
+    fast = !__syncthreads_or(nan);  // (NaNs: the radix select)
+    if (fast && int(threadIdx.x) < slices) {  // the head ranked k - 1 is the bound
+      const Cand c = buf[threadIdx.x];
+      int r = 0;
+      for (int q = 0; q < slices; ++q) r += better(buf[q], c);
+      if (c.i >= 0 && r == k - 1) bound = c;
+    }
+    __syncthreads();
+    fast = fast && bound.i >= 0;
+    __syncthreads();  // (buf is rewritten below)
+  }
+  if (fast) {
+    const Cand b = bound;
+    bool nan = false;
+    for (int p = threadIdx.x; p < n; p += kFinalThreads) {
+      const Cand c = cands[p];
+      nan = nan || isnan(c.v);
+      if (c.i >= 0 && !better(b, c)) {
+        const int at = atomicAdd(&count, 1);
+        if (at < kSurvivorsMax) buf[at] = c;
+      }
+    }
+    nan = __syncthreads_or(nan);
+    const int m = count;
+    fast = m <= kSurvivorsMax && !nan;
+    if (fast) {  // (m >= k: the bound's own list holds k at or above it)
+      for (int a = threadIdx.x; a < m; a += kFinalThreads) {
+        const Cand c = buf[a];
+        int r = 0;
+        for (int q = 0; q < m; ++q) r += better(buf[q], c);
+        if (r < k) top[r] = c;
+      }
+    }
+  }
+  if (!fast) select_top_k<kFinalThreads>(CandGet{cands}, n, k, top);
   __syncthreads();
+}
+
+// The final stage: the k best of the first stage's lists into ids / vals; with kDraw also the
+// draw from them (sample_kernel's, in the same block: one kernel boundary less in a sampled
+// step): out[0] the drawn id, state->draw + 1.
+template <bool kDraw>
+__global__ void __launch_bounds__(kFinalThreads)
+    top_k_final_kernel(const Cand* __restrict__ cands, int slices, int k, int32_t* __restrict__ ids,
+                       float* __restrict__ vals, DeviceSampling* state, int32_t* __restrict__ out) {
+  pdl_prologue();
+  __shared__ Cand top[kTopKMax];
+  final_top_k(cands, slices, k, top);
   for (int r = threadIdx.x; r < k; r += kFinalThreads) {
-    ids[r] = best[r].i;
-    vals[r] = best[r].v;
+    ids[r] = top[r].i;
+    vals[r] = top[r].v;
+  }
+  if constexpr (kDraw) {
+    __shared__ double e[kTopKMax], w[kTopKMax];
+    __shared__ float l[kTopKMax];
+    const DeviceSampling s = *state;
+    for (int i = threadIdx.x; i < k; i += kFinalThreads) l[i] = top[i].v;
+    __syncthreads();
+    const int i = pick_on_device<kFinalThreads>(l, k, s, e, w);
+    if (threadIdx.x == 0) {
+      out[0] = top[i].i;
+      state->draw = s.draw + 1;
+    }
   }
 }
 
@@ -355,7 +507,7 @@ uint64_t argmax_scratch_bytes(int64_t rows, int64_t vocab) {
   return uint64_t(rows * div_up(vocab, int64_t(kArgmaxSlice))) * sizeof(Cand);
 }
 
-uint64_t top_k_scratch_bytes(int64_t vocab, int k) { return uint64_t(slices_of(vocab, k) * k + k) * sizeof(Cand); }
+uint64_t top_k_scratch_bytes(int64_t vocab, int k) { return uint64_t(slices_of(vocab, k) * k) * sizeof(Cand); }
 
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scratch, int32_t* out, cudaStream_t stream) {
   if (rows == 0 || vocab == 0) return cudaSuccess;
@@ -367,16 +519,34 @@ cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scrat
   return cudaGetLastError();
 }
 
-cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
-                  cudaStream_t stream) {
+namespace {
+cudaError_t launch_top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
+                         DeviceSampling* state, int32_t* out, cudaStream_t stream) {
   const int slice = topk_slice(vocab, k);
   const int64_t slices = div_up(vocab, int64_t(slice));
   if (k <= 0 || k > kTopKMax || k > vocab || slices * k > kMaxCandidates) return cudaErrorInvalidValue;
   Cand* cands = static_cast<Cand*>(scratch);
   SHOAL_TRY_LAUNCH(launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, slice, k, cands));
-  SHOAL_TRY_LAUNCH(launch(top_k_final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices * k), k,
-                          cands + slices * k, ids, vals));
+  if (state) {
+    SHOAL_TRY_LAUNCH(launch(top_k_final_kernel<true>, 1, kFinalThreads, 0, stream, cands, int(slices), k, ids, vals,
+                            state, out));
+  } else {
+    SHOAL_TRY_LAUNCH(launch(top_k_final_kernel<false>, 1, kFinalThreads, 0, stream, cands, int(slices), k, ids, vals,
+                            state, out));
+  }
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
+                  cudaStream_t stream) {
+  return launch_top_k(logits, vocab, k, scratch, ids, vals, nullptr, nullptr, stream);
+}
+
+cudaError_t top_k_sample(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
+                         DeviceSampling* state, int32_t* out, cudaStream_t stream) {
+  if (!state || !out) return cudaErrorInvalidValue;
+  return launch_top_k(logits, vocab, k, scratch, ids, vals, state, out, stream);
 }
 
 cudaError_t sample(const int32_t* ids, const float* vals, int k, DeviceSampling* state, int32_t* out,

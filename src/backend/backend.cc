@@ -58,6 +58,7 @@ Status Backend::clear_decoded() {
 }
 
 void Backend::top_k_sample(const Tensor& logits, int k, Tensor& ids, Tensor& vals, Tensor& state, Tensor& out) {
+  SHOAL_CHECK(ids.n_elements() == k && vals.n_elements() == k, "top_k_sample: ids and vals of k elements");
   top_k(logits, k, ids, vals);
   sample(ids, vals, state, out);
 }

@@ -211,9 +211,10 @@ class Backend {
   /// `state` (a DeviceSampling: i32 [8]) and uniform_draw(seed, draw); writes out i32 [1] and
   /// adds 1 to state's draw.
   virtual void sample(const Tensor& ids, const Tensor& vals, Tensor& state, Tensor& out) = 0;
-  /// top_k then sample from its candidates, as one op (a sampled step of a chained decode): ids /
-  /// vals get top_k's candidates, out i32 [1] the drawn id, state's draw moves on by one. The
-  /// default runs the two ops; a device may fuse them (CUDA: the draw in top-k's last kernel).
+  /// top_k then sample from its candidates, as one op (a sampled step of a chained decode): ids
+  /// i32 [k] / vals f32 [k] get top_k's candidates, out i32 [1] the drawn id, state's draw moves
+  /// on by one. The default runs the two ops; a device may fuse them (CUDA: the draw in top-k's
+  /// last kernel).
   virtual void top_k_sample(const Tensor& logits, int k, Tensor& ids, Tensor& vals, Tensor& state, Tensor& out);
   /// The inputs of the next decode step, made on the device (chained decoding: a step feeds its
   /// own argmax or drawn token to the next without the host): ids[i] = next[i], pos[i] += n,

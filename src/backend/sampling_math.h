@@ -1,8 +1,10 @@
 // The math of drawing a token from sorted candidates, in one place for the host Sampler
-// (src/runtime/sampler.cc), the CPU backend's sample op and the CUDA sample kernel
-// (src/backend/cuda/sampling.cu): every path picks the same token for the same draw (up to the
-// last-ulp rounding of exp and log, which differs between the C library and CUDA's: a pick can
-// differ only where a draw falls within an ulp of a boundary, ~1e-15 per draw). The chain is
+// (src/runtime/sampler.cc), the CPU backend's sample op and the CUDA sampling kernels
+// (src/backend/cuda/sampling.cu: the terms and the draw from here; pick_candidate's walk as
+// pick_on_device, the same sums in the same order spread over a warp, which must change with
+// it): every path picks the same token for the same draw (up to the last-ulp rounding of exp and
+// log, which differs between the C library and CUDA's: a pick can differ only where a draw falls
+// within an ulp of a boundary, ~1e-15 per draw). The chain is
 // llama.cpp's (common/sampling.cpp): top-k (done before: the candidates), top-p (nucleus,
 // Holtzman et al. 2019), min-p, temperature, then a draw. Doubles throughout, as the host did.
 // Compiled by the C++ compiler and by nvcc (SHOAL_HD functions run on both).
@@ -55,8 +57,9 @@ SHOAL_HD inline double draw_term(const float* l, int i, float temperature) {
 /// Which of k >= 1 candidates (logits l sorted descending) to pick for the uniform draw u in
 /// [0, 1): keep the smallest prefix whose softmax(l) mass reaches top_p (top_p < 1; at least
 /// one), then those with l >= l[0] + log(min_p) (min_p > 0), then pick by softmax(l /
-/// temperature) of the kept. e, w: top_p_term / draw_term of every candidate, computed ahead
-/// (a device does them in parallel), or null: computed here, only where needed.
+/// temperature) of the kept. e, w: top_p_term / draw_term of every candidate, computed ahead,
+/// or null: computed here, only where needed. (The CUDA backend runs this walk as pick_on_device
+/// in sampling.cu: keep the two in step.)
 SHOAL_HD inline int pick_candidate(const float* l, int k, float temperature, float top_p, float min_p, double u,
                                    const double* e = nullptr, const double* w = nullptr) {
   if (top_p < 1.0f) {  // (the mass compared unnormalised: no division per candidate)

@@ -357,6 +357,7 @@ int Slice::kept_rows(int n, const StepOutput& out) const {
 }
 
 void Slice::run_head(int n, const StepOutput& out, Tensor* drawn) {
+  SHOAL_CHECK(!drawn || out.mode == HeadMode::kTopKLast, "a draw from a head without top-k candidates");
   Backend& be = backend_;
   ForwardContext ctx{&be, &cfg_, &act_};
   switch (out.mode) {

@@ -190,7 +190,7 @@ TEST_F(CudaOpsTest, TopKOfTiesZerosAndMasks) {
       v = randn(vocab);
       for (int64_t j = 0; j < vocab; j += 11) v[size_t(j)] = (j % 2 ? 1e30f : 1e-30f) * (j % 3 ? 1.0f : -1.0f);
     }
-    for (int k : {1, 64, 1024}) {
+    for (int k : {1, 16, 20, 64, 1024}) {  // (20 lists of 2048: 16 and 20 take the bounded final stage)
       Dual logits = make_f32({1, vocab}, v);
       Dual ids = output(DType::kI32, {k}), vals = output(DType::kF32, {k});
       cpu_->top_k(logits.c, k, ids.c, vals.c);
@@ -236,17 +236,22 @@ TEST_F(CudaOpsTest, SampleDrawsWhatTheReferenceDraws) {
 // list holds them all.
 TEST_F(CudaOpsTest, TopKSampleIsTopKThenSample) {
   int round = 0;
+  // (Settings per step: the CLI's defaults, none of the cuts, a tight top-p at a high temperature.)
+  const std::tuple<float, float, float> settings[] = {{0.8f, 0.95f, 0.05f}, {1.0f, 1.0f, 0.0f}, {1.5f, 0.5f, 0.0f}};
   for (auto [vocab, k] : {std::pair<int64_t, int>{32000, 40}, {128256, 40}, {151936, 64}, {128256, 256},
-                          {151936, 256}, {6146, 50}, {100, 100}}) {
+                          {151936, 256}, {6146, 50}, {100, 100}, {128256, 1}}) {
     for (int kind = 0; kind < 3; ++kind) {
       SCOPED_TRACE(fmt::format("vocab {} k {} {}", vocab, k, kind == 0 ? "random" : kind == 1 ? "all equal" : "in steps"));
-      const DeviceSampling s{0.8f, 0.95f, 0.05f, 0, uint64_t(777 + round++), 3};
-      std::vector<int32_t> words(8);
-      std::memcpy(words.data(), &s, sizeof s);
-      Dual state = make_i32(words), out = output(DType::kI32, {1});
+      Dual out = output(DType::kI32, {1});
+      uint64_t draw = 3;
       for (int step = 0; step < 3; ++step) {
+        const auto [temp, top_p, min_p] = settings[step];
+        const DeviceSampling s{temp, top_p, min_p, 0, uint64_t(777 + round++), draw++};
+        std::vector<int32_t> words(8);
+        std::memcpy(words.data(), &s, sizeof s);
+        Dual state = make_i32(words);
         std::vector<float> v = kind == 1 ? std::vector<float>(size_t(vocab), 0.5f) : randn(vocab, 3.0f);
-        if (kind == 2)  // ties everywhere, at both stages' bounds too
+        if (kind == 2)  // ties everywhere, at the final stage's bound too
           for (float& x : v) x = std::round(x * 2.0f) / 2.0f;
         Dual logits = make_f32({1, vocab}, v);
         Dual ids = output(DType::kI32, {k}), vals = output(DType::kF32, {k});
@@ -267,10 +272,15 @@ TEST_F(CudaOpsTest, TopKSampleIsTopKThenSample) {
 // among them.
 TEST_F(CudaOpsTest, TopKOfNaNLogitsGivesDistinctIdsInRange) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (auto [vocab, k] : {std::pair<int64_t, int>{128256, 40}, {128256, 256}, {6146, 50}}) {
+  // (129034 = 63 x 2048 + 10: -NaN only in the 10-value last slice, whose list ends with it: the
+  // bounded final stage sees it only among the survivors.)
+  for (auto [vocab, k] : {std::pair<int64_t, int>{128256, 40}, {128256, 256}, {6146, 50}, {129034, 40}}) {
     SCOPED_TRACE(fmt::format("vocab {} k {}", vocab, k));
     std::vector<float> v = randn(vocab);
-    for (int64_t j = 3; j < vocab; j += 97) v[size_t(j)] = (j / 97) % 2 ? nan : -nan;
+    if (vocab == 129034)
+      v[size_t(vocab - 4)] = -nan;
+    else
+      for (int64_t j = 3; j < vocab; j += 97) v[size_t(j)] = (j / 97) % 2 ? nan : -nan;
     Dual logits = make_f32({1, vocab}, v);
     const DeviceSampling s{0.8f, 0.95f, 0.05f, 0, 99, 0};
     std::vector<int32_t> words(8);

@@ -544,7 +544,8 @@ void CudaBackend::top_k(const Tensor& logits, int k, Tensor& ids, Tensor& vals) 
 
 void CudaBackend::top_k_sample(const Tensor& logits, int k, Tensor& ids, Tensor& vals, Tensor& state, Tensor& out) {
   check_top_k(logits, k, ids, vals);
-  SHOAL_CHECK(state.nbytes() == sizeof(DeviceSampling) && out.n_elements() == 1 && out.dtype == DType::kI32,
+  SHOAL_CHECK(ids.n_elements() == k && vals.n_elements() == k && state.nbytes() == sizeof(DeviceSampling) &&
+                  out.n_elements() == 1 && out.dtype == DType::kI32,
               "top_k_sample shapes");
   if (failed() || !use_device()) return;
   void* s = scratch(kSampleScratch, cuda::top_k_scratch_bytes(logits.cols(), k));

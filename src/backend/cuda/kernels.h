@@ -403,17 +403,20 @@ cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, 
                               const AttnArgs& a, void* scratch, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ----------------------------------------------------------------------------
-/// Bytes of scratch argmax / top_k need.
+/// Bytes of scratch argmax / top_k (and top_k_sample) need.
 uint64_t argmax_scratch_bytes(int64_t rows, int64_t vocab);
 uint64_t top_k_scratch_bytes(int64_t vocab, int k);
 /// out[r] = the lowest index of the largest value of row r of logits [rows, vocab].
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, void* scratch, int32_t* out, cudaStream_t stream);
-/// The k largest of logits [vocab], descending, ties by lower index. k <= kTopKMax.
+/// The k largest of logits [vocab] into ids / vals [k], descending, ties by lower index (a NaN
+/// ranks above +inf or below -inf by its sign bit; -0 and +0 tie). Errors: cudaErrorInvalidValue
+/// for k outside 1..min(kTopKMax, vocab) or more first-stage candidates than the scratch holds.
 constexpr int kTopKMax = 1024;
 cudaError_t top_k(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
                   cudaStream_t stream);
 /// top_k, then in its final kernel the draw of sample from those candidates: ids / vals as top_k
 /// writes them, out[0] the drawn id, state->draw += 1 (a sampled step of a chained decode).
+/// Errors: top_k's, and cudaErrorInvalidValue for a null state or out.
 cudaError_t top_k_sample(const float* logits, int64_t vocab, int k, void* scratch, int32_t* ids, float* vals,
                          shoal::DeviceSampling* state, int32_t* out, cudaStream_t stream);
 /// out[0] = ids[pick_candidate(vals, k, ...)] with the settings and draw of *state, then

@@ -158,8 +158,8 @@ __device__ int first_index(int lo, int n, Pred pred) {
 // block's threads: the softmax terms in parallel, then warp 0. Its sums are pick_candidate's, in
 // the same order (lane 0 turns e and w into running sums), so the pick is the host's; the
 // searches for the first index past a cut are spread over the lanes. Returns the index in warp
-// 0 (-1 elsewhere). (Thread 0 walking pick_candidate's four loops took ~8.5 us for 40
-// candidates; H100, v49.)
+// 0 (-1 elsewhere). It mirrors pick_candidate step for step: a change to one is a change to
+// both. (Thread 0 walking pick_candidate's four loops took ~8.5 us for 40 candidates; H100, v49.)
 template <int kThreads>
 __device__ int pick_on_device(const float* l, int k, const DeviceSampling& s, double* e, double* w) {
   for (int i = threadIdx.x; i < k; i += kThreads) {
@@ -185,20 +185,28 @@ __device__ int pick_on_device(const float* l, int k, const DeviceSampling& s, do
   return min(first_index(0, k, [&](int i) { return x < w[i]; }), k - 1);
 }
 
-// The candidates' logits into shared memory, then pick_on_device.
-__global__ void sample_kernel(const int32_t* __restrict__ ids, const float* __restrict__ vals, int k,
-                              DeviceSampling* state, int32_t* __restrict__ out) {
-  pdl_prologue();
+// draw_token (sampling_math.h) on the device, by the block's kThreads threads: the k candidates'
+// logits value(i) (sorted descending) into shared memory, pick_on_device, then thread 0 writes
+// out[0] = id(pick) and state->draw + 1.
+template <int kThreads, class Value, class Id>
+__device__ void draw_token_on_device(int k, Value value, Id id, DeviceSampling* state, int32_t* out) {
   __shared__ double e[kTopKMax], w[kTopKMax];
   __shared__ float l[kTopKMax];
   const DeviceSampling s = *state;
-  for (int i = int(threadIdx.x); i < k; i += kSampleThreads) l[i] = vals[i];
+  for (int i = threadIdx.x; i < k; i += kThreads) l[i] = value(i);
   __syncthreads();
-  const int i = pick_on_device<kSampleThreads>(l, k, s, e, w);
+  const int i = pick_on_device<kThreads>(l, k, s, e, w);
   if (threadIdx.x == 0) {
-    out[0] = ids[i];
+    out[0] = id(i);
     state->draw = s.draw + 1;
   }
+}
+
+__global__ void sample_kernel(const int32_t* __restrict__ ids, const float* __restrict__ vals, int k,
+                              DeviceSampling* state, int32_t* __restrict__ out) {
+  pdl_prologue();
+  draw_token_on_device<kSampleThreads>(
+      k, [&](int i) { return vals[i]; }, [&](int i) { return ids[i]; }, state, out);
 }
 
 // ---- the next decode step's inputs ------------------------------------------------------------
@@ -396,14 +404,16 @@ __global__ void __launch_bounds__(kSliceThreads)
 
 // The final stage's fast path, for k <= slices (top-k 40 of 128256 logits: 63 lists). The
 // first-stage lists are sorted, so the head ranked k - 1 among the lists' heads, b, has k
-// candidates at or above it (the heads above it and b's own list): every one of the k best
-// overall ranks at or above b. Those survivors (for random logits, k = 40 over 63 lists, about
-// k + a few dozen) are sorted by counting, for each, the survivors better than it. Taken for at
-// most kBoundItemsMax lists, kSurvivorsMax survivors and no NaN among the candidates; else
-// final_top_k falls back to the radix select. (With j = ceil(k / slices) candidates per list for larger k the bound was too weak:
-// top-k 256 of 128256 took 108-117 us instead of 84-95; H100, v49.)
-constexpr int kBoundItemsMax = 512;
+// candidates at or above it (the k - 1 heads ranked above it and b itself): every one of the k
+// best overall ranks at or above b. Those survivors (for random logits, k = 40 over 63 lists,
+// about k + a few dozen) are sorted by counting, for each, the survivors better than it. Taken
+// for at most kBoundListsMax lists, kSurvivorsMax survivors and no NaN among the candidates; else
+// final_top_k falls back to the radix select. (A bound from the first ceil(k / slices) of every
+// list, for k > slices, was too weak: top-k 256 + draw of 128256 logits took 108-117 us against
+// 84-95 with the radix select; H100, v49.)
+constexpr int kBoundListsMax = 512;
 constexpr int kSurvivorsMax = 1024;
+static_assert(kBoundListsMax < kFinalThreads, "one list head per thread");
 
 // The k best of the slices' sorted lists cands [slices][k] into top[0, k), sorted (padded with
 // i = -1 where fewer than k exist). Every thread of the block calls it.
@@ -412,10 +422,10 @@ __device__ void final_top_k(const Cand* __restrict__ cands, int slices, int k, C
   __shared__ Cand bound;
   __shared__ int count;
   const int n = slices * k;
-  bool fast = k <= slices && slices <= kBoundItemsMax;
+  bool fast = k <= slices && slices <= kBoundListsMax;
   if (fast) {
     bool nan = false;
-    if (int(threadIdx.x) < slices) {  // (slices <= kBoundItemsMax < kFinalThreads)
+    if (int(threadIdx.x) < slices) {
       buf[threadIdx.x] = cands[threadIdx.x * k];
       nan = isnan(buf[threadIdx.x].v);
     }
@@ -448,7 +458,7 @@ __device__ void final_top_k(const Cand* __restrict__ cands, int slices, int k, C
     nan = __syncthreads_or(nan);
     const int m = count;
     fast = m <= kSurvivorsMax && !nan;
-    if (fast) {  // (m >= k: the bound's own list holds k at or above it)
+    if (fast) {  // (m >= k: the k - 1 heads above the bound and the bound survive)
       for (int a = threadIdx.x; a < m; a += kFinalThreads) {
         const Cand c = buf[a];
         int r = 0;
@@ -462,7 +472,7 @@ __device__ void final_top_k(const Cand* __restrict__ cands, int slices, int k, C
 }
 
 // The final stage: the k best of the first stage's lists into ids / vals; with kDraw also the
-// draw from them (sample_kernel's, in the same block: one kernel boundary less in a sampled
+// draw from them (draw_token_on_device, in the same block: one kernel boundary less in a sampled
 // step): out[0] the drawn id, state->draw + 1.
 template <bool kDraw>
 __global__ void __launch_bounds__(kFinalThreads)
@@ -475,18 +485,9 @@ __global__ void __launch_bounds__(kFinalThreads)
     ids[r] = top[r].i;
     vals[r] = top[r].v;
   }
-  if constexpr (kDraw) {
-    __shared__ double e[kTopKMax], w[kTopKMax];
-    __shared__ float l[kTopKMax];
-    const DeviceSampling s = *state;
-    for (int i = threadIdx.x; i < k; i += kFinalThreads) l[i] = top[i].v;
-    __syncthreads();
-    const int i = pick_on_device<kFinalThreads>(l, k, s, e, w);
-    if (threadIdx.x == 0) {
-      out[0] = top[i].i;
-      state->draw = s.draw + 1;
-    }
-  }
+  if constexpr (kDraw)
+    draw_token_on_device<kFinalThreads>(
+        k, [&](int i) { return top[i].v; }, [&](int i) { return top[i].i; }, state, out);
 }
 
 // Logits per first-stage block of a top-k: the smallest power of two from 2048 up to kSliceMax
@@ -527,13 +528,8 @@ cudaError_t launch_top_k(const float* logits, int64_t vocab, int k, void* scratc
   if (k <= 0 || k > kTopKMax || k > vocab || slices * k > kMaxCandidates) return cudaErrorInvalidValue;
   Cand* cands = static_cast<Cand*>(scratch);
   SHOAL_TRY_LAUNCH(launch(top_k_slice_kernel, unsigned(slices), kSliceThreads, 0, stream, logits, vocab, slice, k, cands));
-  if (state) {
-    SHOAL_TRY_LAUNCH(launch(top_k_final_kernel<true>, 1, kFinalThreads, 0, stream, cands, int(slices), k, ids, vals,
-                            state, out));
-  } else {
-    SHOAL_TRY_LAUNCH(launch(top_k_final_kernel<false>, 1, kFinalThreads, 0, stream, cands, int(slices), k, ids, vals,
-                            state, out));
-  }
+  const auto final_kernel = state ? top_k_final_kernel<true> : top_k_final_kernel<false>;
+  SHOAL_TRY_LAUNCH(launch(final_kernel, 1, kFinalThreads, 0, stream, cands, int(slices), k, ids, vals, state, out));
   return cudaGetLastError();
 }
 }  // namespace

@@ -234,8 +234,11 @@ __global__ void advance_decode_kernel(const int32_t* __restrict__ next, int n, i
 // order-preserving key of the value (MSB first, 8 bits a pass, stopping once the boundary digit's
 // elements are all in), takes every element above it and, of those equal to it on the bits
 // seen, the first ones by position (position order is index order: slices are contiguous, their
-// lists sorted), then sorts the k taken by rank (ranks_before: value desc, index asc). About six
-// block barriers a pass; the earlier selection by k rounds of block-wide best took ~2 us a round.
+// lists sorted), then sorts the k taken by rank (value desc, index asc: better(), or
+// ranks_before where a NaN is among them). About six block barriers a pass; the earlier
+// selection by k rounds of block-wide best took ~2 us a round. (Histogram adds merged per digit
+// within a warp by __match_any_sync made the first stage slower: 17.3-17.7 us standalone against
+// 10.7-11.4; H100, v49.)
 constexpr int kSliceThreads = 256;
 constexpr int kSliceMax = kLoadsMax * 4 * kSliceThreads;  // logits per first-stage block, at most
 // Threads of the final stage (with 256, top-k 40 took 16.5-21.6 us instead of 15.3-16.6; H100,

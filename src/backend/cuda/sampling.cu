@@ -432,22 +432,19 @@ __device__ void final_top_k(const Cand* __restrict__ cands, int slices, int k, C
       buf[threadIdx.x] = cands[threadIdx.x * k];
       nan = isnan(buf[threadIdx.x].v);
     }
-    if (threadIdx.x == 0) {
-      bound = Cand{0.0f, -1};
-      count = 0;
-    }
+    if (threadIdx.x == 0) count = 0;
     fast = !__syncthreads_or(nan);  // (NaNs: the radix select)
-    if (fast && int(threadIdx.x) < slices) {  // the head ranked k - 1 is the bound
+  }
+  if (fast) {
+    // The head ranked k - 1 is the bound. Every head is real (each slice holds a value) and
+    // better() ranks them strictly, so exactly one thread writes it.
+    if (int(threadIdx.x) < slices) {
       const Cand c = buf[threadIdx.x];
       int r = 0;
       for (int q = 0; q < slices; ++q) r += better(buf[q], c);
-      if (c.i >= 0 && r == k - 1) bound = c;
+      if (r == k - 1) bound = c;
     }
-    __syncthreads();
-    fast = fast && bound.i >= 0;
-    __syncthreads();  // (buf is rewritten below)
-  }
-  if (fast) {
+    __syncthreads();  // (also: the heads are read before buf is rewritten below)
     const Cand b = bound;
     bool nan = false;
     for (int p = threadIdx.x; p < n; p += kFinalThreads) {

@@ -10,6 +10,8 @@
 //
 //   pool_bench -m stories260K.gguf --stages 1,2,3,4 --delay-ms 0,1,20
 //   pool_bench -m qwen3-0.6b-q8_0.gguf --stages 1,2,4 --processes --shoal build-rel/shoal
+//   pool_bench -m llama3-8b-q4_0.gguf --stages 1,2 --processes --shoal build-rel/shoal
+//              --device cuda:0,cuda:1 --prompt 512 --gen 128   (one GPU per stage)
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -40,6 +42,7 @@ struct Options {
   std::string hop = "f16";
   bool processes = false;
   std::string shoal = "shoal";
+  std::vector<std::string> devices = {"cpu"};  // stage i on entry i mod size (pool::local_placements)
 };
 
 struct Figures {
@@ -78,8 +81,11 @@ Result<Figures> measure(pool::Host& host, const Options& o) {
 Result<Figures> run_config(const Options& o, int n_stages, double delay_ms) {
   bench::DelayNetwork delayed(pool::tcp_network(), std::chrono::microseconds(int64_t(delay_ms * 1000)));
   pool::Network& net = delay_ms > 0 ? static_cast<pool::Network&>(delayed) : pool::tcp_network();
+  const std::vector<pool::LocalPlacement> at = pool::local_placements(o.devices, size_t(n_stages));
   pool::HostOptions ho;
   ho.model = o.model;
+  ho.device = at[0].device;
+  ho.mem_share = at[0].mem_share;
   ho.threads = o.threads;
   ho.n_ctx = o.n_prompt + o.n_gen + 16;
   ho.progress = false;
@@ -102,13 +108,16 @@ Result<Figures> run_config(const Options& o, int n_stages, double delay_ms) {
     lw.threads = o.threads;
     lw.log_level = "warning";
     lw.dead_after_ms = 10000;
-    SHOAL_ASSIGN_OR_RETURN(procs, pool::LocalWorkers::spawn(n_workers, lw));
+    lw.workers.assign(at.begin() + 1, at.end());
+    SHOAL_ASSIGN_OR_RETURN(procs, pool::LocalWorkers::spawn(lw));
   } else {
     for (size_t i = 0; i < n_workers; ++i) {
       pool::WorkerOptions w;
       w.host = host->address();
       w.secret = ho.secret;
       w.threads = o.threads;
+      w.device = at[i + 1].device;
+      w.mem_share = at[i + 1].mem_share;
       w.name = "w" + std::to_string(i + 1);
       w.hops.dead_after = pool::Millis(10000);
       workers.push_back(std::make_unique<pool::Worker>(w, net));
@@ -137,8 +146,8 @@ std::vector<T> parse_list(const std::string& s) {
 }
 
 int run(const Options& o) {
-  std::printf("| model | stages | one-way delay | hop dtype | prefill tok/s | decode laps/s (tok/s) | tokens/lap | ms/lap | ms/hop |\n");
-  std::printf("|---|---:|---:|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| model | stages | devices | one-way delay | hop dtype | prefill tok/s | decode laps/s (tok/s) | tokens/lap | ms/lap | ms/hop |\n");
+  std::printf("|---|---:|---|---:|---|---:|---:|---:|---:|---:|\n");
   const std::string name = o.model.substr(o.model.find_last_of('/') + 1);
   for (double d : o.delays_ms) {
     double base_lap = 0;
@@ -151,8 +160,11 @@ int run(const Options& o) {
       if (n == 1) base_lap = f->lap_ms;
       const int hops = n > 1 ? n : 0;
       const std::string hop = hops > 0 && base_lap > 0 ? fmt::format("{:.3f}", (f->lap_ms - base_lap) / hops) : "-";
-      std::printf("| %s | %d%s | %.1f ms | %s | %.1f | %.1f | 1 | %.3f | %s |\n", name.c_str(), n,
-                  o.processes ? " procs" : "", d, o.hop.c_str(), f->prefill_tps, f->decode_lps, f->lap_ms, hop.c_str());
+      std::string devices;
+      for (const auto& a : pool::local_placements(o.devices, size_t(n))) devices += (devices.empty() ? "" : ",") + a.device;
+      std::printf("| %s | %d%s | %s | %.1f ms | %s | %.1f | %.1f | 1 | %.3f | %s |\n", name.c_str(), n,
+                  o.processes ? " procs" : "", devices.c_str(), d, o.hop.c_str(), f->prefill_tps, f->decode_lps,
+                  f->lap_ms, hop.c_str());
       std::fflush(stdout);
     }
   }
@@ -165,7 +177,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   shoal::Options o;
   CLI::App app{"pool_bench: laps/s, tokens/s and time per hop of a pool of 1..N stages"};
-  std::string stages = "1,2,3,4", delays = "0";
+  std::string stages = "1,2,3,4", delays = "0", devices = "cpu";
   app.add_option("-m,--model", o.model, "Model file")->required();
   app.add_option("--stages", stages, "Pool sizes (host included), comma-separated")->capture_default_str();
   app.add_option("--delay-ms", delays, "One-way latency per connection, comma-separated (ms)")->capture_default_str();
@@ -175,10 +187,18 @@ int main(int argc, char** argv) {
   app.add_option("--hop-dtype", o.hop, "f16 or f32")->capture_default_str();
   app.add_flag("--processes", o.processes, "Workers as `shoal join` processes (no injected latency)");
   app.add_option("--shoal", o.shoal, "The shoal binary for --processes")->capture_default_str();
+  app.add_option("--device", devices, "Devices, comma-separated: stage i (the host first) on entry i mod their count")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warning");
   o.stages = shoal::parse_list<int>(stages);
   o.delays_ms = shoal::parse_list<double>(delays);
+  o.devices.clear();
+  for (size_t at = 0; at <= devices.size();) {
+    const size_t comma = std::min(devices.find(',', at), devices.size());
+    o.devices.push_back(devices.substr(at, comma - at));
+    at = comma + 1;
+  }
   if (o.processes && o.delays_ms != std::vector<double>{0}) {
     std::fprintf(stderr, "pool_bench: --processes cannot inject latency (no netem here); use threads\n");
     return 1;

@@ -155,6 +155,8 @@ if [ -x "$SHOAL" ]; then
   fi
 fi
 
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+NGPU=${NGPU:-0}
 # A pool of 2 processes, each with its own CUDA context on this GPU, gives the ids of one process
 # (f32 hops); and the Q8_0 KV cache runs. The prompt spans several 16-token frames, so the worker
 # (it ends the model) keeps no row of the first frames and only the last row of the last one.
@@ -167,6 +169,24 @@ if [ -x "$SHOAL" ]; then
     if [[ "$one" == "["*"]" ]] && [ "$one" = "$two" ]; then note "pool of 2 on cuda:0, f32 hops, $m: same ids as one process"
     else fail "pool of 2 on cuda:0, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
   done
+  # With two GPUs or more: a --device list spreads the pool over them (host on cuda:0, the worker
+  # on cuda:1), each process lending its own card; the ids of one process again, and `shoal check`.
+  if [ "$NGPU" -ge 2 ]; then
+    for m in models/stories260K.gguf hf/llama hf/qwen3; do
+      base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "$POOL_PROMPT" -n 24 -c 256 --temp 0 --output-ids)
+      one=$("${base[@]}" --device cuda:0 2>&1 | tail -1)
+      two=$("${base[@]}" --device cuda:0,cuda:1 --hop-dtype f32 2>&1 | tail -1)
+      if [[ "$one" == "["*"]" ]] && [ "$one" = "$two" ]; then note "pool over cuda:0,cuda:1, f32 hops, $m: same ids as one process"
+      else fail "pool over cuda:0,cuda:1, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
+    done
+    for arch in llama qwen3; do
+      full=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
+             --device cuda:0,cuda:1 --hop-dtype f32 --kv f32 2>&1); rc=$?
+      out=$(tail -1 <<<"$full")
+      if [ "$rc" = 0 ]; then note "shoal check $arch hf over cuda:0,cuda:1 (f32 hops): $out"
+      else fail "shoal check $arch hf over cuda:0,cuda:1: FAILED (exit $rc): $out"; fi
+    done
+  fi
   # (The fixture is llama.cpp's text with an f16 cache, so a Q8_0 cache may differ; only a failed
   # run fails the check.)
   q8=$("$SHOAL" --log-level off run -m "$FIX/models/stories260K.gguf" -p "Once upon a time" -n 48 --temp 0 \
@@ -208,6 +228,15 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
         long=(); [ "$pp" -gt 512 ] && long=(-r 2 -c $((pp + tg + 40)))
         "$SHOAL" --log-level warn bench -m "$f" -p "$pp" -n "$tg" "${long[@]}" --device cuda:0 --kv "$kv" >"$lg" 2>&1
         while read -r line; do note "bench $shape $type --kv $kv: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$lg")
+      done
+    fi
+    # With two GPUs: the first model as a pool of 2 processes, on one card and over two
+    # (bench/pool_bench: laps of one token through the host, 512-token prompt, 128 laps).
+    if [ "$NGPU" -ge 2 ] && [ "$st" = "${BENCH_MODELS%% *}" ] && [ -x "$BUILD/bench/pool_bench" ]; then
+      for devs in cuda:0 cuda:0,cuda:1; do
+        "$BUILD/bench/pool_bench" -m "$f" --stages 1,2 --processes --shoal "$SHOAL" --device "$devs" --prompt 512 \
+          --gen 128 >"$LOGS/pool-bench-$devs.log" 2>&1 || note "pool_bench $shape $type --device $devs: FAILED"
+        while read -r line; do note "pool_bench $shape $type: $line"; done < <(grep -E '^\| [^ ]+\.gguf \|' "$LOGS/pool-bench-$devs.log")
       done
     fi
     rm -f "$f"

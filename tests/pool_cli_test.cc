@@ -91,6 +91,49 @@ TEST(PoolCli, NoWarmupIsAcceptedByRunAndTheLocalWorkers) {
     EXPECT_EQ(ids_of(test::run_command(stories_run() + flags)), want) << flags;
 }
 
+TEST(PoolCli, DeviceListSpreadsTheLocalPool) {
+  // A --device list puts process i (the host first) on entry i mod L; without --pool it starts one
+  // process per entry. cpu and cpu-ref differ in the backend only (the reference path is the same
+  // arithmetic), so the ids are those of one process (f32 hops), and the worker says where it runs.
+  const auto want = ids_of(test::run_command(stories_run()));
+  ASSERT_EQ(want.size(), 12u);
+  const std::string log_path =
+      (std::filesystem::temp_directory_path() / ("shoal_" + std::to_string(::getpid()) + "_device_list.log")).string();
+  const auto two = test::run_command(test::shoal_bin() + " --log-level info run -m " +
+                                     test::fixture("models/stories260K.gguf") +
+                                     " -p 'Once upon a time' -n 12 -c 64 -t 1 --temp 0 --output-ids"
+                                     " --hop-dtype f32 --device cpu,cpu-ref 2>" + log_path);
+  EXPECT_EQ(ids_of(two), want);
+  std::ifstream log(log_path);
+  const std::string err((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(std::regex_search(err, std::regex(R"(plan: 2 stages)"))) << err;
+  EXPECT_NE(err.find("as 'local-1': cpu-ref (reference"), std::string::npos) << err;
+  EXPECT_NE(err.find("host cpu ("), std::string::npos) << err;
+  std::filesystem::remove(log_path);
+  // Round robin over a pool longer than the list, spaces after commas.
+  EXPECT_EQ(ids_of(test::run_command(stories_run() + " --hop-dtype f32 --pool 3 --device 'cpu-ref, cpu'")), want);
+}
+
+TEST(PoolCli, BadDeviceListsAreRefusedByName) {
+  const std::string run = test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") + " -p hi -n 2";
+  for (const char* list : {"cpu,", ",cpu", "cpu,,cpu", " , cpu"}) {
+    const auto r = test::run_command(run + " --device '" + list + "' 2>&1");
+    EXPECT_EQ(r.status, 1) << list;
+    EXPECT_NE(r.out.find("has an empty entry"), std::string::npos) << list << ": " << r.out;
+  }
+  const auto longer = test::run_command(run + " --device cpu,cpu,cpu --pool 2 2>&1");
+  EXPECT_EQ(longer.status, 1);
+  EXPECT_NE(longer.out.find("lists 3 devices but --pool 2"), std::string::npos) << longer.out;
+  // One process's commands take one device, and say so.
+  for (const std::string& cmd :
+       {test::shoal_bin() + " bench -m " + test::fixture("models/stories260K.gguf") + " -p 4 -n 2",
+        test::shoal_bin() + " join 127.0.0.1:1 -m " + test::fixture("models/stories260K.gguf")}) {
+    const auto r = test::run_command("SHOAL_SECRET=s " + cmd + " --device cpu,cpu 2>&1");
+    EXPECT_EQ(r.status, 1) << cmd;
+    EXPECT_NE(r.out.find("lists several devices"), std::string::npos) << r.out;
+  }
+}
+
 TEST(PoolCli, PoolFlagsAreCheckedWithoutAPool) {
   // run and check alone (no --pool) refuse a malformed plan flag, and warn that a well-formed one
   // changes nothing; the ids are those of the same run without it.

@@ -87,9 +87,13 @@ int check(const CheckOptions& o) {
   Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
   Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
   std::optional<HostSignals::Hold> held;  // (goes first)
-  if (o.pool.pool > 1) {
+  auto n_procs = local_pool_size(flags, o.pool);  // a --device list without --pool: one process per entry
+  if (!n_procs.ok()) return fail(n_procs.status());
+  if (*n_procs > 1) {
     signals.emplace();  // before the pool's threads start
-    pool = start_local_pool(flags, o.pool, /*tokenizer=*/false);
+    PoolFlags pool_flags = o.pool;
+    pool_flags.pool = *n_procs;
+    pool = start_local_pool(flags, pool_flags, /*tokenizer=*/false);
     if (!pool.ok()) return fail(pool.status());
     held.emplace(*signals, *(*pool)->host);
   } else {
@@ -150,7 +154,7 @@ int check(const CheckOptions& o) {
   std::printf("max_abs_err=%.3g greedy=%zu/%zu\n", err, matched, G);
   const bool ok = err <= o.tol && matched == G;
   if (!ok) spdlog::error("check failed: tolerance {} ({})", o.tol, matched == G ? "logits differ" : "greedy ids differ");
-  if (!ok && matched == G && o.pool.pool > 1 && o.pool.hop_dtype == "f16") {
+  if (!ok && matched == G && pool.ok() && o.pool.hop_dtype == "f16") {
     // Measured on the hf/llama and hf/qwen3 fixtures: one f16 rounding of the hidden state alone moves
     // the logits by about 2e-3, so f16 hops cannot meet 1e-3; f32 hops give the one-process result.
     spdlog::warn("f16 hops round the hidden state to 11 significant bits at every hop (about 2e-3 of logit on "

@@ -30,6 +30,7 @@ struct JoinOptions {
 };
 
 int join(const JoinOptions& o) {
+  if (Status st = check_one_device(o.device); !st.ok()) return fail(st);
   // SIGINT / SIGTERM: leave the pool in order (the host hears a bye, not a silence). Watched
   // before any thread starts.
   std::mutex mu;  // running, stop_asked

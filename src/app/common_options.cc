@@ -71,7 +71,10 @@ std::optional<int64_t> parse_seed(const std::string& text) {
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv) {
   f.kv = default_kv;
   cmd->add_option("-m,--model", f.model, "Model: a .gguf file or a Hugging Face checkpoint folder")->required();
-  cmd->add_option("--device", f.device, "Where the layers run: cpu, cpu-ref (the slow reference path), cuda:N")
+  cmd->add_option("--device", f.device,
+                  "Where the layers run: cpu, cpu-ref (the slow reference path), cuda:N. `run` and `check` also "
+                  "take a list, cuda:0,cuda:1: a local pool, process i (the host first) on entry i mod the "
+                  "list's length; without --pool, one process per entry")
       ->capture_default_str();
   cmd->add_option("-t,--threads", f.threads, "CPU threads (0: one per hardware thread)")
       ->capture_default_str()
@@ -105,7 +108,16 @@ void add_prefill_precision_flag(CLI::App* cmd, std::string& value) {
       ->check(CLI::IsMember({"exact", "half"}));
 }
 
+Status check_one_device(const std::string& device) {
+  if (device.find(',') == std::string::npos) return Status::Ok();
+  return make_error(Code::kInvalidArgument,
+                    "--device '{}' lists several devices: only `shoal run` and `shoal check` take a list (a local "
+                    "pool, one process per device); give one device here",
+                    device);
+}
+
 Result<LocalModelOptions> local_options(const ModelFlags& f) {
+  SHOAL_RETURN_IF_ERROR(check_one_device(f.device));
   LocalModelOptions o;
   o.device = f.device;
   o.threads = f.threads;

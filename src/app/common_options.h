@@ -31,6 +31,9 @@ void add_prefill_precision_flag(CLI::App* cmd, std::string& value);
 void add_no_warmup_flag(CLI::App* cmd, bool& no_warmup);
 /// Options for load_local_model from the flags. Errors: kInvalidArgument (bad --kv).
 Result<LocalModelOptions> local_options(const ModelFlags& f);
+/// Ok when `device` names one device; kInvalidArgument for a list ("cuda:0,cuda:1"), which only
+/// `run` and `check` take (a local pool, one process per entry: pool_flags.h).
+Status check_one_device(const std::string& device);
 
 /// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
 void add_sampling_flags(CLI::App* cmd, SamplingParams& p);

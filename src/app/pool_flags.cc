@@ -76,6 +76,34 @@ Status check_pool_flags_alone(const PoolFlags& p) {
   return Status::Ok();
 }
 
+Result<std::vector<std::string>> device_list(const std::string& device) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = device.find(',', at);
+    std::string entry = device.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const size_t first = entry.find_first_not_of(" \t"), last = entry.find_last_not_of(" \t");
+    if (first == std::string::npos)
+      return make_error(Code::kInvalidArgument, "--device '{}' has an empty entry (expected e.g. cuda:0,cuda:1)",
+                        device);
+    out.push_back(entry.substr(first, last - first + 1));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+Result<int> local_pool_size(const ModelFlags& m, const PoolFlags& p) {
+  SHOAL_ASSIGN_OR_RETURN(std::vector<std::string> devices, device_list(m.device));
+  const int listed = int(devices.size());
+  if (p.pool == 1) return listed;
+  if (listed > p.pool)
+    return make_error(Code::kInvalidArgument,
+                      "--device lists {} devices but --pool {} starts {} processes: a device would hold nothing "
+                      "(leave --pool out for one process per device)",
+                      listed, p.pool, p.pool);
+  return p.pool;
+}
+
 Result<std::string> room_secret(const std::string& flag) {
   if (!flag.empty()) return flag;
   const char* env = std::getenv("SHOAL_SECRET");
@@ -102,15 +130,18 @@ Result<uint64_t> parse_bytes(const std::string& text) {
 
 Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer,
                                                     const std::function<Status(pool::Host&)>& before_workers) {
-  SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(m, p));
-  const size_t n_workers = size_t(std::max(1, p.pool) - 1);
+  SHOAL_ASSIGN_OR_RETURN(const std::vector<std::string> devices, device_list(m.device));
+  const std::vector<pool::LocalPlacement> at = pool::local_placements(devices, size_t(std::max(1, p.pool)));
+  ModelFlags host_flags = m;
+  host_flags.device = at[0].device;
+  SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(host_flags, p));
   const int threads = m.threads > 0 ? m.threads : std::max(1, int(std::thread::hardware_concurrency()) / p.pool);
   o.threads = threads;
   o.tokenizer = tokenizer;
   o.listen = "127.0.0.1:0";
   o.secret = pool::random_secret();
   o.spread = true;
-  o.mem_share = p.pool;  // the host and its workers share this machine's memory
+  o.mem_share = at[0].mem_share;  // the processes on the host's device share its memory
   auto lp = std::make_unique<LocalPool>();
   SHOAL_ASSIGN_OR_RETURN(lp->host, pool::Host::open(o, pool::tcp_network()));
   if (before_workers) SHOAL_RETURN_IF_ERROR(before_workers(*lp->host));
@@ -118,16 +149,16 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   w.host = lp->host->address();
   w.secret = o.secret;
   w.model = m.model;
-  w.device = m.device;
+  w.workers.assign(at.begin() + 1, at.end());
   w.threads = threads;
   w.half_prefill = o.half_prefill;
   w.warm_up = o.warm_up;
   const auto level = spdlog::level::to_string_view(spdlog::get_level());
   w.log_level = std::string(level.data(), level.size());
   w.dead_after_ms = p.dead_after_ms;
-  w.mem_share = p.pool;
-  SHOAL_ASSIGN_OR_RETURN(lp->workers, pool::LocalWorkers::spawn(n_workers, w));
-  SHOAL_RETURN_IF_ERROR(lp->host->wait_for_workers(n_workers, kLocalJoinTimeout, [&] { return lp->workers->check(); }));
+  SHOAL_ASSIGN_OR_RETURN(lp->workers, pool::LocalWorkers::spawn(w));
+  SHOAL_RETURN_IF_ERROR(
+      lp->host->wait_for_workers(w.workers.size(), kLocalJoinTimeout, [&] { return lp->workers->check(); }));
   SHOAL_RETURN_IF_ERROR(lp->host->ensure_plan());
   return lp;
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "app/common_options.h"
 #include "pool/host.h"
@@ -34,6 +35,15 @@ Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p);
 /// which shape a pool's plan, are named in a warning when set, since there is no plan to shape.
 Status check_pool_flags_alone(const PoolFlags& p);
 
+/// The entries of --device: "cuda:0,cuda:1" gives {"cuda:0", "cuda:1"} (spaces around an entry
+/// dropped), one device gives itself. kInvalidArgument for an empty entry.
+Result<std::vector<std::string>> device_list(const std::string& device);
+
+/// How many processes `run` / `check` start: --pool N; or, with --pool left at 1 and a --device
+/// list of L > 1 entries, L (one process per device). kInvalidArgument when the list has an empty
+/// entry or more entries than N (a listed device would hold nothing).
+Result<int> local_pool_size(const ModelFlags& m, const PoolFlags& p);
+
 /// A host and its local worker processes; the host goes first (it says bye), then the workers.
 struct LocalPool {
   std::unique_ptr<pool::LocalWorkers> workers;
@@ -42,7 +52,8 @@ struct LocalPool {
 };
 
 /// Starts the host on a random loopback port with a random secret, p.pool - 1 local workers
-/// (each with threads/N CPU threads unless -t is given), waits for them and makes the first plan
+/// (each with threads/N CPU threads unless -t is given; devices by local_placements, so a --device
+/// list spreads the pool over several GPUs), waits for them and makes the first plan
 /// (printed on stderr). With --layers-local and --split unset the layers are dealt evenly.
 /// `before_workers` (may be empty) runs once the host is open, before any worker starts: its
 /// error (e.g. a prompt that cannot fit) is returned at once.

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -26,6 +27,21 @@ std::string describe_exit(int status) {
 
 }  // namespace
 
+std::vector<LocalPlacement> local_placements(const std::vector<std::string>& devices, size_t n) {
+  // The memory a process lends from: a card for cuda:N (cuda: device 0), else the machine's RAM.
+  auto memory_of = [](const std::string& d) -> std::string {
+    if (d == "cuda") return "cuda:0";
+    return d.starts_with("cuda:") ? d : "ram";
+  };
+  std::vector<LocalPlacement> out(devices.empty() ? 0 : n);
+  for (size_t i = 0; i < out.size(); ++i) out[i].device = devices[i % devices.size()];
+  for (auto& a : out) {
+    a.mem_share = int(std::count_if(out.begin(), out.end(),
+                                    [&](const LocalPlacement& b) { return memory_of(b.device) == memory_of(a.device); }));
+  }
+  return out;
+}
+
 std::string random_secret() {
   const Nonce n = random_nonce();
   std::string s;
@@ -33,7 +49,7 @@ std::string random_secret() {
   return s;
 }
 
-Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalWorkerOptions& o) {
+Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(const LocalWorkerOptions& o) {
   std::unique_ptr<LocalWorkers> w(new LocalWorkers());
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
   std::vector<std::string> env_strings;
@@ -45,11 +61,12 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(size_t n, const LocalW
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   const pid_t parent = getpid();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < o.workers.size(); ++i) {
+    const LocalPlacement& at = o.workers[i];
     std::vector<std::string> args = {"shoal", "--log-level", o.log_level, "join", o.host,
-                                     "-m", o.model, "--device", o.device, "--name", fmt::format("local-{}", i + 1),
+                                     "-m", o.model, "--device", at.device, "--name", fmt::format("local-{}", i + 1),
                                      "--dead-after", std::to_string(o.dead_after_ms),
-                                     "--mem-share", std::to_string(o.mem_share), "--no-progress"};
+                                     "--mem-share", std::to_string(at.mem_share), "--no-progress"};
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (o.half_prefill) args.insert(args.end(), {"--prefill-precision", "half"});
     if (!o.warm_up) args.push_back("--no-warmup");

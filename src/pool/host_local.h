@@ -15,25 +15,31 @@
 
 namespace shoal::pool {
 
+/// Where one local worker runs: its device and how many processes of the pool draw on that
+/// device's memory (it lends free memory / mem_share).
+struct LocalPlacement {
+  std::string device = "cpu";
+  int mem_share = 1;
+};
+
 struct LocalWorkerOptions {
   std::string exe = "/proc/self/exe";  // the shoal binary
   std::string host;                    // the room's address, "127.0.0.1:PORT"
   std::string secret;
   std::string model;
-  std::string device = "cpu";
+  std::vector<LocalPlacement> workers;  // one per worker: local-(i + 1) takes entry i
   int threads = 0;                     // per worker (0: the worker's default)
   bool half_prefill = false;           // --prefill-precision half
   bool warm_up = true;                 // false: --no-warmup
   std::string log_level = "info";
   int dead_after_ms = 2000;
-  int mem_share = 1;                   // each worker lends free memory / mem_share
 };
 
 class LocalWorkers {
  public:
-  /// Starts n workers named local-1 .. local-n. Errors: kIoError when fork fails (the ones
-  /// already started are ended).
-  static Result<std::unique_ptr<LocalWorkers>> spawn(size_t n, const LocalWorkerOptions& opts);
+  /// Starts one worker per entry of opts.workers, named local-1 .. local-n. Errors: kIoError when
+  /// fork fails (the ones already started are ended).
+  static Result<std::unique_ptr<LocalWorkers>> spawn(const LocalWorkerOptions& opts);
   /// Asks every live worker to stop (SIGTERM), waits up to 2 s, then SIGKILLs and reaps.
   ~LocalWorkers();
   LocalWorkers(const LocalWorkers&) = delete;
@@ -48,6 +54,12 @@ class LocalWorkers {
   std::vector<pid_t> pids_;     // -1 once reaped
   std::vector<int> statuses_;   // waitpid status once reaped
 };
+
+/// Where each of the n processes of a local pool runs (the host first, then local-1 ...): entry
+/// i mod devices.size() of `devices` (not empty). mem_share counts the processes drawing on the
+/// same memory (every cpu / cpu-ref process on the machine's RAM, cuda:N on its card), so that each
+/// lends free memory / mem_share.
+std::vector<LocalPlacement> local_placements(const std::vector<std::string>& devices, size_t n);
 
 /// The secret: 32 random bytes as hex (OpenSSL's RAND_bytes).
 std::string random_secret();

@@ -2,7 +2,7 @@
 # Builds the CUDA binaries that scripts/gpu-check.sh runs (Release, sm_90) on this machine and packs
 # them for a GPU machine that cannot build them: the `device` tool's image lacks the asio and
 # cpp-httplib headers and cannot download. Writes into DIR (default .device, git-ignored):
-#   DIR/prebuilt.tar.xz  prebuilt/{shoal, tests/shoal_gpu_tests, bench/cuda_kernels,
+#   DIR/prebuilt.tar.xz  prebuilt/{shoal, tests/shoal_gpu_tests, bench/cuda_kernels, bench/pool_bench,
 #                        bench/synthetic_gguf, lib/ (the fmt and spdlog shared libraries)}
 #   DIR/fixtures/        the fixtures gpu-check reads (hf/llama, hf/qwen3, stories260K, expected/)
 # On the GPU machine (DIR carried with the working tree):
@@ -18,14 +18,14 @@ FIX=${SHOAL_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHOAL_CUDA=ON -DSHOAL_SANITIZE=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build "$BUILD" --target shoal shoal_gpu_tests cuda_kernels synthetic_gguf
+cmake --build "$BUILD" --target shoal shoal_gpu_tests cuda_kernels synthetic_gguf pool_bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 p=$tmp/prebuilt
 mkdir -p "$p/tests" "$p/bench" "$p/lib" "$DIR/fixtures/hf" "$DIR/fixtures/models"
 cp "$BUILD/shoal" "$p/"
 cp "$BUILD/tests/shoal_gpu_tests" "$p/tests/"
-cp "$BUILD/bench/cuda_kernels" "$BUILD/bench/synthetic_gguf" "$p/bench/"
+cp "$BUILD/bench/cuda_kernels" "$BUILD/bench/synthetic_gguf" "$BUILD/bench/pool_bench" "$p/bench/"
 for b in "$p/shoal" "$p/tests/shoal_gpu_tests" "$p"/bench/*; do
   ldd "$b" | awk '/=>/ {print $3}' | grep -E 'libfmt|libspdlog' || true
 done | sort -u | xargs -r -I{} cp -L {} "$p/lib/"

@@ -2,7 +2,8 @@
 # The one entry point for GPU checks, run on a machine with an NVIDIA GPU (the H200 of the
 # `device` tool): builds Shoal in Release with the CUDA backend (sm_90 only, to save compile
 # time), runs every GPU test (label gpu), the CUDA kernel benchmarks, `shoal check` on the HF
-# fixtures and stories260K greedy decoding with --device cuda:0, and prints a short table last.
+# fixtures and stories260K greedy decoding with --device cuda:0, local pools (on this card, mixed
+# with the CPU, and over cuda:0,cuda:1 where two GPUs are visible), and prints a short table last.
 # Exit status 1 if the build, a GPU test, a `shoal check`, the greedy text or a pool comparison
 # failed, or if no GPU test ran (all skipped: no device visible); benchmarks are figures only.
 #
@@ -187,6 +188,15 @@ if [ -x "$SHOAL" ]; then
       else fail "shoal check $arch hf over cuda:0,cuda:1: FAILED (exit $rc): $out"; fi
     done
   fi
+  # A pool mixing this GPU and the CPU (host on cuda:0, the worker on cpu: layers a card cannot
+  # hold, as llama.cpp's partial offload): `shoal check` meets the reference like one process.
+  for arch in llama qwen3; do
+    full=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
+           --device cuda:0,cpu --hop-dtype f32 --kv f32 2>&1); rc=$?
+    out=$(tail -1 <<<"$full")
+    if [ "$rc" = 0 ]; then note "shoal check $arch hf over cuda:0,cpu (f32 hops): $out"
+    else fail "shoal check $arch hf over cuda:0,cpu: FAILED (exit $rc): $out"; fi
+  done
   # (The fixture is llama.cpp's text with an f16 cache, so a Q8_0 cache may differ; only a failed
   # run fails the check.)
   q8=$("$SHOAL" --log-level off run -m "$FIX/models/stories260K.gguf" -p "Once upon a time" -n 48 --temp 0 \
@@ -230,10 +240,11 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
         while read -r line; do note "bench $shape $type --kv $kv: $line"; done < <(grep -E '\| (pp|tg)[0-9]+ \|' "$lg")
       done
     fi
-    # With two GPUs: the first model as a pool of 2 processes, on one card and over two
+    # The first model as a pool of 1 and 2 processes on this card, and with two GPUs over both
     # (bench/pool_bench: laps of one token through the host, 512-token prompt, 128 laps).
-    if [ "$NGPU" -ge 2 ] && [ "$st" = "${BENCH_MODELS%% *}" ] && [ -x "$BUILD/bench/pool_bench" ]; then
-      for devs in cuda:0 cuda:0,cuda:1; do
+    if [ "$st" = "${BENCH_MODELS%% *}" ] && [ -x "$BUILD/bench/pool_bench" ]; then
+      devices=(cuda:0); [ "$NGPU" -ge 2 ] && devices+=(cuda:0,cuda:1)
+      for devs in "${devices[@]}"; do
         "$BUILD/bench/pool_bench" -m "$f" --stages 1,2 --processes --shoal "$SHOAL" --device "$devs" --prompt 512 \
           --gen 128 >"$LOGS/pool-bench-$devs.log" 2>&1 || note "pool_bench $shape $type --device $devs: FAILED"
         while read -r line; do note "pool_bench $shape $type: $line"; done < <(grep -E '^\| [^ ]+\.gguf \|' "$LOGS/pool-bench-$devs.log")

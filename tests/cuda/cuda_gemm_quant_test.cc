@@ -5,7 +5,8 @@
 // (the cuBLAS path on dequantized parts), three products of one input in one launch, gate / up
 // with act(gate) * up in one launch, and launches of more work items than a GPU has SMs (each
 // block of the persistent grid carries its ring and exchange buffers into further items). On a
-// device without sm_90a code it must not run. Every case runs twice: exact (two activation
+// device without sm_90a code it must not run. Calls of few tokens (a pool's 16-token frames) take
+// narrower items (32 / 64 MMA columns). Every case runs twice: exact (two activation
 // parts), and with BackendOptions::half_prefill, where gemm_quant takes one f16 part of 128
 // tokens per work item (x's rounding, 2^-11 relative: ~3e-4 normalised error, held to 1e-3)
 // and the cuBLAS path on dequantized parts stays exact.
@@ -77,6 +78,22 @@ TEST_P(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
   const Shape shapes[] = {{7, 64, 9}, {128, 96, 64}, {300, 4128, 65}, {515, 768, 40}, {1100, 256, 130}, {16, 32, 9}};
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
+}
+
+TEST_P(CudaGemmQuantTest, FewTokensOnNarrowItems) {
+  // Calls of few tokens take items of 32 or 64 MMA columns (16 / 32 tokens with two parts, 32 / 64
+  // with one) and a deeper ring: each width full and just past it, a pool's 16-token frame through
+  // Llama-3-8B-like widths (several stages, half a Q4_0 chunk at the end), and more row blocks than
+  // any GPU here has SMs (17000 rows: 133 blocks), so a block carries the narrow ring into further
+  // items.
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+  struct Shape {
+    int64_t out, in, n;
+  };
+  const Shape shapes[] = {{300, 4128, 16}, {515, 768, 17}, {128, 96, 32}, {40, 2048, 33},
+                          {4096, 4096, 16}, {17000, 64, 16}, {200, 14336, 24}};
+  for (DType t : {DType::kQ8_0, DType::kQ4_0})
+    for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 0), expect);
 }
 
 TEST_P(CudaGemmQuantTest, PromptSizedProducts) {
@@ -174,7 +191,9 @@ TEST_P(CudaGemmQuantTest, GateUpProductsInOneLaunch) {
                         {DType::kQ8_0, DType::kQ8_0, 1100, 256, 130, Activation::kGeluTanh},
                         {DType::kQ8_0, DType::kQ8_0, 64, 4096, 512, Activation::kSilu},
                         {DType::kQ4_0, DType::kF16, 136, 320, 40, Activation::kSilu},
-                        {DType::kF16, DType::kQ8_0, 136, 320, 40, Activation::kGeluErf}};
+                        {DType::kF16, DType::kQ8_0, 136, 320, 40, Activation::kGeluErf},
+                        {DType::kQ4_0, DType::kQ4_0, 300, 4128, 16, Activation::kSilu},
+                        {DType::kQ8_0, DType::kQ8_0, 1100, 256, 30, Activation::kGeluErf}};
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} / {} [{}, {}] x n={}", dtype_name(c.gate), dtype_name(c.up), c.rows, c.in, c.n));
     Dual x = make_f32({c.n, c.in}, randn(c.n * c.in, 2.0f)), g = make_f32({c.in}, randn(c.in));

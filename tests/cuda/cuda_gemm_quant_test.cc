@@ -141,6 +141,35 @@ TEST_P(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
     }
 }
 
+TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
+  // A 16-token residual add over few row blocks splits K over several blocks (32 row blocks of
+  // 4096 columns on an SM count over 64: 2 or 4 ranges); the last range adds the partial sums in
+  // order, then y's old values once. Twice in a row on the same y: the counters the first launch
+  // left must be zero again (a stale count would make a block add too early or never).
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+  const int64_t in = 4096, rows = 4096, n = 16;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
+    Dual h = output(DType::kF32, {n, in}), tmp = output(DType::kF32, {n, rows});
+    Dual w = make_weight(t, {rows, in});
+    Dual y = make_f32({n, rows}, randn(n * rows));
+    const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+    for (int rep = 0; rep < 2; ++rep)
+      for (Backend* be : {cpu_.get(), gpu_.get()}) {
+        const bool gp = be == gpu_.get();
+        MatmulOut o;
+        o.w = gp ? &w.g : &w.c;
+        o.y = gp ? &y.g : &y.c;
+        o.tmp = gp ? &tmp.g : &tmp.c;
+        o.accumulate = true;
+        be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
+      }
+    EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, 2 * expect);
+    EXPECT_LT(nerr(y), tol(true));
+  }
+}
+
 TEST_P(CudaGemmQuantTest, QkvProductsInOneLaunch) {
   // matmuls() of three products of one quantized kind (q / k / v: a tall one and two short ones)
   // behind the RMSNorm, with a bias and a residual add: one launch, each output as the reference.

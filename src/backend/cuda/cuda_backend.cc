@@ -122,6 +122,15 @@ Status CudaBackend::init(int device) {
   if (s != CUBLAS_STATUS_SUCCESS)
     return make_error(Code::kInternal, "cublasCreate failed: {}", cublasGetStatusString(s));
   SHOAL_ASSIGN_OR_RETURN(cublas_workspace_, device_malloc(kCublasWorkspace, "cuBLAS workspace"));
+  if (qgemm_available_) {  // gemm_quant's split K: partial sums, then counters zeroed once (launches leave them zero)
+    cuda::DeviceLimits lim;
+    SHOAL_CUDA_TRY(cuda::device_limits(lim));
+    const uint64_t floats = cuda::gemm_quant_split_floats(lim.sms);
+    SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(floats * 4 + uint64_t(lim.sms) * 4, "gemm_quant split K scratch"));
+    qsplit_ = cuda::QuantGemmSplit{static_cast<float*>(p), floats,
+                                   reinterpret_cast<unsigned*>(static_cast<uint8_t*>(p) + floats * 4), lim.sms};
+    SHOAL_CUDA_TRY(cudaMemset(qsplit_.counters, 0, uint64_t(lim.sms) * 4));
+  }
   if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
       cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)
     return make_error(Code::kInternal, "cuBLAS stream/workspace setup failed");
@@ -139,6 +148,7 @@ CudaBackend::~CudaBackend() {
   if (decoded_) cudaFreeHost(decoded_);
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
+  cudaFree(qsplit_.partial);
   if (pinned_) cudaFreeHost(pinned_);
   if (stream_) cudaStreamDestroy(stream_);
 }

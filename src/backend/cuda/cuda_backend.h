@@ -363,6 +363,7 @@ class CudaBackend final : public Backend {
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
+  cuda::QuantGemmSplit qsplit_;   // gemm_quant's split-K scratch (with qgemm_available_)
   bool qgemm_ = false;            // gemm_quant for quantized prefill products
   bool bf16_as_f16_ = true;       // settle_weights rewrites BF16 as F16
   uint64_t bf16_as_f16_weights_ = 0;

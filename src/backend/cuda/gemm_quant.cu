@@ -83,6 +83,11 @@ struct QGemmArgs {
   int count;
   int64_t k, n;
   const float* inv_scale;  // [n] or null
+  // Split K (QuantGemmSplit): each (row block, token block) item's stages in `splits` ranges, work
+  // item u taking range u % splits; partial [item][range][kTokens][128 rows] f32, counters [item].
+  int splits;
+  float* partial;
+  unsigned* counters;
 };
 
 template <bool kQ4, int kN>
@@ -208,12 +213,19 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
   extern __shared__ uint8_t smem_raw[];  // (one spare KiB: the ring starts 1024-byte aligned)
   uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ uint64_t full[kStages], empty[kStages];  // a stage landed / every consumer warp is done with it
+  __shared__ bool split_last;                         // split K: this block adds the item's ranges
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t stages = div_up(a.k, kK), n_tok = div_up(a.n, P::kTokens);
-  const int64_t n_work = int64_t(a.block_end[a.count - 1]) * n_tok;  // (row block, token block) pairs
-  // Work item u: token block u % n_tok of row block u / n_tok (a wave's blocks share row blocks:
-  // their weights once through L2); its weight and first tile.
-  auto item = [&](int64_t u, int& wi, int64_t& tok0, int64_t& tile0) {
+  // (row block, token block, K range) triples
+  const int64_t n_work = int64_t(a.block_end[a.count - 1]) * n_tok * a.splits;
+  // Work item u: K range u % splits (stages [s0, s1)) of token block (u / splits) % n_tok of row
+  // block u / splits / n_tok (a wave's blocks share row blocks: their weights once through L2);
+  // its weight and first tile.
+  auto item = [&](int64_t u, int& wi, int64_t& tok0, int64_t& tile0, int& s0, int& s1) {
+    const int sp = int(u % a.splits);
+    s0 = int(stages * sp / a.splits);
+    s1 = int(stages * (sp + 1) / a.splits);
+    u /= a.splits;
     const unsigned rb = unsigned(u / n_tok);
     unsigned first = 0;
     wi = 0;
@@ -241,11 +253,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
       unsigned round = 0;  // the ring's: the block's stage j is slot j % kStages of round j / kStages
 #pragma unroll 1
       for (int64_t u = blockIdx.x; u < n_work; u += gridDim.x) {
-        int wi;
+        int wi, s0, s1;
         int64_t tok0, tile0;
-        item(u, wi, tok0, tile0);
+        item(u, wi, tok0, tile0, s0, s1);
 #pragma unroll 1
-        for (int s = 0; s < int(stages); ++s) {
+        for (int s = s0; s < s1; ++s) {
           if (round > 0) mbar_wait(&empty[slot], (round - 1) & 1);
           uint8_t* base = smem + slot * St::kBytes;
           mbar_expect(&full[slot], St::kB + St::kA + St::kS);
@@ -300,16 +312,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
   int parity = 0;  // glu: the exchange buffer of this item
 #pragma unroll 1
   for (int64_t u = blockIdx.x; u < n_work; u += gridDim.x, parity ^= 1) {
-    int wi;
+    int wi, s0, s1;
     int64_t tok0, tile0;
-    item(u, wi, tok0, tile0);
+    item(u, wi, tok0, tile0, s0, s1);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
     // The stage's two 32-value blocks go on the tensor cores as two groups, and block 0 is
     // promoted while block 1's products run. (Block 1 promoted during the next stage's block 0,
     // i.e. a group in flight across iterations, made ptxas serialize the wgmma: C7514.)
 #pragma unroll 1
-    for (int s = 0; s < int(stages); ++s) {
+    for (int s = s0; s < s1; ++s) {
       mbar_wait(&full[slot], round & 1);
       const uint8_t* base = smem + slot * St::kBytes;
       const uint64_t desc = sw128_desc(base);
@@ -357,6 +369,37 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
       if (warp >= 4) continue;
 #pragma unroll
       for (int i = 0; i < kVals; ++i) v[i] = apply_act(v[i], kAct) * ex[(warp * kVals + i) * 32 + lane];
+    }
+    if (a.splits > 1) {  // (never with glu)
+      // This K range's sums to its place in `partial` (each thread its own values; every slot of
+      // the item written, rows and tokens past the ends too); the last range to finish, by the
+      // item's counter, adds all of them in range order.
+      float* const pi = a.partial + (u / a.splits) * int64_t(a.splits) * (P::kTokens * 128) + (tw * 16 + g);
+      float* const mine = pi + (u % a.splits) * (P::kTokens * 128);
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mine[(8 * i + 2 * t + (e & 1)) * 128 + 8 * (e >> 1)] = v[4 * i + e];
+      __threadfence();
+      asm volatile("bar.sync 1, %0;" ::"n"(32 * kTiles) : "memory");  // the computing warps only
+      if (warp == 0 && lane == 0) {
+        unsigned* const c = a.counters + u / a.splits;
+        const bool last = atomicAdd(c, 1u) == unsigned(a.splits - 1);
+        if (last) *c = 0;  // (for the next launch: every range of this one has counted)
+        split_last = last;
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(32 * kTiles) : "memory");
+      if (!split_last) continue;
+      __threadfence();
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int at = (8 * i + 2 * t + (e & 1)) * 128 + 8 * (e >> 1);
+          float sum = 0.0f;
+          for (int sp = 0; sp < a.splits; ++sp) sum += __ldcg(pi + sp * (P::kTokens * 128) + at);
+          v[4 * i + e] = sum;
+        }
     }
     const QuantGemmOut& o = a.out[wi];
     if (o.bias) {
@@ -473,7 +516,8 @@ bool gemm_quant_available() {
 }
 
 cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16, int parts,
-                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream) {
+                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream,
+                       const QuantGemmSplit& split) {
   if (!gemm_quant_available()) return cudaErrorNotSupported;
   if (count < 1 || count > kGemvMaxOuts || (glu && count != 2) || (parts != 1 && parts != 2))
     return cudaErrorInvalidValue;
@@ -527,9 +571,20 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   DeviceLimits limits;
   if (cudaError_t e = device_limits(limits); e != cudaSuccess) return e;
   const int sms = limits.sms;
+  // Split K where the items would leave more than half the SMs idle (few tokens over few rows:
+  // Llama-3-8B's wo and down have 32 row blocks), into ranges of at least 8 stages, while the
+  // items fit the SMs and the scratch. (Not glu: gate / up has twice the row blocks.)
+  const int64_t items = div_up(n, tokens) * total_blocks, stages = div_up(a.k, kK);
+  a.splits = 1;
+  if (!glu && cols <= 64 && split.partial && split.counters && items <= split.counter_count)
+    while (a.splits < 8 && items * a.splits * 2 <= sms && stages >= 16 * a.splits &&
+           uint64_t(items * a.splits * 2) * uint64_t(tokens) * 128 <= split.partial_floats)
+      a.splits *= 2;
+  a.partial = split.partial;
+  a.counters = split.counters;
   auto run = [&](auto kernel, int stage_bytes, int stages, int exchange_bytes) -> cudaError_t {
     // One block per SM (its shared memory), each looping over work items.
-    const dim3 grid(unsigned(std::min<int64_t>(div_up(n, tokens) * total_blocks, sms)));
+    const dim3 grid(unsigned(std::min<int64_t>(items * a.splits, sms)));
     const size_t smem = size_t(stages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
     // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

@@ -235,6 +235,18 @@ struct QuantGemmOut {
   const float* bias = nullptr;  // [rows] or null
   bool accumulate = false;
 };
+/// Scratch of gemm_quant's split K: `partial` holds partial_floats f32 (any contents), `counters`
+/// counter_count u32 that are zero before the launch (a launch leaves them zero). Null partial:
+/// no split.
+struct QuantGemmSplit {
+  float* partial = nullptr;
+  uint64_t partial_floats = 0;
+  unsigned* counters = nullptr;
+  int counter_count = 0;
+};
+/// The scratch gemm_quant may use for split K on a device of `sms` SMs: sms work items of at most
+/// 64 tokens x 128 rows of f32 (and sms counters).
+constexpr uint64_t gemm_quant_split_floats(int sms) { return uint64_t(sms) * 64 * 128; }
 /// The prefill products of up to kGemvMaxOuts Q8_0 / Q4_0 weights of one kind and width on
 /// Hopper's wgmma, one launch (gemm_quant.cu), for n tokens split by split_activations into
 /// `parts` (x16 [parts * n, cols] f16, 16-byte aligned: the hi rows, then the lo rows; one part:
@@ -248,8 +260,13 @@ struct QuantGemmOut {
 /// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, parts other than 1 or 2, a
 /// count out of 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or
 /// accumulate, more than INT32_MAX / (128 / parts) rows, or a tensor map the driver refuses.
+/// A call of few work items (at most 64 tokens over few rows: a pool's 16-token frame through wo or
+/// down) splits each item's K over up to 8 blocks where `split` has room (gemm_quant_split_floats):
+/// each writes its partial sums to split.partial, and the last to finish (split.counters) adds
+/// them in split order and applies the epilogue, so results do not depend on timing.
 cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16, int parts,
-                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream);
+                       const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream,
+                       const QuantGemmSplit& split = {});
 /// Whether the current device runs gemm_quant(): compute capability 9.0, the build's sm_90a code
 /// and the driver's tensor-map encoder. The first call per device runs a probe kernel and a
 /// synchronous copy (not during a graph capture).

@@ -573,10 +573,11 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   const int sms = limits.sms;
   // Split K where the items would leave more than half the SMs idle (few tokens over few rows:
   // Llama-3-8B's wo and down have 32 row blocks), into ranges of at least 8 stages, while the
-  // items fit the SMs and the scratch. (Not glu: gate / up has twice the row blocks.)
+  // items fit the SMs and the scratch (items of at most 64 tokens). (Not glu: gate / up has twice
+  // the row blocks.)
   const int64_t items = div_up(n, tokens) * total_blocks, stages = div_up(a.k, kK);
   a.splits = 1;
-  if (!glu && cols <= 64 && split.partial && split.counters && items <= split.counter_count)
+  if (!glu && tokens <= 64 && split.partial && split.counters && items <= split.counter_count)
     while (a.splits < 8 && items * a.splits * 2 <= sms && stages >= 16 * a.splits &&
            uint64_t(items * a.splits * 2) * uint64_t(tokens) * 128 <= split.partial_floats)
       a.splits *= 2;

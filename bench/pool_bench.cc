@@ -193,12 +193,12 @@ int main(int argc, char** argv) {
   shoal::init_logging("warning");
   o.stages = shoal::parse_list<int>(stages);
   o.delays_ms = shoal::parse_list<double>(delays);
-  o.devices.clear();
-  for (size_t at = 0; at <= devices.size();) {
-    const size_t comma = std::min(devices.find(',', at), devices.size());
-    o.devices.push_back(devices.substr(at, comma - at));
-    at = comma + 1;
+  auto listed = shoal::pool::device_list(devices);
+  if (!listed.ok()) {
+    std::fprintf(stderr, "pool_bench: %s\n", listed.status().to_string().c_str());
+    return 1;
   }
+  o.devices = *listed;
   if (o.processes && o.delays_ms != std::vector<double>{0}) {
     std::fprintf(stderr, "pool_bench: --processes cannot inject latency (no netem here); use threads\n");
     return 1;

@@ -158,6 +158,9 @@ fi
 
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 NGPU=${NGPU:-0}
+if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then  # (nvidia-smi lists every card; the process sees these)
+  NGPU=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+fi
 # A pool of 2 processes, each with its own CUDA context on this GPU, gives the ids of one process
 # (f32 hops); and the Q8_0 KV cache runs. The prompt spans several 16-token frames, so the worker
 # (it ends the model) keeps no row of the first frames and only the last row of the last one.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 
+#include "pool/host_local.h"
 #include "pool_test_util.h"
 #include "test_util.h"
 
@@ -93,8 +94,9 @@ TEST(PoolCli, NoWarmupIsAcceptedByRunAndTheLocalWorkers) {
 
 TEST(PoolCli, DeviceListSpreadsTheLocalPool) {
   // A --device list puts process i (the host first) on entry i mod L; without --pool it starts one
-  // process per entry. cpu and cpu-ref differ in the backend only (the reference path is the same
-  // arithmetic), so the ids are those of one process (f32 hops), and the worker says where it runs.
+  // process per entry. cpu and cpu-ref are different paths to the same f32 arithmetic (within
+  // ~1e-6), whose greedy ids on this prompt are one process's (f32 hops); the worker says where it
+  // runs.
   const auto want = ids_of(test::run_command(stories_run()));
   ASSERT_EQ(want.size(), 12u);
   const std::string log_path =
@@ -114,6 +116,27 @@ TEST(PoolCli, DeviceListSpreadsTheLocalPool) {
   EXPECT_EQ(ids_of(test::run_command(stories_run() + " --hop-dtype f32 --pool 3 --device 'cpu-ref, cpu'")), want);
 }
 
+TEST(PoolCli, PlacementsShareTheMemoryOfOneDevice) {
+  // Process i on entry i mod L; mem_share counts the processes on the same memory: a card by its
+  // index (cuda, cuda:0 and cuda:00 are one card), every cpu / cpu-ref process the machine's RAM.
+  auto shares = [](const std::vector<std::string>& devices, size_t n) {
+    std::vector<std::pair<std::string, int>> out;
+    for (const auto& p : pool::local_placements(devices, n)) out.emplace_back(p.device, p.mem_share);
+    return out;
+  };
+  using V = std::vector<std::pair<std::string, int>>;
+  EXPECT_EQ(shares({"cuda:0", "cuda:1"}, 3), (V{{"cuda:0", 2}, {"cuda:1", 1}, {"cuda:0", 2}}));
+  EXPECT_EQ(shares({"cpu", "cpu-ref"}, 2), (V{{"cpu", 2}, {"cpu-ref", 2}}));
+  EXPECT_EQ(shares({"cuda", "cuda:0", "cuda:00", "cuda:1"}, 4),
+            (V{{"cuda", 3}, {"cuda:0", 3}, {"cuda:00", 3}, {"cuda:1", 1}}));
+  EXPECT_EQ(shares({"cuda:0", "cpu"}, 4), (V{{"cuda:0", 2}, {"cpu", 2}, {"cuda:0", 2}, {"cpu", 2}}));
+  EXPECT_TRUE(shares({}, 3).empty());
+  auto list = pool::device_list(" cuda:0 ,cuda:1");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(*list, (std::vector<std::string>{"cuda:0", "cuda:1"}));
+  EXPECT_FALSE(pool::device_list("cuda:0,").ok());
+}
+
 TEST(PoolCli, BadDeviceListsAreRefusedByName) {
   const std::string run = test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") + " -p hi -n 2";
   for (const char* list : {"cpu,", ",cpu", "cpu,,cpu", " , cpu"}) {
@@ -124,6 +147,11 @@ TEST(PoolCli, BadDeviceListsAreRefusedByName) {
   const auto longer = test::run_command(run + " --device cpu,cpu,cpu --pool 2 2>&1");
   EXPECT_EQ(longer.status, 1);
   EXPECT_NE(longer.out.find("lists 3 devices but --pool 2"), std::string::npos) << longer.out;
+  std::string many = "cpu";
+  for (int i = 0; i < 64; ++i) many += ",cpu";
+  const auto too_many = test::run_command(run + " --device " + many + " 2>&1");
+  EXPECT_EQ(too_many.status, 1);
+  EXPECT_NE(too_many.out.find("lists 65 devices (at most 64)"), std::string::npos) << too_many.out;
   // One process's commands take one device, and say so.
   for (const std::string& cmd :
        {test::shoal_bin() + " bench -m " + test::fixture("models/stories260K.gguf") + " -p 4 -n 2",

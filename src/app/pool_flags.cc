@@ -76,25 +76,10 @@ Status check_pool_flags_alone(const PoolFlags& p) {
   return Status::Ok();
 }
 
-Result<std::vector<std::string>> device_list(const std::string& device) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (true) {
-    const size_t comma = device.find(',', at);
-    std::string entry = device.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    const size_t first = entry.find_first_not_of(" \t"), last = entry.find_last_not_of(" \t");
-    if (first == std::string::npos)
-      return make_error(Code::kInvalidArgument, "--device '{}' has an empty entry (expected e.g. cuda:0,cuda:1)",
-                        device);
-    out.push_back(entry.substr(first, last - first + 1));
-    if (comma == std::string::npos) return out;
-    at = comma + 1;
-  }
-}
-
 Result<int> local_pool_size(const ModelFlags& m, const PoolFlags& p) {
-  SHOAL_ASSIGN_OR_RETURN(std::vector<std::string> devices, device_list(m.device));
+  SHOAL_ASSIGN_OR_RETURN(std::vector<std::string> devices, pool::device_list(m.device));
   const int listed = int(devices.size());
+  if (listed > 64) return make_error(Code::kInvalidArgument, "--device lists {} devices (at most 64)", listed);
   if (p.pool == 1) return listed;
   if (listed > p.pool)
     return make_error(Code::kInvalidArgument,
@@ -130,7 +115,7 @@ Result<uint64_t> parse_bytes(const std::string& text) {
 
 Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const PoolFlags& p, bool tokenizer,
                                                     const std::function<Status(pool::Host&)>& before_workers) {
-  SHOAL_ASSIGN_OR_RETURN(const std::vector<std::string> devices, device_list(m.device));
+  SHOAL_ASSIGN_OR_RETURN(const std::vector<std::string> devices, pool::device_list(m.device));
   const std::vector<pool::LocalPlacement> at = pool::local_placements(devices, size_t(std::max(1, p.pool)));
   ModelFlags host_flags = m;
   host_flags.device = at[0].device;

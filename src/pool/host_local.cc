@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -27,11 +28,33 @@ std::string describe_exit(int status) {
 
 }  // namespace
 
+Result<std::vector<std::string>> device_list(const std::string& device) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = device.find(',', at);
+    std::string entry = device.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const size_t first = entry.find_first_not_of(" \t"), last = entry.find_last_not_of(" \t");
+    if (first == std::string::npos)
+      return make_error(Code::kInvalidArgument, "--device '{}' has an empty entry (expected e.g. cuda:0,cuda:1)",
+                        device);
+    out.push_back(entry.substr(first, last - first + 1));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
 std::vector<LocalPlacement> local_placements(const std::vector<std::string>& devices, size_t n) {
-  // The memory a process lends from: a card for cuda:N (cuda: device 0), else the machine's RAM.
+  // The memory a process lends from: a card for cuda[:N] (by its index, as create_backend reads
+  // it), else the machine's RAM.
   auto memory_of = [](const std::string& d) -> std::string {
-    if (d == "cuda") return "cuda:0";
-    return d.starts_with("cuda:") ? d : "ram";
+    if (d != "cuda" && !d.starts_with("cuda:")) return "ram";
+    int index = 0;
+    if (d.size() > 5) {
+      const auto [p, ec] = std::from_chars(d.data() + 5, d.data() + d.size(), index);
+      if (ec != std::errc() || p != d.data() + d.size()) return d;  // (create_backend refuses it)
+    }
+    return fmt::format("cuda:{}", index);
   };
   std::vector<LocalPlacement> out(devices.empty() ? 0 : n);
   for (size_t i = 0; i < out.size(); ++i) out[i].device = devices[i % devices.size()];

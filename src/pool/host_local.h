@@ -55,10 +55,14 @@ class LocalWorkers {
   std::vector<int> statuses_;   // waitpid status once reaped
 };
 
+/// The entries of a device list: "cuda:0,cuda:1" gives {"cuda:0", "cuda:1"} (spaces around an
+/// entry dropped), one device gives itself. kInvalidArgument for an empty entry.
+Result<std::vector<std::string>> device_list(const std::string& device);
+
 /// Where each of the n processes of a local pool runs (the host first, then local-1 ...): entry
 /// i mod devices.size() of `devices` (not empty). mem_share counts the processes drawing on the
-/// same memory (every cpu / cpu-ref process on the machine's RAM, cuda:N on its card), so that each
-/// lends free memory / mem_share.
+/// same memory (every cpu / cpu-ref process on the machine's RAM, cuda:N on its card, "cuda" and
+/// "cuda:00" being cuda:0), so that each lends free memory / mem_share.
 std::vector<LocalPlacement> local_placements(const std::vector<std::string>& devices, size_t n);
 
 /// The secret: 32 random bytes as hex (OpenSSL's RAND_bytes).

@@ -7,7 +7,7 @@
 // block of the persistent grid carries its ring and exchange buffers into further items). On a
 // device without sm_90a code it must not run. Calls of few tokens (a pool's 16-token frames) take
 // narrower items (32 / 64 MMA columns). Every case runs twice: exact (two activation
-// parts), and with BackendOptions::half_prefill, where gemm_quant takes one f16 part of 128
+// parts), and with BackendOptions::half_prefill, where gemm_quant takes one f16 part of up to 128
 // tokens per work item (x's rounding, 2^-11 relative: ~3e-4 normalised error, held to 1e-3)
 // and the cuBLAS path on dequantized parts stays exact.
 #include <cuda_runtime.h>
@@ -74,7 +74,7 @@ TEST_P(CudaGemmQuantTest, EdgesOfTilesAndBlocks) {
     int64_t out, in, n;
   };
   // (out: part of a tile, whole blocks, part of a block; in: one chunk, half a Q4_0 chunk at the
-  // end, several stages; n: above the GEMV's 8 tokens, part of a 64 / 128-token block, several.)
+  // end, several stages; n: above the GEMV's 8 tokens, part of a 16 / 32 / 64 / 128-token block, several.)
   const Shape shapes[] = {{7, 64, 9}, {128, 96, 64}, {300, 4128, 65}, {515, 768, 40}, {1100, 256, 130}, {16, 32, 9}};
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
@@ -173,34 +173,37 @@ TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
 TEST_P(CudaGemmQuantTest, QkvProductsInOneLaunch) {
   // matmuls() of three products of one quantized kind (q / k / v: a tall one and two short ones)
   // behind the RMSNorm, with a bias and a residual add: one launch, each output as the reference.
+  // Also at 16 tokens over 2048 columns: 6 row blocks, each split into 4 K ranges, so the last
+  // range of each item finds its own weight's bias and residual add.
   const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
-    SCOPED_TRACE(dtype_name(t));
-    const int64_t in = 320, n = 70, rows[3] = {272, 40, 130};
-    Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
-    Dual h = output(DType::kF32, {n, in}), b = make_f32({rows[1]}, randn(rows[1]));
-    Dual w[3], y[3], tmp[3];
-    for (int i = 0; i < 3; ++i) {
-      w[i] = make_weight(t, {rows[i], in});
-      y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));
-      tmp[i] = output(DType::kF32, {n, rows[i]});
-    }
-    const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
-    for (Backend* be : {cpu_.get(), gpu_.get()}) {
-      const bool gp = be == gpu_.get();
-      MatmulOut outs[3];
+  for (DType t : {DType::kQ8_0, DType::kQ4_0})
+    for (const auto& [in, n] : {std::pair<int64_t, int64_t>{320, 70}, {2048, 16}}) {
+      SCOPED_TRACE(fmt::format("{} in={} n={}", dtype_name(t), in, n));
+      const int64_t rows[3] = {272, 40, 130};
+      Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
+      Dual h = output(DType::kF32, {n, in}), b = make_f32({rows[1]}, randn(rows[1]));
+      Dual w[3], y[3], tmp[3];
       for (int i = 0; i < 3; ++i) {
-        outs[i].w = gp ? &w[i].g : &w[i].c;
-        outs[i].y = gp ? &y[i].g : &y[i].c;
-        outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
+        w[i] = make_weight(t, {rows[i], in});
+        y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));
+        tmp[i] = output(DType::kF32, {n, rows[i]});
       }
-      outs[1].bias = gp ? &b.g : &b.c;
-      outs[2].accumulate = true;
-      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+      const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+      for (Backend* be : {cpu_.get(), gpu_.get()}) {
+        const bool gp = be == gpu_.get();
+        MatmulOut outs[3];
+        for (int i = 0; i < 3; ++i) {
+          outs[i].w = gp ? &w[i].g : &w[i].c;
+          outs[i].y = gp ? &y[i].g : &y[i].c;
+          outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
+        }
+        outs[1].bias = gp ? &b.g : &b.c;
+        outs[2].accumulate = true;
+        be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+      }
+      EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
+      for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tol(true)) << "product " << i;
     }
-    EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
-    for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tol(true)) << "product " << i;
-  }
 }
 
 TEST_P(CudaGemmQuantTest, GateUpProductsInOneLaunch) {

@@ -129,7 +129,7 @@ Status CudaBackend::init(int device) {
     SHOAL_ASSIGN_OR_RETURN(void* p, device_malloc(floats * 4 + uint64_t(lim.sms) * 4, "gemm_quant split K scratch"));
     qsplit_ = cuda::QuantGemmSplit{static_cast<float*>(p), floats,
                                    reinterpret_cast<unsigned*>(static_cast<uint8_t*>(p) + floats * 4), lim.sms};
-    SHOAL_CUDA_TRY(cudaMemset(qsplit_.counters, 0, uint64_t(lim.sms) * 4));
+    SHOAL_CUDA_TRY(cudaMemsetAsync(qsplit_.counters, 0, uint64_t(lim.sms) * 4, stream_));
   }
   if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
       cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)

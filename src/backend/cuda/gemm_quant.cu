@@ -15,12 +15,13 @@
 // up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128 columns;
 // with one part, --prefill-precision half, 128 tokens' f16 x and half the MMAs per token; calls
 // of few tokens take items of 32 or 64 columns), so the parts are summed in registers and the
-// kernel writes y itself: 1 / scale, the bias, the residual
-// add, or act(gate) * up, in the order of combine_parts / combine_glu (gemm_prep.cu), with no
-// combine kernel (and no f32 scratch but split K's, below). One block per SM loops over the items (persistent). Warpgroup 0
-// streams the stages through a ring of kStages (one thread issues the TMA copies of a stage: the
-// tokens' hi and lo activations, 2 x 64 x 64 f16 in the 128-byte swizzle wgmma reads, as one 3-D
-// box (one part: 1 x 128 x 64), and the tiles' quants and scales), counted over all of the block's
+// kernel writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
+// of combine_parts / combine_glu (gemm_prep.cu), with no combine kernel (and no f32 scratch but
+// split K's, below). One block per SM loops over the items (persistent). Warpgroup 0 streams the
+// stages through a ring (6 stages at 128 columns, 8 at 64, 12 at 32; one thread issues the TMA
+// copies of a stage: the tokens' hi and lo activations, at 128 columns 2 x 64 x 64 f16 in the
+// 128-byte swizzle wgmma reads, as one 3-D box (one part: 1 x 128 x 64), and the tiles' quants
+// and scales), counted over all of the block's
 // items, so it runs into the next item while the computing warps write one out; it gives its
 // registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds tile w). Per stage
 // a warpgroup puts its two 32-value blocks on the tensor cores as two groups and promotes block 0
@@ -30,7 +31,7 @@
 // unrolled 32 times. Where the items would leave most SMs idle (few tokens over few rows), each
 // item's K is split into ranges on several blocks, the last of which adds their partial sums in
 // order (QuantGemmSplit; H100, Llama-3-8B Q4_0 steps of 16 tokens: 9.9 -> 4.2 ms with the narrow
-// items, docs/cuda.md v50). PTX ISA: "asynchronous warpgroup level matrix multiply-accumulate"
+// items and split K, docs/cuda.md v50). PTX ISA: "asynchronous warpgroup level matrix multiply-accumulate"
 // (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier", "cp.async.bulk.tensor",
 // "setmaxnreg".
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_gemm_quant_test.cc.
@@ -374,7 +375,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
 #pragma unroll
       for (int i = 0; i < kVals; ++i) v[i] = apply_act(v[i], kAct) * ex[(warp * kVals + i) * 32 + lane];
     }
-    if (a.splits > 1) {  // (never with glu)
+    // (Compiled only where the host may split: its code cost registers, and spills, elsewhere.)
+    if constexpr (!kGlu && P::kTokens <= 64) if (a.splits > 1) {
       // This K range's sums to its place in `partial` (each thread its own values; every slot of
       // the item written, rows and tokens past the ends too); the last range to finish, by the
       // item's counter, adds all of them in range order.
@@ -528,7 +530,7 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   const bool q4 = w[0].kind == WKind::kQ4_0;
   // The MMA's columns: the narrowest of 32 / 64 / 128 that holds the call's tokens and parts, so
   // that a call of few tokens (a pool's 16-token frames, a prompt's last chunk) computes and
-  // stages no padding and keeps more weights in flight; 128 (64 tokens, or 128 with one part) for
+  // stages less padding and keeps more weights in flight; 128 (64 tokens, or 128 with one part) for
   // longer calls. (H100, Llama-3-8B Q4_0, 16-token steps: 9.9 ms with 128 columns, docs/cuda.md v50.)
   const int cols = n * parts <= 32 ? 32 : n * parts <= 64 ? 64 : 128;
   const int tokens = cols / parts;  // of a work item

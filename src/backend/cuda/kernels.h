@@ -259,11 +259,13 @@ constexpr uint64_t gemm_quant_split_floats(int sms) { return uint64_t(sms) * 64 
 /// Errors: cudaErrorNotSupported where !gemm_quant_available(); cudaErrorInvalidValue for other
 /// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, parts other than 1 or 2, a
 /// count out of 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or
-/// accumulate, more than INT32_MAX / (128 / parts) rows, or a tensor map the driver refuses.
+/// accumulate, more than INT32_MAX / (an item's tokens: 16 to 128) rows, or a tensor map the driver
+/// refuses.
 /// A call of few work items (items of at most 64 tokens over few rows: a pool's 16-token frame
 /// through wo or down) splits each item's K over up to 8 blocks where `split` has room (gemm_quant_split_floats):
 /// each writes its partial sums to split.partial, and the last to finish (split.counters) adds
-/// them in split order and applies the epilogue, so results do not depend on timing.
+/// them in split order and applies the epilogue, so results do not depend on timing (they do on
+/// n and the device's SM count, which choose the split: f32 sums in another order).
 cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16, int parts,
                        const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream,
                        const QuantGemmSplit& split = {});

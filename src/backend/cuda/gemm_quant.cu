@@ -301,11 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
       q8_fragment(w.z, w.w, f[1]);
     }
   };
-  // At 32 columns a stage's products are short next to its latencies (the barrier, the fragment
-  // loads, two dependent wgmma per block, the promotion): the consumers take two stages at once,
-  // four groups in flight.
-  constexpr bool kPairs = kN == 32;
-  float total[kAcc], acc[kPairs ? 4 : 2][kAcc];
+  float total[kAcc], acc[2][kAcc];
   auto promote = [&](const float(&c)[kAcc], uint32_t dbits) {
     const float2 d = bits_half2(dbits);  // rows g (0, 1) and g + 8 (2, 3)
 #pragma unroll
@@ -331,45 +327,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
     // i.e. a group in flight across iterations, made ptxas serialize the wgmma: C7514.)
 #pragma unroll 1
     for (int s = s0; s < s1; ++s) {
-      if constexpr (kPairs) {
-        if (s + 1 < s1) {  // stages s and s + 1 (slots slot, slot1), blocks 0..3
-          int slot1 = slot + 1;
-          unsigned round1 = round;
-          if (slot1 == kStages) slot1 = 0, ++round1;
-          mbar_wait(&full[slot], round & 1);
-          mbar_wait(&full[slot1], round1 & 1);
-          const uint8_t* const b0 = smem + slot * St::kBytes;
-          const uint8_t* const b1 = smem + slot1 * St::kBytes;
-          const uint64_t d0 = sw128_desc(b0), d1 = sw128_desc(b1);
-          uint32_t frag[4][2][4], dbits[4];
-          fetch(b0, 0, frag[0], dbits[0]);
-          fetch(b0, 1, frag[1], dbits[1]);
-          fetch(b1, 0, frag[2], dbits[2]);
-          fetch(b1, 1, frag[3], dbits[3]);
-          wgmma_fence();
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const uint64_t d = (q < 2 ? d0 : d1) + uint64_t(((q & 1) * 64) >> 4);
-            wgmma<kN>(acc[q], frag[q][0], d, 0);
-            wgmma<kN>(acc[q], frag[q][1], d + uint64_t(32 >> 4), 1);
-            wgmma_commit();
-          }
-          wgmma_wait<3>();
-          promote(acc[0], dbits[0]);
-          wgmma_wait<2>();
-          if (lane == 0) mbar_arrive(&empty[slot]);
-          promote(acc[1], dbits[1]);
-          wgmma_wait<1>();
-          promote(acc[2], dbits[2]);
-          wgmma_wait<0>();
-          if (lane == 0) mbar_arrive(&empty[slot1]);
-          promote(acc[3], dbits[3]);
-          slot = slot1 + 1 == kStages ? 0 : slot1 + 1;
-          round = slot1 + 1 == kStages ? round1 + 1 : round1;
-          ++s;
-          continue;
-        }
-      }
       mbar_wait(&full[slot], round & 1);
       const uint8_t* base = smem + slot * St::kBytes;
       const uint64_t desc = sw128_desc(base);

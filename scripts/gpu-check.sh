@@ -166,39 +166,31 @@ fi
 # (it ends the model) keeps no row of the first frames and only the last row of the last one.
 POOL_PROMPT="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends."
 if [ -x "$SHOAL" ]; then
+  # The pools: 2 processes on cuda:0; with two GPUs or more also a --device list over them (host
+  # on cuda:0, the worker on cuda:1, each lending its own card). `shoal check` runs over the cards
+  # and over cuda:0 mixed with the CPU (the worker on cpu: layers a card cannot hold, as
+  # llama.cpp's partial offload), meeting the reference like one process.
+  pools=("--device cuda:0 --pool 2")
+  checks=(cuda:0,cpu)
+  if [ "$NGPU" -ge 2 ]; then pools+=("--device cuda:0,cuda:1"); checks+=(cuda:0,cuda:1); fi
   for m in models/stories260K.gguf hf/llama hf/qwen3; do
-    base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "$POOL_PROMPT" -n 24 -c 256 --temp 0 --device cuda:0 --output-ids)
-    one=$("${base[@]}" 2>&1 | tail -1)
-    two=$("${base[@]}" --pool 2 --hop-dtype f32 2>&1 | tail -1)
-    if [[ "$one" == "["*"]" ]] && [ "$one" = "$two" ]; then note "pool of 2 on cuda:0, f32 hops, $m: same ids as one process"
-    else fail "pool of 2 on cuda:0, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
-  done
-  # With two GPUs or more: a --device list spreads the pool over them (host on cuda:0, the worker
-  # on cuda:1), each process lending its own card; the ids of one process again, and `shoal check`.
-  if [ "$NGPU" -ge 2 ]; then
-    for m in models/stories260K.gguf hf/llama hf/qwen3; do
-      base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "$POOL_PROMPT" -n 24 -c 256 --temp 0 --output-ids)
-      one=$("${base[@]}" --device cuda:0 2>&1 | tail -1)
-      two=$("${base[@]}" --device cuda:0,cuda:1 --hop-dtype f32 2>&1 | tail -1)
-      if [[ "$one" == "["*"]" ]] && [ "$one" = "$two" ]; then note "pool over cuda:0,cuda:1, f32 hops, $m: same ids as one process"
-      else fail "pool over cuda:0,cuda:1, f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
+    base=("$SHOAL" --log-level off run -m "$FIX/$m" -p "$POOL_PROMPT" -n 24 -c 256 --temp 0 --output-ids)
+    one=$("${base[@]}" --device cuda:0 2>&1 | tail -1)
+    for pool in "${pools[@]}"; do
+      # shellcheck disable=SC2086  # (the pool's flags, word-split on purpose)
+      two=$("${base[@]}" $pool --hop-dtype f32 2>&1 | tail -1)
+      if [[ "$one" == "["*"]" ]] && [ "$one" = "$two" ]; then note "pool ($pool), f32 hops, $m: same ids as one process"
+      else fail "pool ($pool), f32 hops, $m: DIFFERS: one '$one' pool '$two'"; fi
     done
+  done
+  for devs in "${checks[@]}"; do
     for arch in llama qwen3; do
       full=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
-             --device cuda:0,cuda:1 --hop-dtype f32 --kv f32 2>&1); rc=$?
+             --device "$devs" --hop-dtype f32 --kv f32 2>&1); rc=$?
       out=$(tail -1 <<<"$full")
-      if [ "$rc" = 0 ]; then note "shoal check $arch hf over cuda:0,cuda:1 (f32 hops): $out"
-      else fail "shoal check $arch hf over cuda:0,cuda:1: FAILED (exit $rc): $out"; fi
+      if [ "$rc" = 0 ]; then note "shoal check $arch hf over $devs (f32 hops): $out"
+      else fail "shoal check $arch hf over $devs: FAILED (exit $rc): $out"; fi
     done
-  fi
-  # A pool mixing this GPU and the CPU (host on cuda:0, the worker on cpu: layers a card cannot
-  # hold, as llama.cpp's partial offload): `shoal check` meets the reference like one process.
-  for arch in llama qwen3; do
-    full=$("$SHOAL" --log-level warn check -m "$FIX/hf/$arch" --reference "$FIX/hf/$arch/reference.safetensors" \
-           --device cuda:0,cpu --hop-dtype f32 --kv f32 2>&1); rc=$?
-    out=$(tail -1 <<<"$full")
-    if [ "$rc" = 0 ]; then note "shoal check $arch hf over cuda:0,cpu (f32 hops): $out"
-    else fail "shoal check $arch hf over cuda:0,cpu: FAILED (exit $rc): $out"; fi
   done
   # (The fixture is llama.cpp's text with an f16 cache, so a Q8_0 cache may differ; only a failed
   # run fails the check.)

@@ -87,13 +87,11 @@ int check(const CheckOptions& o) {
   Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
   Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
   std::optional<HostSignals::Hold> held;  // (goes first)
-  auto n_procs = local_pool_size(flags, o.pool);  // a --device list without --pool: one process per entry
-  if (!n_procs.ok()) return fail(n_procs.status());
-  if (*n_procs > 1) {
+  auto pool_flags = local_pool_flags(flags, o.pool);  // a --device list without --pool: one process per entry
+  if (!pool_flags.ok()) return fail(pool_flags.status());
+  if (pool_flags->pool > 1) {
     signals.emplace();  // before the pool's threads start
-    PoolFlags pool_flags = o.pool;
-    pool_flags.pool = *n_procs;
-    pool = start_local_pool(flags, pool_flags, /*tokenizer=*/false);
+    pool = start_local_pool(flags, *pool_flags, /*tokenizer=*/false);
     if (!pool.ok()) return fail(pool.status());
     held.emplace(*signals, *(*pool)->host);
   } else {

@@ -28,14 +28,12 @@ int run(const RunOptions& o) {
   if (!text.ok()) return fail(text.status());
   const std::string& prompt = *text;
   const GenerateOptions go = o.gen.generate_options();
-  auto n_procs = local_pool_size(o.model, o.pool);  // a --device list without --pool: one process per entry
-  if (!n_procs.ok()) return fail(n_procs.status());
-  if (*n_procs > 1) {
-    PoolFlags pool_flags = o.pool;
-    pool_flags.pool = *n_procs;
+  auto pool_flags = local_pool_flags(o.model, o.pool);  // a --device list without --pool: one process per entry
+  if (!pool_flags.ok()) return fail(pool_flags.status());
+  if (pool_flags->pool > 1) {
     HostSignals signals;  // SIGINT / SIGTERM: bye to the pool, exit 128 + signo; before any thread starts
     std::vector<int32_t> ids;  // the prompt is checked before the workers load their layers
-    auto lp = start_local_pool(o.model, pool_flags, /*tokenizer=*/true, [&](pool::Host& h) -> Status {
+    auto lp = start_local_pool(o.model, *pool_flags, /*tokenizer=*/true, [&](pool::Host& h) -> Status {
       SHOAL_ASSIGN_OR_RETURN(ids, encode_prompt(*h.tokenizer(), prompt));
       return check_prompt_fits(ids.size(), h.n_ctx());
     });

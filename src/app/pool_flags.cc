@@ -76,17 +76,18 @@ Status check_pool_flags_alone(const PoolFlags& p) {
   return Status::Ok();
 }
 
-Result<int> local_pool_size(const ModelFlags& m, const PoolFlags& p) {
+Result<PoolFlags> local_pool_flags(const ModelFlags& m, const PoolFlags& p) {
   SHOAL_ASSIGN_OR_RETURN(std::vector<std::string> devices, pool::device_list(m.device));
   const int listed = int(devices.size());
   if (listed > 64) return make_error(Code::kInvalidArgument, "--device lists {} devices (at most 64)", listed);
-  if (p.pool == 1) return listed;
-  if (listed > p.pool)
+  if (p.pool > 1 && listed > p.pool)
     return make_error(Code::kInvalidArgument,
                       "--device lists {} devices but --pool {} starts {} processes: a device would hold nothing "
                       "(leave --pool out for one process per device)",
                       listed, p.pool, p.pool);
-  return p.pool;
+  PoolFlags out = p;
+  if (p.pool == 1) out.pool = listed;
+  return out;
 }
 
 Result<std::string> room_secret(const std::string& flag) {

@@ -35,11 +35,11 @@ Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p);
 /// which shape a pool's plan, are named in a warning when set, since there is no plan to shape.
 Status check_pool_flags_alone(const PoolFlags& p);
 
-/// How many processes `run` / `check` start: --pool N; or, with --pool left at 1 and a --device
-/// list of L > 1 entries, L (one process per device; pool::device_list). kInvalidArgument when the
-/// list has an empty entry, more than 64 entries, or more entries than N (a listed device would
-/// hold nothing).
-Result<int> local_pool_size(const ModelFlags& m, const PoolFlags& p);
+/// p with the number of processes `run` / `check` start as its pool: --pool N; or, with --pool
+/// left at 1 and a --device list of L > 1 entries, L (one process per device; pool::device_list).
+/// kInvalidArgument when the list has an empty entry, more than 64 entries, or more entries than N
+/// (a listed device would hold nothing).
+Result<PoolFlags> local_pool_flags(const ModelFlags& m, const PoolFlags& p);
 
 /// A host and its local worker processes; the host goes first (it says bye), then the workers.
 struct LocalPool {

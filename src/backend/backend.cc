@@ -132,22 +132,33 @@ void Backend::gated_ffn(const Tensor& in, const InputNorm& norm, const MatmulOut
   matmuls(*glu.y, InputNorm{}, {&down, 1});
 }
 
+std::optional<int> cuda_device_index(std::string_view device, bool* bad_cuda) {
+  if (bad_cuda) *bad_cuda = false;
+  if (device != "cuda" && !device.starts_with("cuda:")) return std::nullopt;
+  int index = 0;
+  if (device.size() > 5) {
+    const std::string_view digits = device.substr(5);
+    const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec != std::errc() || p != digits.data() + digits.size() || index < 0) {
+      if (bad_cuda) *bad_cuda = true;
+      return std::nullopt;
+    }
+  }
+  return index;
+}
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view device, const BackendOptions& opts) {
   if (device == "cpu" || device == "cpu-ref") {
     BackendOptions o = opts;
     if (device == "cpu-ref") o.reference = true;
     return std::unique_ptr<Backend>(new CpuBackend(o));
   }
-  if (device == "cuda" || device.starts_with("cuda:")) {
-    int index = 0;
-    if (device.size() > 5) {
-      auto digits = device.substr(5);
-      auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-      if (ec != std::errc() || p != digits.data() + digits.size() || index < 0)
-        return make_error(Code::kInvalidArgument, "bad device '{}': expected cuda:N", device);
-    }
+  bool bad = false;
+  const std::optional<int> index = cuda_device_index(device, &bad);
+  if (bad) return make_error(Code::kInvalidArgument, "bad device '{}': expected cuda:N", device);
+  if (index) {
 #ifdef SHOAL_HAVE_CUDA
-    return create_cuda_backend(index, opts);
+    return create_cuda_backend(*index, opts);
 #else
     return make_error(Code::kUnavailable,
                       "device '{}' asked for, but this build of shoal has no CUDA backend "

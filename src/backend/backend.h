@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -311,6 +312,10 @@ class Backend {
   };
   std::array<Decoded, kDecodedSlots> decoded_{};
 };
+
+/// The index N of a CUDA device string "cuda" (0) or "cuda:N" (also "cuda:", 0, and leading
+/// zeros); nullopt for other devices (cpu, cpu-ref) and for a malformed "cuda:..." (bad_cuda set).
+std::optional<int> cuda_device_index(std::string_view device, bool* bad_cuda = nullptr);
 
 /// Creates a backend from a device string: "cpu", "cpu-ref" (the reference path), "cuda",
 /// "cuda:N". Errors: kInvalidArgument (unknown device), kUnavailable (no CUDA in this build or no

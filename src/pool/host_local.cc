@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "backend/backend.h"
 #include "pool/auth.h"
 
 extern char** environ;
@@ -45,16 +45,12 @@ Result<std::vector<std::string>> device_list(const std::string& device) {
 }
 
 std::vector<LocalPlacement> local_placements(const std::vector<std::string>& devices, size_t n) {
-  // The memory a process lends from: a card for cuda[:N] (by its index, as create_backend reads
-  // it), else the machine's RAM.
+  // The memory a process lends from: a card by its index (as create_backend reads it), else the
+  // machine's RAM (a malformed cuda:... stands for itself: create_backend refuses it).
   auto memory_of = [](const std::string& d) -> std::string {
-    if (d != "cuda" && !d.starts_with("cuda:")) return "ram";
-    int index = 0;
-    if (d.size() > 5) {
-      const auto [p, ec] = std::from_chars(d.data() + 5, d.data() + d.size(), index);
-      if (ec != std::errc() || p != d.data() + d.size()) return d;  // (create_backend refuses it)
-    }
-    return fmt::format("cuda:{}", index);
+    bool bad = false;
+    const std::optional<int> index = cuda_device_index(d, &bad);
+    return index ? fmt::format("cuda:{}", *index) : bad ? d : "ram";
   };
   std::vector<LocalPlacement> out(devices.empty() ? 0 : n);
   for (size_t i = 0; i < out.size(); ++i) out[i].device = devices[i % devices.size()];

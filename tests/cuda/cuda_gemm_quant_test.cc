@@ -92,8 +92,12 @@ TEST_P(CudaGemmQuantTest, FewTokensOnNarrowItems) {
   };
   const Shape shapes[] = {{300, 4128, 16}, {515, 768, 17}, {128, 96, 32}, {40, 2048, 33},
                           {4096, 4096, 16}, {17000, 64, 16}, {200, 14336, 24}};
+  const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 0), expect);
+  // At least 300 x 4128, 4096 x 4096 (3 and 32 items of 65 / 64 stages) and 200 x 14336 split
+  // their K on any Hopper GPU (64 SMs or more), per kind.
+  EXPECT_GE(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, 2 * 3 * expect);
 }
 
 TEST_P(CudaGemmQuantTest, PromptSizedProducts) {
@@ -155,6 +159,7 @@ TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
     Dual w = make_weight(t, {rows, in});
     Dual y = make_f32({n, rows}, randn(n * rows));
     const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+    const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
     for (int rep = 0; rep < 2; ++rep)
       for (Backend* be : {cpu_.get(), gpu_.get()}) {
         const bool gp = be == gpu_.get();
@@ -166,6 +171,7 @@ TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
         be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
       }
     EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, 2 * expect);
+    EXPECT_EQ(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, 2 * expect) << "both launches split";
     EXPECT_LT(nerr(y), tol(true));
   }
 }
@@ -189,6 +195,7 @@ TEST_P(CudaGemmQuantTest, QkvProductsInOneLaunch) {
         tmp[i] = output(DType::kF32, {n, rows[i]});
       }
       const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
+      const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
       for (Backend* be : {cpu_.get(), gpu_.get()}) {
         const bool gp = be == gpu_.get();
         MatmulOut outs[3];
@@ -202,6 +209,8 @@ TEST_P(CudaGemmQuantTest, QkvProductsInOneLaunch) {
         be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
       }
       EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
+      EXPECT_EQ(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, n == 16 ? expect : 0)
+          << "split K at 16 tokens over 2048 columns only";
       for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tol(true)) << "product " << i;
     }
 }

@@ -149,6 +149,8 @@ class CudaBackend final : public Backend {
   void set_fragment_handoff(bool on) { frags_ = on; }
   /// gemm_quant launches so far (a q / k / v launch counts once; for tests).
   uint64_t quant_gemm_launches() const { return qgemm_launches_; }
+  /// Those of them that split K (cuda::QuantGemmSplit; for tests).
+  uint64_t quant_gemm_split_launches() const { return qgemm_split_launches_; }
   /// Whether this device runs gemm_quant (cuda::gemm_quant_available, probed at creation).
   bool quant_gemm_available() const { return qgemm_available_; }
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
@@ -359,7 +361,7 @@ class CudaBackend final : public Backend {
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
            stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0,
-           scratch_allocs_ = 0;
+           scratch_allocs_ = 0, qgemm_split_launches_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

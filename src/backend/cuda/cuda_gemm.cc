@@ -87,10 +87,14 @@ bool CudaBackend::gemm_input_buffer(GemmInput& in, Scratch slot) {
 
 bool CudaBackend::run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count,
                                  const GemmInput& in, const float* inv_scale, bool glu, cuda::Act act) {
-  if (!note(cuda::gemm_quant(ws, outs, count, in.x16, in.parts, inv_scale, in.n, glu, act, stream_, qsplit_),
+  int splits = 1;
+  cuda::QuantGemmSplit split = qsplit_;
+  split.used = &splits;
+  if (!note(cuda::gemm_quant(ws, outs, count, in.x16, in.parts, inv_scale, in.n, glu, act, stream_, split),
             "gemm_quant"))
     return false;
   ++qgemm_launches_;
+  if (splits > 1) ++qgemm_split_launches_;
   return true;
 }
 

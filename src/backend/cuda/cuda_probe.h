@@ -79,6 +79,9 @@ void set_fragment_handoff(Backend& b, bool on);
 /// per product, or one for q / k / v together) of the CUDA backend b so far; -1 if b is not a
 /// CUDA backend. For tests.
 int64_t quant_gemm_launches(Backend& b);
+/// Those of them that split K over several blocks (few work items); -1 if b is not a CUDA backend.
+/// For tests.
+int64_t quant_gemm_split_launches(Backend& b);
 /// Prefill inputs of the CUDA backend b so far split into one 16-bit part
 /// (BackendOptions::half_prefill, for calls whose products all take it); -1 if b is not a CUDA
 /// backend. For tests.

@@ -589,6 +589,7 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
       a.splits *= 2;
   a.partial = split.partial;
   a.counters = split.counters;
+  if (split.used) *split.used = a.splits;
   auto run = [&](auto kernel, int stage_bytes, int ring_stages, int exchange_bytes) -> cudaError_t {
     // One block per SM (its shared memory), each looping over work items.
     const dim3 grid(unsigned(std::min<int64_t>(items * a.splits, sms)));

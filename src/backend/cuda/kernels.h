@@ -237,12 +237,13 @@ struct QuantGemmOut {
 };
 /// Scratch of gemm_quant's split K: `partial` holds partial_floats f32 (any contents), `counters`
 /// counter_count u32 that are zero before the launch (a launch leaves them zero). Null partial:
-/// no split.
+/// no split. `used`, if set, receives the ranges each item's K was split into (1: none).
 struct QuantGemmSplit {
   float* partial = nullptr;
   uint64_t partial_floats = 0;
   unsigned* counters = nullptr;
   int counter_count = 0;
+  int* used = nullptr;
 };
 /// The scratch gemm_quant may use for split K on a device of `sms` SMs: sms work items of at most
 /// 64 tokens x 128 rows of f32 (and sms counters).

@@ -6,7 +6,7 @@
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 //
 //   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--attention]
-//                [--prefill-attention] [--sampling] [--only llama-q4_0]
+//                [--prefill-attention] [--sampling] [--tensor] [--only llama-q4_0]
 //                [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -661,8 +661,33 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
   b.reset_graphs();
 }
 
+// ---- Tensor-core rates (--tensor) -------------------------------------------------------------
+// What the quantized prefill GEMM's instruction can give at each width of its items (kN 32 / 64
+// for calls of few tokens), with the product's waits and promotions, against mma.sync.
+void bench_tensor(int device, int reps) {
+  std::printf("\n## wgmma.m64nNk16 f16, A in registers, one block per SM: TFLOP/s (modes: 0 rate, 1 the GEMM's waits, "
+              "2 + promotions)\n| N | 1 wg: 0 / 1 / 2 | 2 wg: 0 / 1 / 2 | 3 wg: 0 / 1 / 2 |\n|---|---|---|---|\n");
+  for (int n : {32, 64, 128}) {
+    std::printf("| %d |", n);
+    for (int wg = 1; wg <= 3; ++wg) {
+      if (n == 128 && wg == 3) {
+        std::printf(" - |");
+        continue;
+      }
+      for (int mode = 0; mode <= 2; ++mode)
+        std::printf(" %.0f%s", must(probe::wgmma_tflops(device, n, wg, mode, reps)), mode < 2 ? " /" : " |");
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::printf("\n## mma.sync.m16n8k16 f16, one block per SM: TFLOP/s\n| warps | 4 | 8 | 16 |\n|---|---|---|---|\n|  |");
+  for (int w : {4, 8, 16}) std::printf(" %.0f |", must(probe::mma_sync_tflops(device, w, reps)));
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, bool gemv, bool prefill_attention,
-        bool sampling, const std::string& only) {
+        bool sampling, bool tensor, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -678,6 +703,10 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
               c.bf16_pp_tflops);
   std::fflush(stdout);
 
+  if (tensor) {
+    bench_tensor(device, reps);
+    return 0;
+  }
   auto backend = must(create_backend("cuda:" + std::to_string(device)));
   Backend& b = *backend;
   probe::set_gemv_rows(g_gemv_rows);
@@ -767,7 +796,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Timed repetitions per figure (median reported)")->capture_default_str();
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
-  bool prefill = false, sweep = false, attention = false, gemv = false, prefill_attention = false, sampling = false;
+  bool prefill = false, sweep = false, attention = false, gemv = false, prefill_attention = false, sampling = false,
+       tensor = false;
   app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
   app.add_flag("--gemv", gemv, "Ceilings and the GEMV table of Llama-3-8B shapes only");
   app.add_flag("--attention", attention,
@@ -775,6 +805,7 @@ int main(int argc, char** argv) {
   app.add_flag("--prefill-attention", prefill_attention,
                "Ceilings and prefill attention (Llama-3-8B and Qwen3-0.6B heads, 512-4096 tokens) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
+  app.add_flag("--tensor", tensor, "Ceilings and the tensor-core rates (wgmma by width and warpgroups, mma.sync) only");
   app.add_flag("--sampling", sampling, "Ceilings and the sampling ops of a decode step (argmax, top-k, draw) only");
   CLI::Option* only_opt =
       app.add_option("--only", only,
@@ -797,7 +828,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, tensor, only);
 }
 
 #else  // no CUDA backend in this build

@@ -1,4 +1,4 @@
-// The quantized prefill GEMM on Hopper's wgmma (gemm_quant.cu): matmuls of more than 8 tokens
+// The quantized prefill GEMM on Hopper's wgmma (gemm_quant.cu): matmuls of 5 tokens or more
 // with Q8_0 / Q4_0 weights against the CPU reference, on shapes at the edges of its tiles (rows
 // of part of a 16-row tile or of a 128-row block, tokens of part of a 64 / 128-token block, a Q4_0
 // row ending in half a 64-value chunk, a Q8_0 row of an odd chunk count), with and without it
@@ -38,7 +38,8 @@ class CudaGemmQuantTest : public CudaVsRef, public ::testing::WithParamInterface
     Dual y = output(DType::kF32, {n, out});
     cpu_->matmul(w.c, x.c, y.c, with_bias ? &b.c : nullptr);
     const int64_t before = cuda_probe::quant_gemm_launches(*gpu_), halves = cuda_probe::half_prefill_inputs(*gpu_);
-    const int64_t one_part = GetParam() && cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+    // (One part for prefill products only: calls of up to 8 tokens stay exact wherever they run.)
+    const int64_t one_part = GetParam() && cuda_probe::quant_gemm_available(*gpu_) && n > 8 ? 1 : 0;
     gpu_->matmul(w.g, x.g, y.g, with_bias ? &b.g : nullptr);
     const int64_t launches = cuda_probe::quant_gemm_launches(*gpu_) - before;
     EXPECT_LT(nerr(y), tol(true));
@@ -84,20 +85,32 @@ TEST_P(CudaGemmQuantTest, FewTokensOnNarrowItems) {
   // Calls of few tokens take items of 32 or 64 MMA columns (16 / 32 tokens with two parts, 32 / 64
   // with one) and a deeper ring: each width full and just past it, a pool's 16-token frame through
   // Llama-3-8B-like widths (several stages, half a Q4_0 chunk at the end), and more row blocks than
-  // any GPU here has SMs (17000 rows: 133 blocks), so a block carries the narrow ring into further
-  // items.
+  // any GPU here holds blocks at 32 columns (two per SM; 34000 rows: 266 blocks), so a block carries
+  // the narrow ring into further items.
   const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
   struct Shape {
     int64_t out, in, n;
   };
   const Shape shapes[] = {{300, 4128, 16}, {515, 768, 17}, {128, 96, 32}, {40, 2048, 33},
-                          {4096, 4096, 16}, {17000, 64, 16}, {200, 14336, 24}};
+                          {4096, 4096, 16}, {34000, 64, 16}, {200, 14336, 24}};
   const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 0), expect);
   // At least 300 x 4128, 4096 x 4096 (3 and 32 items of 65 / 64 stages) and 200 x 14336 split
   // their K on any Hopper GPU (64 SMs or more), per kind.
   EXPECT_GE(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, 2 * 3 * expect);
+}
+
+TEST_P(CudaGemmQuantTest, FiveToEightTokensTakeItWhereItRuns) {
+  // From kQuantGemmMinTokens (5) tokens quantized products leave the GEMV for gemm_quant where it
+  // runs (with it off, check's second pass, the GEMV); 4 tokens stay on the GEMV.
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    EXPECT_EQ(check(t, 4096, 4096, 5, false), expect);
+    EXPECT_EQ(check(t, 300, 4128, 8, true), expect);
+    EXPECT_EQ(check(t, 515, 768, 6, false), expect);
+    EXPECT_EQ(check(t, 515, 768, 4, true), 0);
+  }
 }
 
 TEST_P(CudaGemmQuantTest, PromptSizedProducts) {
@@ -147,7 +160,7 @@ TEST_P(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
 
 TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
   // A 16-token residual add over few row blocks splits K over several blocks (32 row blocks of
-  // 4096 columns on an SM count over 64: 2 or 4 ranges); the last range adds the partial sums in
+  // 4096 columns, two blocks per SM at 32 columns: 4 to 8 ranges); the last range adds the partial sums in
   // order, then y's old values once. Twice in a row on the same y: the counters the first launch
   // left must be zero again (a stale count would make a block add too early or never).
   const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
@@ -226,15 +239,19 @@ TEST_P(CudaGemmQuantTest, GateUpProductsInOneLaunch) {
     int64_t rows, in, n;
     Activation act;
   };
-  // (rows: part of a 64-row block, several blocks; in: half a Q4_0 chunk at the end, many
-  // stages; n: part of a 64 / 128-token block, a prompt.)
+  // (rows: part of a 64-row block, several blocks, more blocks than two per SM of any GPU here
+  // (17000: 266); in: half a Q4_0 chunk at the end, many stages; n: part of a 64 / 128-token
+  // block, a prompt, a pool's 16-token frame, 6 tokens: below the GEMV's 8.)
   const Case cases[] = {{DType::kQ4_0, DType::kQ4_0, 300, 4128, 65, Activation::kSilu},
                         {DType::kQ8_0, DType::kQ8_0, 1100, 256, 130, Activation::kGeluTanh},
                         {DType::kQ8_0, DType::kQ8_0, 64, 4096, 512, Activation::kSilu},
                         {DType::kQ4_0, DType::kF16, 136, 320, 40, Activation::kSilu},
                         {DType::kF16, DType::kQ8_0, 136, 320, 40, Activation::kGeluErf},
                         {DType::kQ4_0, DType::kQ4_0, 300, 4128, 16, Activation::kSilu},
-                        {DType::kQ8_0, DType::kQ8_0, 1100, 256, 30, Activation::kGeluErf}};
+                        {DType::kQ8_0, DType::kQ8_0, 1100, 256, 30, Activation::kGeluErf},
+                        {DType::kQ4_0, DType::kQ4_0, 17000, 96, 16, Activation::kSilu},
+                        {DType::kQ4_0, DType::kQ4_0, 300, 4128, 6, Activation::kSilu},
+                        {DType::kQ8_0, DType::kQ8_0, 17000, 64, 9, Activation::kSilu}};
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} / {} [{}, {}] x n={}", dtype_name(c.gate), dtype_name(c.up), c.rows, c.in, c.n));
     Dual x = make_f32({c.n, c.in}, randn(c.n * c.in, 2.0f)), g = make_f32({c.in}, randn(c.in));

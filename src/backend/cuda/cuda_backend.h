@@ -153,6 +153,11 @@ class CudaBackend final : public Backend {
   uint64_t quant_gemm_split_launches() const { return qgemm_split_launches_; }
   /// Whether this device runs gemm_quant (cuda::gemm_quant_available, probed at creation).
   bool quant_gemm_available() const { return qgemm_available_; }
+  /// The most tokens a matmul of weights `ws` (null entries skipped) runs on the GEMV:
+  /// kGemvMaxTokens, or kQuantGemmMinTokens - 1 where all of them are Q8_0 / Q4_0 and gemm_quant
+  /// is on.
+  int64_t gemv_max_tokens(std::initializer_list<const Tensor*> ws) const;
+  int64_t gemv_max_tokens(std::span<const MatmulOut> outs) const;
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
@@ -248,10 +253,11 @@ class CudaBackend final : public Backend {
   /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
   /// part when `half` (one_part).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half);
-  /// Whether a prefill product of weights of dtype t takes x as one 16-bit part: with
-  /// half_prefill_, F16 / BF16 (cuBLAS) and Q8_0 / Q4_0 where gemm_quant runs them.
-  bool one_part(DType t) const {
-    return half_prefill_ &&
+  /// Whether a prefill product of n tokens of weights of dtype t takes x as one 16-bit part: with
+  /// half_prefill_, F16 / BF16 (cuBLAS) and Q8_0 / Q4_0 where gemm_quant runs them, of more than
+  /// kGemvMaxTokens tokens (calls of up to 8 tokens, decode and drafts, stay exact wherever they run).
+  bool one_part(DType t, int64_t n) const {
+    return half_prefill_ && n > cuda::kGemvMaxTokens &&
            (t == DType::kF16 || t == DType::kBF16 || (qgemm_ && (t == DType::kQ8_0 || t == DType::kQ4_0)));
   }
   /// Splits x [n, k] (RMSNorm'ed with norm_w when not null) into 16-bit parts (bf16: 3, else 2

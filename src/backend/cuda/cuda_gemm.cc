@@ -176,7 +176,7 @@ bool CudaBackend::finish_product(const MatmulOut& o, const float* yp, int blocks
       (t == DType::kF16 || t == DType::kBF16)) {
     // The next block's input (its products' weights taken to be of o's kind) in the same pass,
     // in the slot src is not in (its inv_scale is read by every block of the pass).
-    GemmInput in = GemmInput::of(n, rows, t == DType::kBF16, one_part(t));
+    GemmInput in = GemmInput::of(n, rows, t == DType::kBF16, one_part(t, n));
     if (!gemm_input_buffer(in, other_input(src.slot))) return false;
     const cudaError_t e =
         cuda::combine_split(yp, blocks, ld, lo, inv_scale, bias, y, n, rows, in.bf16, in.parts, cuda::f32(*next->w),
@@ -239,7 +239,7 @@ bool CudaBackend::gemm_matmuls(const Tensor& x, const InputNorm& norm, std::span
       const bool ok = w->dtype == DType::kF16 || w->dtype == DType::kBF16 || w->dtype == DType::kQ8_0 ||
                       w->dtype == DType::kQ4_0;
       if (!ok || (w->dtype == DType::kBF16) != bf16 || (o.up && w->rows() % 4 != 0)) return false;
-      half = half && one_part(w->dtype);
+      half = half && one_part(w->dtype, n);
     }
   check_matmul_shapes(x, norm, outs);
   if (failed() || !use_device()) return true;
@@ -328,11 +328,11 @@ bool CudaBackend::glu_parts_ffn(const Tensor& in, const InputNorm& norm, const M
   GemmInput gin;
   const bool bf16 = t == DType::kBF16;
   const float* norm_w = norm.w ? cuda::f32(*norm.w) : nullptr;
-  if (!gemm_input(cuda::f32(in), n, in.cols(), bf16, one_part(t), norm_w, norm.eps, gin)) return true;
+  if (!gemm_input(cuda::f32(in), n, in.cols(), bf16, one_part(t, n), norm_w, norm.eps, gin)) return true;
   GluProducts p;
   if (!glu_products(glu, gin, p)) return true;
   // Down's input parts in the slot gin is not in: glu_parts reads gin.inv_scale in every block.
-  GemmInput din = GemmInput::of(n, m, bf16, one_part(t));
+  GemmInput din = GemmInput::of(n, m, bf16, one_part(t, n));
   if (!gemm_input_buffer(din, other_input(gin.slot))) return true;
   if (!note(cuda::glu_parts(p.gate, p.gate_blocks, p.up, p.up_blocks, n, m, gin.inv_scale, cuda::act_of(glu.act), bf16,
                             din.parts, const_cast<uint16_t*>(din.x16), const_cast<float*>(din.inv_scale), stream_,
@@ -368,7 +368,7 @@ bool CudaBackend::qkv_parts_attention(const Tensor& x, const InputNorm& norm, st
   if (failed() || !use_device()) return true;
   const DType t = qkv[0].w->dtype;
   GemmInput in;
-  if (!gemm_input(cuda::f32(x), x.rows(), x.cols(), t == DType::kBF16, one_part(t),
+  if (!gemm_input(cuda::f32(x), x.rows(), x.cols(), t == DType::kBF16, one_part(t, x.rows()),
                   norm.w ? cuda::f32(*norm.w) : nullptr, norm.eps, in))
     return true;
   float* yp = nullptr;

@@ -26,17 +26,30 @@ int plain_id(DType t) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Whether matmuls(x, norm, outs) runs as GEMV launches (gemv_multi): n <= 8, 16-byte aligned x
-// and norm weight (a row view of x at an odd row of a width that is not a multiple of 4 is not),
-// and GLU pairs of one weight kind.
-bool gemv_launches(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
+// Whether matmuls(x, norm, outs) runs as GEMV launches (gemv_multi): n <= max_tokens
+// (CudaBackend::gemv_max_tokens), 16-byte aligned x and norm weight (a row view of x at an odd
+// row of a width that is not a multiple of 4 is not), and GLU pairs of one weight kind.
+bool gemv_launches(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs, int64_t max_tokens) {
   const int64_t n = x.rows();
-  bool ok = n >= 1 && n <= cuda::kGemvMaxTokens && aligned16(x.data) && (!norm.w || aligned16(norm.w->data));
+  bool ok = n >= 1 && n <= max_tokens && aligned16(x.data) && (!norm.w || aligned16(norm.w->data));
   for (const MatmulOut& o : outs) ok = ok && (!o.up || (o.up->dtype == o.w->dtype && !o.accumulate && !o.bias));
   return ok;
 }
 
 }  // namespace
+
+int64_t CudaBackend::gemv_max_tokens(std::initializer_list<const Tensor*> ws) const {
+  bool quantized = qgemm_;
+  for (const Tensor* w : ws)
+    if (w) quantized = quantized && (w->dtype == DType::kQ8_0 || w->dtype == DType::kQ4_0);
+  return quantized ? cuda::kQuantGemmMinTokens - 1 : cuda::kGemvMaxTokens;
+}
+
+int64_t CudaBackend::gemv_max_tokens(std::span<const MatmulOut> outs) const {
+  for (const MatmulOut& o : outs)  // (mixed kinds: the GEMV)
+    if (gemv_max_tokens({o.w, o.up}) == cuda::kGemvMaxTokens) return cuda::kGemvMaxTokens;
+  return outs.empty() ? cuda::kGemvMaxTokens : cuda::kQuantGemmMinTokens - 1;
+}
 
 cuda::WeightRef CudaBackend::weight_ref(const Tensor& w) const {
   cuda::WeightRef r;
@@ -83,10 +96,10 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, Tensor& y, const Tens
   SHOAL_CHECK(aligned16(xs), "matmul input not 16-byte aligned");
   if (failed() || !use_device()) return;
   const float* b = bias ? f32(*bias) : nullptr;
-  if (n <= cuda::kGemvMaxTokens)
+  if (n <= gemv_max_tokens({&w}))
     note(cuda::gemv(wr, xs, int(n), b, f32(y), stream_), "gemv");
   else
-    gemm(wr, xs, n, f32(y), b, one_part(w.dtype));
+    gemm(wr, xs, n, f32(y), b, one_part(w.dtype, n));
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
@@ -255,7 +268,7 @@ void CudaBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tens
 void CudaBackend::matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act,
                              Tensor& gate_buf, Tensor& up_buf, Tensor& out) {
   const int64_t n = x.rows();
-  if (n > cuda::kGemvMaxTokens || w_gate.dtype != w_up.dtype) {
+  if (n > gemv_max_tokens({&w_gate, &w_up}) || w_gate.dtype != w_up.dtype) {
     Backend::matmul_glu(w_gate, w_up, x, act, gate_buf, up_buf, out);
     return;
   }
@@ -312,7 +325,7 @@ bool CudaBackend::rope_in_products(const Tensor& x, const InputNorm& norm, std::
         o.w->rows() != (i == 0 ? q_rows : kv_rows) || o.y->n_elements() != o.w->rows())
       return false;
   }
-  return gemv_launches(x, norm, qkv);
+  return gemv_launches(x, norm, qkv, gemv_max_tokens(qkv));
 }
 
 void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
@@ -355,10 +368,11 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
                                  const cuda::GemvRope* rope) {
   const int64_t n = x.rows();
   check_matmul_args(x, norm, outs);
-  const bool fusable = gemv_launches(x, norm, outs);
+  const int64_t gemv_most = gemv_max_tokens(outs);
+  const bool fusable = gemv_launches(x, norm, outs, gemv_most);
   SHOAL_CHECK(!rope || fusable, "matmuls: the RoPE epilogue needs the one-launch GEMV path");
   if (!fusable) {
-    if (n <= cuda::kGemvMaxTokens || !gemm_matmuls(x, norm, outs)) Backend::matmuls(x, norm, outs);
+    if (n <= gemv_most || !gemm_matmuls(x, norm, outs)) Backend::matmuls(x, norm, outs);
     return;
   }
   check_matmul_shapes(x, norm, outs);

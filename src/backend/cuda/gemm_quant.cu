@@ -17,8 +17,9 @@
 // of few tokens take items of 32 or 64 columns), so the parts are summed in registers and the
 // kernel writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
 // of combine_parts / combine_glu (gemm_prep.cu), with no combine kernel (and no f32 scratch but
-// split K's, below). One block per SM loops over the items (persistent). Warpgroup 0 streams the
-// stages through a ring (6 stages at 128 columns, 8 at 64, 12 at 32; one thread issues the TMA
+// split K's, below). One block per SM (two for Q4_0 at 32 columns) loops over the items
+// (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128 columns, 8 at 64,
+// 12 at 32, 10-12 with two blocks per SM; one thread issues the TMA
 // copies of a stage: the tokens' hi and lo activations, at 128 columns 2 x 64 x 64 f16 in the
 // 128-byte swizzle wgmma reads, as one 3-D box (one part: 1 x 128 x 64), and the tiles' quants
 // and scales), counted over all of the block's
@@ -50,6 +51,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_mma.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 namespace shoal::cuda {
 namespace {
@@ -61,9 +63,12 @@ namespace {
 constexpr int kK = 64;
 constexpr int kTiles = 8;                    // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
-// Stages of the ring: 6 at 128 columns (150 KiB of Q8_0 stages); narrower activations leave room
-// for more weights in flight, which is what a call of few tokens waits on.
-constexpr int stages_for(int n) { return n == 128 ? 6 : n == 64 ? 8 : 12; }
+// Blocks per SM: two for Q4_0 at 32 columns (calls of up to 16 tokens), so that one block's waits
+// on its stages, its epilogue and its split-K handoff overlap the other's products: a computing
+// warp's stage is a chain of dependent steps, and one block gives a scheduler only two such warps
+// (H100, Llama-3-8B Q4_0 steps of 16 tokens 1.08x). Q8_0's stages are 1.4x larger: two blocks
+// of 8 were 2% slower than one of 12 (docs/cuda.md v51).
+constexpr int blocks_per_sm(bool q4, int n) { return q4 && n == 32 ? 2 : 1; }
 template <int kParts, int kN>
 struct Parts {
   static_assert(kParts == 1 || kParts == 2);
@@ -72,7 +77,6 @@ struct Parts {
   static constexpr int kAcc = kN / 2;           // a thread's accumulators of a 64 x kN product
   static constexpr int kVals = kAcc / kParts;   // a thread's outputs of an item (its rows g, g + 8)
   static constexpr int kGroups = kVals / 4;     // of 8 tokens
-  static constexpr int kStages = stages_for(kN);
   static constexpr int kExchangeBytes = 2 * 4 * kVals * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
 };
 
@@ -107,114 +111,30 @@ struct Stage {
   static constexpr int kBytes = (kB + kA + kS + 1023) / 1024 * 1024;  // (B stays 1024-byte aligned)
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle: rows of 128
-// bytes, 8-row groups 1024 bytes apart (the leading byte offset is unused in this mode).
-__device__ __forceinline__ uint64_t sw128_desc(const void* p) {
-  const uint32_t a = smem_addr(p);
-  return uint64_t((a & 0x3ffff) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// d (64 rows x N columns over the warpgroup, f32: N / 2 per thread) = A (registers, 64 x 16 f16)
-// * B (shared, 16 x N f16, K-major) + (scale_d ? d : 0).
-template <int N>
-__device__ __forceinline__ void wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  static_assert(N == 32 || N == 64 || N == 128);
-  if constexpr (N == 32) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, {%16, %17, %18, %19}, %21, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc));
-  } else if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %37, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc));
-  } else if constexpr (N == 128) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %69, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc));
-  }
+// Stages of the ring: 6 at 128 columns (150 KiB of Q8_0 stages), 8 at 64, 12 at 32; with two
+// blocks per SM as many of 12 as fit half of an SM's shared memory (228 KiB on sm_90, less 1 KiB
+// per block for the system) beside the glu exchange, the ring's alignment and the barriers (Q4_0:
+// 11-12; 10 with one part).
+template <bool kQ4, bool kGlu, int kParts, int kN>
+constexpr int ring_stages() {
+  if constexpr (kN == 128) return 6;
+  if constexpr (kN == 64) return 8;
+  if constexpr (blocks_per_sm(kQ4, kN) == 1) return 12;
+  constexpr int budget = 228 * 1024 / 2 - 1024 - 1024 - 512;
+  constexpr int ex = kGlu ? Parts<kParts, kN>::kExchangeBytes : 0;
+  return std::min(12, (budget - ex) / Stage<kQ4, kN>::kBytes);
 }
 
-// Shared-memory barriers (PTX ISA "mbarrier"): the ring's stages pass from the producer to the
-// consumer warps (full) and back (empty) without block barriers.
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-// Arrives and adds `bytes` to the transaction count the phase waits for (the TMA copies').
-__device__ __forceinline__ void mbar_expect(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-// A box of a 2-D tensor map at (c0 inner, c1 outer) into shared memory; completes on bar.
-__device__ __forceinline__ void tma_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
-          "r"(smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-// A box of a 3-D tensor map at (c0 inner, c1, c2 outer) into shared memory; completes on bar.
-__device__ __forceinline__ void tma_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];" ::"r"(smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
-      : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-#endif
 
 // kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up. kParts:
 // the activation parts in x16 (2: hi + lo, exact; 1: one f16 part). kN: the MMA's columns.
 template <bool kQ4, bool kGlu, Act kAct, int kParts, int kN>
-__global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN)) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
   pdl_prologue();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using St = Stage<kQ4, kN>;
   using P = Parts<kParts, kN>;
-  constexpr int kStages = P::kStages, kAcc = P::kAcc;
+  constexpr int kStages = ring_stages<kQ4, kGlu, kParts, kN>(), kAcc = P::kAcc;
   extern __shared__ uint8_t smem_raw[];  // (one spare KiB: the ring starts 1024-byte aligned)
   uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ uint64_t full[kStages], empty[kStages];  // a stage landed / every consumer warp is done with it
@@ -283,7 +203,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_quant_kernel(const __grid_co
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  // The producer's registers to the computing warps: of 168 per thread at one block per SM (65536
+  // / 384, rounded down to 8) up to 232; of 80 at two, up to 96.
+  if constexpr (blocks_per_sm(kQ4, kN) == 2)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 96;\n" ::: "memory");
+  else
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int warp = (tid >> 5) - 4;  // 0..7: the tile
 
   // The A fragments (two k-steps) and the scales (rows g, g + 8) of block b of the stage at base.
@@ -577,27 +502,39 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   DeviceLimits limits;
   if (cudaError_t e = device_limits(limits); e != cudaSuccess) return e;
   const int sms = limits.sms;
-  // Split K where the items would leave more than half the SMs idle (few tokens over few rows:
-  // Llama-3-8B's wo and down have 32 row blocks), into ranges of at least 8 stages, while the
-  // items fit the SMs and the scratch (items of at most 64 tokens). (Not glu: gate / up has twice
-  // the row blocks.)
   const int64_t items = div_up(n, tokens) * total_blocks, stages = div_up(a.k, kK);
-  a.splits = 1;
-  if (!glu && tokens <= 64 && split.partial && split.counters && items <= split.counter_count)
-    while (a.splits < 8 && items * a.splits * 2 <= sms && stages >= 16 * a.splits &&
-           uint64_t(items * a.splits * 2) * uint64_t(tokens) * 128 <= split.partial_floats)
-      a.splits *= 2;
   a.partial = split.partial;
   a.counters = split.counters;
-  if (split.used) *split.used = a.splits;
   auto run = [&](auto kernel, int stage_bytes, int ring_stages, int exchange_bytes) -> cudaError_t {
-    // One block per SM (its shared memory), each looping over work items.
-    const dim3 grid(unsigned(std::min<int64_t>(items * a.splits, sms)));
     const size_t smem = size_t(ring_stages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
-    // (Per launch: the limit is per device, and a host call is nothing beside a prefill GEMM.)
+    // (Per launch: the limits are per device, and host calls are nothing beside a prefill GEMM.)
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
       return e;
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             int(cudaSharedmemCarveoutMaxShared));
+        e != cudaSuccess)
+      return e;
+    int per_sm = 0;  // (two at 32 columns where they fit, blocks_per_sm)
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+        e != cudaSuccess)
+      return e;
+    const int64_t slots = int64_t(sms) * std::max(per_sm, 1);
+    // Split K where the items would leave more than half the block slots idle (few tokens over
+    // few rows: Llama-3-8B's wo and down have 32 row blocks, q / k / v 48), into as many ranges
+    // as fill the slots, at most 8, of at least 8 stages, while the scratch holds their sums
+    // (items of at most 64 tokens). (Not glu: gate / up has 3.5x wo's row blocks.)
+    a.splits = 1;
+    if (!glu && tokens <= 64 && split.partial && split.counters && items <= split.counter_count &&
+        items * 2 <= slots) {
+      const uint64_t item_floats = uint64_t(tokens) * 128;
+      a.splits = int(std::min<int64_t>({8, slots / items, stages / 8,
+                                        int64_t(split.partial_floats / (item_floats * uint64_t(items)))}));
+      a.splits = std::max(a.splits, 1);
+    }
+    if (split.used) *split.used = a.splits;
+    // Persistent blocks, as many as the SMs hold, each looping over work items.
+    const dim3 grid(unsigned(std::min<int64_t>(items * a.splits, slots)));
     SHOAL_TRY_LAUNCH(launch(kernel, grid, kThreads, smem, stream, a));
     return cudaGetLastError();
   };
@@ -609,15 +546,16 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
     static_assert(P::kTokens * kP == kN && P::kGroups * 8 == P::kTokens, "8-token groups of an item");
     static_assert(S::kQuantWords == Stage<kQ4, 128>::kQuantWords && S::kScaleWords == Stage<kQ4, 128>::kScaleWords,
                   "the tensor maps' boxes are the same at every width");
-    constexpr int bytes = S::kBytes, st = P::kStages, ex = P::kExchangeBytes;
+    constexpr int bytes = S::kBytes, ex = P::kExchangeBytes;
+    constexpr int st = ring_stages<kQ4, false, kP, kN>(), st_glu = ring_stages<kQ4, true, kP, kN>();
     if (!glu) return run(gemm_quant_kernel<kQ4, false, Act::kSilu, kP, kN>, bytes, st, ex);
     switch (act) {
       case Act::kSilu:
-        return run(gemm_quant_kernel<kQ4, true, Act::kSilu, kP, kN>, bytes, st, ex);
+        return run(gemm_quant_kernel<kQ4, true, Act::kSilu, kP, kN>, bytes, st_glu, ex);
       case Act::kGeluTanh:
-        return run(gemm_quant_kernel<kQ4, true, Act::kGeluTanh, kP, kN>, bytes, st, ex);
+        return run(gemm_quant_kernel<kQ4, true, Act::kGeluTanh, kP, kN>, bytes, st_glu, ex);
       case Act::kGeluErf:
-        return run(gemm_quant_kernel<kQ4, true, Act::kGeluErf, kP, kN>, bytes, st, ex);
+        return run(gemm_quant_kernel<kQ4, true, Act::kGeluErf, kP, kN>, bytes, st_glu, ex);
     }
     return cudaErrorInvalidValue;
   };

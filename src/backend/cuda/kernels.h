@@ -83,6 +83,10 @@ cudaError_t bf16_to_f16_in_place(uint16_t* w, int64_t n, cudaStream_t stream);
 
 // ---- gemv.cu: matmul for n <= kGemvMaxTokens tokens, weights read once ---------------------
 constexpr int kGemvMaxTokens = 8;
+/// Where gemm_quant runs (Hopper), Q8_0 / Q4_0 products of this many tokens or more take it
+/// instead of the GEMV: from 5 tokens its items of 32 columns beat the GEMV's 8-token tiles
+/// (H100, Llama-3-8B Q4_0 steps of 5 / 6 / 8 tokens 1.30-1.39x, of 4 tokens even; docs/cuda.md v51).
+constexpr int kQuantGemmMinTokens = 5;
 /// y[t, r] = sum_k w[r, k] * x[t, k] (+ bias[r]). x: f32 [n, cols]; y: f32 [n, rows]; n in
 /// [1, kGemvMaxTokens]. f32 accumulation.
 cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y, cudaStream_t stream);
@@ -461,5 +465,15 @@ cudaError_t fill_random(void* p, int64_t n, FillKind kind, uint64_t seed, float 
 /// Reads `bytes` (a multiple of 16) once with 16-byte loads on `grid` blocks; `sink` keeps the
 /// loads from being optimised away.
 cudaError_t read_all(const void* p, uint64_t bytes, int grid, uint32_t* sink, cudaStream_t stream);
+
+// ---- wgmma_probe.cu: tensor-core rates for benchmarks (cuda_probe.h) --------------------------
+/// `grid` blocks of `warpgroups` (1..3; 1..2 at 128 columns) warpgroups, each running `iters` stages of four
+/// wgmma.m64nNk16 (A in registers; n_cols 32, 64 or 128) as gemm_quant does; mode 0: one group
+/// kept in flight, 1: the product's waits, 2: its waits and promotions. Needs sm_90a code
+/// (gemm_quant_available); elsewhere the kernel does nothing. cudaErrorInvalidValue otherwise.
+cudaError_t wgmma_rate(int n_cols, int warpgroups, int mode, int iters, int grid, float* sink, cudaStream_t stream);
+/// `grid` blocks of `warps` warps, each running `iters` x 8 independent mma.sync.m16n8k16 (f16,
+/// f32 accumulators).
+cudaError_t mma_sync_rate(int warps, int iters, int grid, float* sink, cudaStream_t stream);
 
 }  // namespace shoal::cuda

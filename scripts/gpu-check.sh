@@ -204,6 +204,9 @@ fi
 if [ "$BENCH_MODE" != off ] && [ -x "$BUILD/bench/cuda_kernels" ]; then
   args=(); [ "$BENCH_MODE" = quick ] && args+=(--quick)
   "$BUILD/bench/cuda_kernels" "${args[@]}" 2>&1 | tee "$LOGS/cuda_kernels.log"
+  # The tensor cores' rates at the quantized prefill GEMM's widths (what a call of few tokens can
+  # get from wgmma), against mma.sync.
+  "$BUILD/bench/cuda_kernels" --tensor --reps 5 2>&1 | tee "$LOGS/cuda_kernels-tensor.log"
 fi
 
 # shoal bench --device cuda:0 on synthetic random-weight GGUFs of real shapes, written here by the
@@ -227,6 +230,11 @@ if [ "$BENCH_MODE" != off ] && [ -n "$BENCH_MODELS" ] && [ -x "$SYN" ] && [ -x "
     # tensor-core kernels as f16 caches do: docs/cuda.md v42), and at a long context (4096 + 64)
     # with both caches.
     if [ "$st" = "${BENCH_MODELS%% *}" ]; then
+      # Prompts in steps of a pool's 16-token frames and of 8 tokens (drafts, a prompt's tail).
+      for b in 16 8; do
+        "$SHOAL" --log-level warn bench -m "$f" -p 128 -n 0 -b "$b" --device cuda:0 >"$LOGS/bench-$shape-$type-b$b.log" 2>&1
+        while read -r line; do note "bench $shape $type -b $b: $line"; done < <(grep -E '\| pp[0-9]+ \|' "$LOGS/bench-$shape-$type-b$b.log")
+      done
       for run in "512 128 q8_0" "4096 64 f16" "4096 64 q8_0"; do
         read -r pp tg kv <<<"$run"
         lg="$LOGS/bench-$shape-$type-kv-$kv-$pp.log"
@@ -254,4 +262,5 @@ echo "## gpu-check summary"
 printf '%s\n' "${SUMMARY[@]}"
 [ "$fails" = 0 ] && echo "gpu-check: every check passed" || echo "gpu-check: $fails check(s) FAILED"
 [ -f "$LOGS/cuda_kernels.log" ] && grep -A9 -E '^## (Ceilings|Prefill attention|Decode step)' "$LOGS/cuda_kernels.log"
+[ -f "$LOGS/cuda_kernels-tensor.log" ] && grep -A6 -E '^## (wgmma|mma.sync)' "$LOGS/cuda_kernels-tensor.log"
 exit $((fails > 0))

@@ -42,6 +42,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <type_traits>
 
@@ -416,6 +417,19 @@ bool tensor_map_2d(CUtensorMap& m, CUtensorMapDataType type, const void* base, u
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Blocks per SM of each kernel on each device, once known (0: not yet asked).
+std::mutex occupancy_mu;
+std::map<std::pair<int, const void*>, int> occupancies;
+int occupancy_known(int device, const void* kernel) {
+  std::lock_guard<std::mutex> lock(occupancy_mu);
+  const auto it = occupancies.find({device, kernel});
+  return it == occupancies.end() ? 0 : it->second;
+}
+void remember_occupancy(int device, const void* kernel, int per_sm) {
+  std::lock_guard<std::mutex> lock(occupancy_mu);
+  occupancies[{device, kernel}] = per_sm;
+}
+
 }  // namespace
 
 bool gemm_quant_available() {
@@ -508,6 +522,7 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   auto run = [&](auto kernel, int stage_bytes, int ring_stages, int exchange_bytes) -> cudaError_t {
     const size_t smem = size_t(ring_stages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
     // (Per launch: the limits are per device, and host calls are nothing beside a prefill GEMM.)
+    // Its shared memory, and the carveout that lets two blocks fit at 32 columns.
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
       return e;
@@ -515,11 +530,17 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
                                              int(cudaSharedmemCarveoutMaxShared));
         e != cudaSuccess)
       return e;
-    int per_sm = 0;  // (two at 32 columns where they fit, blocks_per_sm)
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-        e != cudaSuccess)
-      return e;
-    const int64_t slots = int64_t(sms) * std::max(per_sm, 1);
+    // Blocks of this kernel an SM holds (two for Q4_0 at 32 columns, blocks_per_sm), asked once
+    // per kernel and device.
+    int per_sm = occupancy_known(limits.device, reinterpret_cast<const void*>(kernel));
+    if (per_sm == 0) {
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+          e != cudaSuccess)
+        return e;
+      if (per_sm < 1) return cudaErrorInvalidConfiguration;  // (a ring that fits no SM: a bug)
+      remember_occupancy(limits.device, reinterpret_cast<const void*>(kernel), per_sm);
+    }
+    const int64_t slots = int64_t(sms) * per_sm;
     // Split K where the items would leave more than half the block slots idle (few tokens over
     // few rows: Llama-3-8B's wo and down have 32 row blocks, q / k / v 48), into as many ranges
     // as fill the slots, at most 8, of at least 8 stages, while the scratch holds their sums

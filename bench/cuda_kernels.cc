@@ -4,6 +4,8 @@
 // several context lengths, prefill GEMM TFLOP/s (n = 512), and whole decode steps (every op of
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
+// --tensor: the tensor cores' rates at the quantized prefill GEMM's widths (wgmma by MMA columns
+// and warpgroups per SM, with its waits and promotions) and of mma.sync.
 //
 //   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--attention]
 //                [--prefill-attention] [--sampling] [--tensor] [--only llama-q4_0]

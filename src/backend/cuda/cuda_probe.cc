@@ -165,41 +165,41 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps) {
   return 2.0 * m * n * double(k) / (t * 1e-3) / 1e12;
 }
 
-Result<double> wgmma_tflops(int device, int n_cols, int warpgroups, int mode, int reps) {
-  PROBE_TRY(cudaSetDevice(device));
-  if (!cuda::gemm_quant_available()) return make_error(Code::kUnavailable, "cuda:{} runs no sm_90a code", device);
+namespace {
+constexpr int kRateIters = 4096;  // stages (wgmma) or rounds (mma.sync) per launch
+// Median TFLOP/s of `launch(grid, sink)` (grid: one block per SM), `flop_per_block` each.
+template <class Launch>
+Result<double> tensor_rate(int device, int reps, double flop_per_block, Launch&& launch) {
   cudaDeviceProp prop{};
   PROBE_TRY(cudaGetDeviceProperties(&prop, device));
   Buffer sink;
   PROBE_TRY(cudaMalloc(&sink.p, 4));
-  constexpr int kIters = 4096;
-  auto launch = [&]() -> Status {
-    PROBE_TRY(cuda::wgmma_rate(n_cols, warpgroups, mode, kIters, prop.multiProcessorCount,
-                               static_cast<float*>(sink.p), nullptr));
+  auto once = [&]() -> Status {
+    PROBE_TRY(launch(prop.multiProcessorCount, static_cast<float*>(sink.p)));
     return Status::Ok();
   };
-  SHOAL_RETURN_IF_ERROR(launch());  // warm-up
-  SHOAL_ASSIGN_OR_RETURN(const double ms, median_ms(nullptr, reps, launch));
+  SHOAL_RETURN_IF_ERROR(once());  // warm-up
+  SHOAL_ASSIGN_OR_RETURN(const double ms, median_ms(nullptr, reps, once));
+  return flop_per_block * prop.multiProcessorCount / (ms * 1e-3) / 1e12;
+}
+}  // namespace
+
+Result<double> wgmma_tflops(int device, int n_cols, int warpgroups, int mode, int reps) {
+  PROBE_TRY(cudaSetDevice(device));
+  if (!cuda::gemm_quant_available()) return make_error(Code::kUnavailable, "cuda:{} runs no sm_90a code", device);
   // 4 wgmma of 64 x n_cols x 16 per stage and warpgroup
-  const double flop = 2.0 * 64 * n_cols * 16 * 4 * double(kIters) * warpgroups * prop.multiProcessorCount;
-  return flop / (ms * 1e-3) / 1e12;
+  const double flop = 2.0 * 64 * n_cols * 16 * 4 * double(kRateIters) * warpgroups;
+  return tensor_rate(device, reps, flop, [&](int grid, float* sink) {
+    return cuda::wgmma_rate(n_cols, warpgroups, mode, kRateIters, grid, sink, nullptr);
+  });
 }
 
 Result<double> mma_sync_tflops(int device, int warps, int reps) {
   PROBE_TRY(cudaSetDevice(device));
-  cudaDeviceProp prop{};
-  PROBE_TRY(cudaGetDeviceProperties(&prop, device));
-  Buffer sink;
-  PROBE_TRY(cudaMalloc(&sink.p, 4));
-  constexpr int kIters = 4096;
-  auto launch = [&]() -> Status {
-    PROBE_TRY(cuda::mma_sync_rate(warps, kIters, prop.multiProcessorCount, static_cast<float*>(sink.p), nullptr));
-    return Status::Ok();
-  };
-  SHOAL_RETURN_IF_ERROR(launch());
-  SHOAL_ASSIGN_OR_RETURN(const double ms, median_ms(nullptr, reps, launch));
-  const double flop = 2.0 * 16 * 8 * 16 * 8 * double(kIters) * warps * prop.multiProcessorCount;
-  return flop / (ms * 1e-3) / 1e12;
+  const double flop = 2.0 * 16 * 8 * 16 * 8 * double(kRateIters) * warps;  // 8 m16n8k16 per round and warp
+  return tensor_rate(device, reps, flop, [&](int grid, float* sink) {
+    return cuda::mma_sync_rate(warps, kRateIters, grid, sink, nullptr);
+  });
 }
 
 Result<double> time_graph_ms(Backend& b, const std::function<void()>& record, int reps) {

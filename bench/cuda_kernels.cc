@@ -667,10 +667,15 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
 // What the quantized prefill GEMM's instruction can give at each width of its items (kN 32 / 64
 // for calls of few tokens), with the product's waits and promotions, against mma.sync.
 void bench_tensor(int device, int reps) {
+  const bool wgmma = probe::wgmma_tflops(device, 32, 1, 0, 1).ok();  // (sm_90a code on this device)
   std::printf("\n## wgmma.m64nNk16 f16, A in registers, one block per SM: TFLOP/s (modes: 0 rate, 1 the GEMM's waits, "
               "2 + promotions)\n| N | 1 wg: 0 / 1 / 2 | 2 wg: 0 / 1 / 2 | 3 wg: 0 / 1 / 2 |\n|---|---|---|---|\n");
   for (int n : {32, 64, 128}) {
     std::printf("| %d |", n);
+    if (!wgmma) {
+      std::printf(" - | - | - |\n");
+      continue;
+    }
     for (int wg = 1; wg <= 3; ++wg) {
       if (n == 128 && wg == 3) {
         std::printf(" - |");

@@ -94,11 +94,16 @@ TEST_P(CudaGemmQuantTest, FewTokensOnNarrowItems) {
   const Shape shapes[] = {{300, 4128, 16}, {515, 768, 17}, {128, 96, 32}, {40, 2048, 33},
                           {4096, 4096, 16}, {34000, 64, 16}, {200, 14336, 24}};
   const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
+  const int64_t two_before = cuda_probe::quant_gemm_two_block_launches(*gpu_);
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 0), expect);
   // At least 300 x 4128, 4096 x 4096 (3 and 32 items of 65 / 64 stages) and 200 x 14336 split
   // their K on any Hopper GPU (64 SMs or more), per kind.
   EXPECT_GE(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, 2 * 3 * expect);
+  // Q4_0's calls of 32 MMA columns (up to 16 tokens; with one part up to 32) run two blocks per
+  // SM: at least the three of 16 tokens (300 x 4128, 4096 x 4096, 34000 x 64).
+  EXPECT_GE(cuda_probe::quant_gemm_two_block_launches(*gpu_) - two_before, 3 * expect)
+      << "a ring that no longer fits two blocks per SM";
 }
 
 TEST_P(CudaGemmQuantTest, FiveToEightTokensTakeItWhereItRuns) {

@@ -1,5 +1,7 @@
-// CUDA matmul (GEMV for n <= 8 tokens, cuBLAS GEMM above), the fused gate/up GLU, and weight
-// upload through the staging buffer, against the CPU reference backend on fresh random inputs.
+// CUDA matmul (GEMV for n <= 8 tokens, cuBLAS GEMM above; Q8_0 / Q4_0 weights of 5 or more
+// tokens take gemm_quant where it runs, so the GEMV cases of 5-8 tokens run with it off too), the
+// fused gate/up GLU, and weight upload through the staging buffer, against the CPU reference
+// backend on fresh random inputs.
 #include <array>
 #include <cmath>
 #include <limits>
@@ -56,8 +58,11 @@ TEST_F(CudaMatmulTest, TallGemvOfWideRows) {
 }
 
 TEST_F(CudaMatmulTest, SmallBatchesReadWeightsOnce) {
-  for (DType t : kWeightTypes)
-    for (int64_t n : {2, 3, 4, 5, 8}) check(t, 259, 512, n, n == 3);
+  for (const bool qgemm : {true, false}) {  // (off: the quantized GEMV at 5 and 8 tokens too)
+    cuda_probe::set_quant_gemm(*gpu_, qgemm);
+    for (DType t : kWeightTypes)
+      for (int64_t n : {2, 3, 4, 5, 8}) check(t, 259, 512, n, n == 3);
+  }
 }
 
 // matmuls(): several products of one input in one launch, with the input RMSNorm and the
@@ -177,12 +182,15 @@ class CudaMatmulsTest : public CudaMatmulTest {
 };
 
 TEST_F(CudaMatmulsTest, NormAndResidualFusedIntoOneLaunch) {
-  for (DType t : kWeightTypes)
-    for (int64_t n : {1, 3, 8}) {
-      check_fused(t, 512, n, true, false);
-      check_fused(t, 512, n, true, true);
-      check_fused(t, 256, n, false, true);
-    }
+  for (const bool qgemm : {true, false}) {  // (off: the quantized GEMV at 8 tokens too)
+    cuda_probe::set_quant_gemm(*gpu_, qgemm);
+    for (DType t : kWeightTypes)
+      for (int64_t n : {1, 3, 8}) {
+        check_fused(t, 512, n, true, false);
+        check_fused(t, 512, n, true, true);
+        check_fused(t, 256, n, false, true);
+      }
+  }
 }
 
 TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
@@ -190,7 +198,9 @@ TEST_F(CudaMatmulsTest, QuantizedUnitsLoopsAndStages) {
   // units of two tiles and for blocks that loop over several units (fragments built once,
   // next unit prefetched, reduction buffers alternating); 16384 columns fit one stage beside a
   // weight ring of 2 slots but not of 4 (the launch takes 2); 25632 columns (Q4_0: a half-padded
-  // last chunk) and 8 tokens at 4096 columns do not fit one stage of activation fragments.
+  // last chunk) and 8 tokens at 4096 columns do not fit one stage of activation fragments
+  // (gemm_quant off: where it runs it takes 8 tokens).
+  cuda_probe::set_quant_gemm(*gpu_, false);
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     check_fused(t, 1024, 1, true, true, {9000, 48, 400});
     check_fused(t, 1024, 2, false, false, {3000, 5000, 17});
@@ -279,15 +289,14 @@ TEST_F(CudaMatmulsTest, ResidualReadEarlyOnlyWhereThePreviousOpLeftIt) {
   // tensor whose rows y is a view of (a partial overlap: not early, that kernel may still be
   // writing y), or of the bias (not early). Three outputs, the bias on the middle one; 20000
   // quantized rows make blocks loop over units (later units load theirs at the unit's start).
-  // Quantized weights take the GEMV up to 4 tokens (from kQuantGemmMinTokens on, gemm_quant
-  // where it runs): 4 instead of 8 for them.
+  // (gemm_quant off: where it runs it takes quantized products of 5 tokens or more.)
   enum class Before { kOther, kParentOfY, kBias };
+  cuda_probe::set_quant_gemm(*gpu_, false);
   for (DType t : kWeightTypes)
     for (auto [in, rows0] : {std::pair<int64_t, int64_t>{256, 200}, {4096, 200}, {1024, 20000}})
-      for (int64_t n0 : {1, 3, 8})
+      for (int64_t n : {1, 3, 8})
         for (Before before : {Before::kOther, Before::kParentOfY, Before::kBias}) {
           const bool quant = t == DType::kQ8_0 || t == DType::kQ4_0;
-          const int64_t n = quant ? std::min<int64_t>(n0, 4) : n0;
           if (rows0 == 20000 && (!quant || n != 1)) continue;
           SCOPED_TRACE(fmt::format("{} in={} rows={} n={} before={}", dtype_name(t), in, rows0, n, int(before)));
           const int64_t rows[3] = {rows0, 33, 96};
@@ -508,6 +517,9 @@ TEST_F(CudaMatmulsTest, WeightsAllocatedTogetherFreeTheirBlockWithTheLast) {
 TEST_F(CudaMatmulsTest, GluBehindTheNorm) {
   for (DType t : kWeightTypes) {
     for (int64_t n : {1, 5}) check_glu(t, 384, n);
+    cuda_probe::set_quant_gemm(*gpu_, false);  // (the quantized GEMV at 5 tokens too)
+    check_glu(t, 384, 5);
+    cuda_probe::set_quant_gemm(*gpu_, true);
     // One-vector rows (F16: 1024 columns) take 8 rows per block (gemv.cu); 203 rows end in a
     // partly used block.
     check_glu(t, 1024, 1, 203);
@@ -555,19 +567,22 @@ TEST_F(CudaMatmulTest, GemmActivationsBeyondTheF16Range) {
 }
 
 TEST_F(CudaMatmulTest, FusedGateUpGlu) {
-  for (DType t : kWeightTypes)
-    for (int64_t n : {1, 2, 4, 7, 12})
-      for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
-        SCOPED_TRACE(fmt::format("{} n={} act={}", dtype_name(t), n, int(act)));
-        const int64_t d = 256, ff = 333;
-        Dual wg = make_weight(t, {ff, d}), wu = make_weight(t, {ff, d});
-        Dual x = make_f32({n, d}, randn(n * d, 0.5f));
-        Dual gb = output(DType::kF32, {n, ff}), ub = output(DType::kF32, {n, ff});
-        Dual out = output(DType::kF32, {n, ff});
-        cpu_->matmul_glu(wg.c, wu.c, x.c, act, gb.c, ub.c, out.c);
-        gpu_->matmul_glu(wg.g, wu.g, x.g, act, gb.g, ub.g, out.g);
-        EXPECT_LT(nerr(out), 5e-5);
-      }
+  for (const bool qgemm : {true, false}) {  // (off: the quantized GEMV at 7 tokens too)
+    cuda_probe::set_quant_gemm(*gpu_, qgemm);
+    for (DType t : kWeightTypes)
+      for (int64_t n : {1, 2, 4, 7, 12})
+        for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluErf}) {
+          SCOPED_TRACE(fmt::format("{} n={} act={} gemm_quant={}", dtype_name(t), n, int(act), qgemm));
+          const int64_t d = 256, ff = 333;
+          Dual wg = make_weight(t, {ff, d}), wu = make_weight(t, {ff, d});
+          Dual x = make_f32({n, d}, randn(n * d, 0.5f));
+          Dual gb = output(DType::kF32, {n, ff}), ub = output(DType::kF32, {n, ff});
+          Dual out = output(DType::kF32, {n, ff});
+          cpu_->matmul_glu(wg.c, wu.c, x.c, act, gb.c, ub.c, out.c);
+          gpu_->matmul_glu(wg.g, wu.g, x.g, act, gb.g, ub.g, out.g);
+          EXPECT_LT(nerr(out), 5e-5);
+        }
+  }
 }
 
 TEST_F(CudaMatmulTest, UploadLargerThanStagingIsExact) {

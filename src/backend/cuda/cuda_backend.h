@@ -80,12 +80,12 @@ class CudaBackend final : public Backend {
 
   /// One kernel for the residual add and the norm.
   void add_rms_norm(Tensor& x, const Tensor& delta, const Tensor& w, float eps, Tensor& y) override;
-  /// For n <= 8 tokens one kernel reads gate and up rows together and applies act (gate_buf and
-  /// up_buf unused); larger batches use the default composition.
+  /// For n <= gemv_max_tokens one kernel reads gate and up rows together and applies act
+  /// (gate_buf and up_buf unused); larger batches use the default composition.
   void matmul_glu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, Activation act, Tensor& gate_buf,
                   Tensor& up_buf, Tensor& out) override;
-  /// For n <= 8 tokens, products of the same weight kind go out as one GEMV launch with the
-  /// norm and the accumulate fused in (h left unwritten); larger batches compose.
+  /// For n <= gemv_max_tokens, products of the same weight kind go out as one GEMV launch with
+  /// the norm and the accumulate fused in (h left unwritten); larger batches take gemm_matmuls.
   void matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) override;
   /// One kernel for the norms, both RoPEs and the cache write (head_dim <= 256; Q8_0 caches
   /// need head_dim % 32 == 0); the default composition otherwise.
@@ -151,12 +151,15 @@ class CudaBackend final : public Backend {
   uint64_t quant_gemm_launches() const { return qgemm_launches_; }
   /// Those of them that split K (cuda::QuantGemmSplit; for tests).
   uint64_t quant_gemm_split_launches() const { return qgemm_split_launches_; }
+  /// Those of them with two blocks per SM (Q4_0 at 32 columns; for tests).
+  uint64_t quant_gemm_two_block_launches() const { return qgemm_two_block_launches_; }
   /// Whether this device runs gemm_quant (cuda::gemm_quant_available, probed at creation).
   bool quant_gemm_available() const { return qgemm_available_; }
   /// The most tokens a matmul of weights `ws` (null entries skipped) runs on the GEMV:
   /// kGemvMaxTokens, or kQuantGemmMinTokens - 1 where all of them are Q8_0 / Q4_0 and gemm_quant
   /// is on.
   int64_t gemv_max_tokens(std::initializer_list<const Tensor*> ws) const;
+  /// The same over every w and up of `outs`; kGemvMaxTokens for an empty list or mixed kinds.
   int64_t gemv_max_tokens(std::span<const MatmulOut> outs) const;
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
@@ -250,7 +253,7 @@ class CudaBackend final : public Backend {
   /// weights fill the device (an upload after them could not get its 64 MiB).
   Status ensure_repack_buffers();
   cuda::WeightRef weight_ref(const Tensor& w) const;
-  /// matmul for n > kGemvMaxTokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
+  /// matmul for n > gemv_max_tokens tokens (cuda_gemm.cc: cuBLAS, or gemm_quant); x as one 16-bit
   /// part when `half` (one_part).
   void gemm(const cuda::WeightRef& w, const float* x, int64_t n, float* y, const float* bias, bool half);
   /// Whether a prefill product of n tokens of weights of dtype t takes x as one 16-bit part: with
@@ -367,7 +370,7 @@ class CudaBackend final : public Backend {
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
            stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0,
-           scratch_allocs_ = 0, qgemm_split_launches_ = 0;
+           scratch_allocs_ = 0, qgemm_split_launches_ = 0, qgemm_two_block_launches_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

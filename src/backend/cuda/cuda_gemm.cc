@@ -1,4 +1,5 @@
-// Prefill products (more than kGemvMaxTokens tokens) on the tensor cores: 16-bit operands with
+// Prefill products (more than kGemvMaxTokens tokens; Q8_0 / Q4_0 from kQuantGemmMinTokens where
+// gemm_quant runs) on the tensor cores: 16-bit operands with
 // f32 accumulation, kept within ~1e-6 of the f32 result by splitting (gemm_prep.cu). On cuBLAS:
 // F16 weights (exact in f16) times x = hi + lo in f16; BF16 weights times x = hi + mid + lo in
 // bf16; Q8_0 / Q4_0 weights dequantized to hi + lo in f16, times x = hi + lo: w_hi * [x_hi x_lo]
@@ -87,14 +88,16 @@ bool CudaBackend::gemm_input_buffer(GemmInput& in, Scratch slot) {
 
 bool CudaBackend::run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count,
                                  const GemmInput& in, const float* inv_scale, bool glu, cuda::Act act) {
-  int splits = 1;
+  int splits = 1, per_sm = 1;
   cuda::QuantGemmSplit split = qsplit_;
   split.used = &splits;
+  split.blocks_per_sm = &per_sm;
   if (!note(cuda::gemm_quant(ws, outs, count, in.x16, in.parts, inv_scale, in.n, glu, act, stream_, split),
             "gemm_quant"))
     return false;
   ++qgemm_launches_;
   if (splits > 1) ++qgemm_split_launches_;
+  if (per_sm > 1) ++qgemm_two_block_launches_;
   return true;
 }
 

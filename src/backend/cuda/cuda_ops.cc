@@ -1,5 +1,6 @@
 // CudaBackend ops: shape checks (bugs are SHOAL_CHECK, as in the reference) and dispatch to the
-// kernels of kernels.h, or cuBLAS for matmuls of more than kGemvMaxTokens tokens.
+// kernels of kernels.h, or cuBLAS / gemm_quant for matmuls of more tokens than the GEMV takes
+// (kGemvMaxTokens; Q8_0 / Q4_0 kQuantGemmMinTokens - 1 where gemm_quant runs: gemv_max_tokens).
 #include <algorithm>
 #include <cstdint>
 

@@ -351,6 +351,9 @@ void set_fragment_handoff(Backend& b, bool on) {
 
 int64_t quant_gemm_launches(Backend& b) { return counter(b, &CudaBackend::quant_gemm_launches); }
 int64_t quant_gemm_split_launches(Backend& b) { return counter(b, &CudaBackend::quant_gemm_split_launches); }
+int64_t quant_gemm_two_block_launches(Backend& b) {
+  return counter(b, &CudaBackend::quant_gemm_two_block_launches);
+}
 
 int64_t half_prefill_inputs(Backend& b) { return counter(b, &CudaBackend::half_prefill_inputs); }
 

@@ -91,6 +91,9 @@ int64_t quant_gemm_launches(Backend& b);
 /// Those of them that split K over several blocks (few work items); -1 if b is not a CUDA backend.
 /// For tests.
 int64_t quant_gemm_split_launches(Backend& b);
+/// Those of them that ran two blocks per SM (Q4_0 at 32 columns, where the shared memory and
+/// registers allow); -1 if b is not a CUDA backend. For tests.
+int64_t quant_gemm_two_block_launches(Backend& b);
 /// Prefill inputs of the CUDA backend b so far split into one 16-bit part
 /// (BackendOptions::half_prefill, for calls whose products all take it); -1 if b is not a CUDA
 /// backend. For tests.

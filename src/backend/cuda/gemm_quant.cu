@@ -1,4 +1,4 @@
-// Prefill GEMM (more than kGemvMaxTokens tokens) for Q8_0 / Q4_0 weights on the Hopper
+// Prefill GEMM (kQuantGemmMinTokens tokens or more) for Q8_0 / Q4_0 weights on the Hopper
 // warpgroup tensor cores (wgmma, sm_90a): y = W x for the activation parts of
 // split_activations (x = hi + lo in f16: the n hi rows, then the n lo rows), exact like the GEMV;
 // or, with BackendOptions::half_prefill, for x as one f16 part (kParts = 1).
@@ -64,7 +64,7 @@ namespace {
 constexpr int kK = 64;
 constexpr int kTiles = 8;                    // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
-// Blocks per SM: two for Q4_0 at 32 columns (calls of up to 16 tokens), so that one block's waits
+// Blocks per SM: two for Q4_0 at 32 columns (calls of up to 16 tokens, 32 with one part), so that one block's waits
 // on its stages, its epilogue and its split-K handoff overlap the other's products: a computing
 // warp's stage is a chain of dependent steps, and one block gives a scheduler only two such warps
 // (H100, Llama-3-8B Q4_0 steps of 16 tokens 1.08x). Q8_0's stages are 1.4x larger: two blocks
@@ -113,15 +113,17 @@ struct Stage {
 };
 
 // Stages of the ring: 6 at 128 columns (150 KiB of Q8_0 stages), 8 at 64, 12 at 32; with two
-// blocks per SM as many of 12 as fit half of an SM's shared memory (228 KiB on sm_90, less 1 KiB
-// per block for the system) beside the glu exchange, the ring's alignment and the barriers (Q4_0:
-// 11-12; 10 with one part).
+// blocks per SM as many of 12 as fit half of an SM's shared memory beside the glu exchange, the
+// ring's alignment and the barriers (Q4_0: 12, with glu 11, with glu and one part 10).
+constexpr int kSmemPerSm = 228 * 1024;     // sm_90 (H100, H200)
+constexpr int kSmemReservedPerBlock = 1024;  // the system's share of each block
+constexpr int kStaticSmem = 512;           // the ring's barriers and the split flag, at most
 template <bool kQ4, bool kGlu, int kParts, int kN>
 constexpr int ring_stages() {
   if constexpr (kN == 128) return 6;
   if constexpr (kN == 64) return 8;
   if constexpr (blocks_per_sm(kQ4, kN) == 1) return 12;
-  constexpr int budget = 228 * 1024 / 2 - 1024 - 1024 - 512;
+  constexpr int budget = kSmemPerSm / 2 - kSmemReservedPerBlock - 1024 /* alignment */ - kStaticSmem;
   constexpr int ex = kGlu ? Parts<kParts, kN>::kExchangeBytes : 0;
   return std::min(12, (budget - ex) / Stage<kQ4, kN>::kBytes);
 }
@@ -130,12 +132,14 @@ constexpr int ring_stages() {
 // kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up. kParts:
 // the activation parts in x16 (2: hi + lo, exact; 1: one f16 part). kN: the MMA's columns.
 template <bool kQ4, bool kGlu, Act kAct, int kParts, int kN>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN)) gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
+    gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
   pdl_prologue();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using St = Stage<kQ4, kN>;
   using P = Parts<kParts, kN>;
   constexpr int kStages = ring_stages<kQ4, kGlu, kParts, kN>(), kAcc = P::kAcc;
+  static_assert(kStages >= 2 && 2 * kStages * 8 + 8 <= kStaticSmem, "the ring and its barriers");
   extern __shared__ uint8_t smem_raw[];  // (one spare KiB: the ring starts 1024-byte aligned)
   uint8_t* const smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ uint64_t full[kStages], empty[kStages];  // a stage landed / every consumer warp is done with it
@@ -519,8 +523,8 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   const int64_t items = div_up(n, tokens) * total_blocks, stages = div_up(a.k, kK);
   a.partial = split.partial;
   a.counters = split.counters;
-  auto run = [&](auto kernel, int stage_bytes, int ring_stages, int exchange_bytes) -> cudaError_t {
-    const size_t smem = size_t(ring_stages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
+  auto run = [&](auto kernel, int stage_bytes, int n_stages, int exchange_bytes) -> cudaError_t {
+    const size_t smem = size_t(n_stages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
     // (Per launch: the limits are per device, and host calls are nothing beside a prefill GEMM.)
     // Its shared memory, and the carveout that lets two blocks fit at 32 columns.
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -554,6 +558,7 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
       a.splits = std::max(a.splits, 1);
     }
     if (split.used) *split.used = a.splits;
+    if (split.blocks_per_sm) *split.blocks_per_sm = per_sm;
     // Persistent blocks, as many as the SMs hold, each looping over work items.
     const dim3 grid(unsigned(std::min<int64_t>(items * a.splits, slots)));
     SHOAL_TRY_LAUNCH(launch(kernel, grid, kThreads, smem, stream, a));

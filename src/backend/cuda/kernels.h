@@ -173,7 +173,7 @@ int gemv_rows_override();
 /// as planned. For tests and benchmarks.
 void set_prefill_halves(int halves);
 
-// ---- gemm_prep.cu: helpers of the cuBLAS path (n > kGemvMaxTokens) --------------------------
+// ---- gemm_prep.cu: helpers of the prefill paths (n > kGemvMaxTokens; gemm_quant from 5) -----
 // cuBLAS multiplies 16-bit operands with f32 accumulation. To stay within ~1e-6 of the f32
 // reference, the f32 activations are split into a sum of 16-bit parts (x = hi + lo (+ lo2)), the
 // dequantized weights into hi + lo f16 parts, and the partial products summed in f32.
@@ -248,6 +248,7 @@ struct QuantGemmSplit {
   unsigned* counters = nullptr;
   int counter_count = 0;
   int* used = nullptr;
+  int* blocks_per_sm = nullptr;  // out, if set: the launch's resident blocks per SM (two for Q4_0 at 32 columns)
 };
 /// The scratch gemm_quant may use for split K on a device of `sms` SMs: sms work items of at most
 /// 64 tokens x 128 rows of f32 (and sms counters).
@@ -467,13 +468,16 @@ cudaError_t fill_random(void* p, int64_t n, FillKind kind, uint64_t seed, float 
 cudaError_t read_all(const void* p, uint64_t bytes, int grid, uint32_t* sink, cudaStream_t stream);
 
 // ---- wgmma_probe.cu: tensor-core rates for benchmarks (cuda_probe.h) --------------------------
-/// `grid` blocks of `warpgroups` (1..3; 1..2 at 128 columns) warpgroups, each running `iters` stages of four
-/// wgmma.m64nNk16 (A in registers; n_cols 32, 64 or 128) as gemm_quant does; mode 0: one group
-/// kept in flight, 1: the product's waits, 2: its waits and promotions. Needs sm_90a code
-/// (gemm_quant_available); elsewhere the kernel does nothing. cudaErrorInvalidValue otherwise.
+/// `grid` blocks of `warpgroups` (1..3; 1..2 at 128 columns) warpgroups, each running `iters`
+/// stages of four wgmma.m64nNk16 (A in registers; n_cols 32, 64 or 128) as gemm_quant does; mode
+/// 0: one group kept in flight, 1: the product's waits, 2: its waits and promotions. `sink`: one
+/// device float, written only on a practically impossible sum (it keeps the products). Without
+/// sm_90a code (!gemm_quant_available) the kernel does nothing and returns cudaSuccess. Errors:
+/// cudaErrorInvalidValue for other widths, warpgroups or modes; launch errors.
 cudaError_t wgmma_rate(int n_cols, int warpgroups, int mode, int iters, int grid, float* sink, cudaStream_t stream);
-/// `grid` blocks of `warps` warps, each running `iters` x 8 independent mma.sync.m16n8k16 (f16,
-/// f32 accumulators).
+/// `grid` blocks of `warps` (1..32) warps, each running `iters` x 8 independent mma.sync.m16n8k16
+/// (f16, f32 accumulators); `sink` as wgmma_rate's. Errors: cudaErrorInvalidValue for other warp
+/// counts; launch errors.
 cudaError_t mma_sync_rate(int warps, int iters, int grid, float* sink, cudaStream_t stream);
 
 }  // namespace shoal::cuda

@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(kN == 128 ? 256 : 384, 1) wgmma_rate_kernel(in
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __shared__ __align__(1024) uint8_t b[128 * 128];  // B: kN rows of 64 K-values, 128-byte swizzle
   for (int i = threadIdx.x; i < int(sizeof(b)) / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(b)[i] = 0x3c003c00u;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // (the writes, then the barrier, then wgmma)
   __syncthreads();
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   const uint64_t desc = sw128_desc(b);
   const uint32_t a[4] = {0x3c003c00u ^ threadIdx.x, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
   float acc[2][kN / 2], total[kN / 2];

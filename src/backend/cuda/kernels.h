@@ -85,7 +85,7 @@ cudaError_t bf16_to_f16_in_place(uint16_t* w, int64_t n, cudaStream_t stream);
 constexpr int kGemvMaxTokens = 8;
 /// Where gemm_quant runs (Hopper), Q8_0 / Q4_0 products of this many tokens or more take it
 /// instead of the GEMV: from 5 tokens its items of 32 columns beat the GEMV's 8-token tiles
-/// (H100, Llama-3-8B Q4_0 steps of 5 / 6 / 8 tokens 1.30-1.39x, of 4 tokens even; docs/cuda.md v51).
+/// (H100, Llama-3-8B Q4_0 / Q8_0 steps of 5 to 8 tokens 1.3-1.4x, of 4 tokens even; docs/cuda.md v51).
 constexpr int kQuantGemmMinTokens = 5;
 /// y[t, r] = sum_k w[r, k] * x[t, k] (+ bias[r]). x: f32 [n, cols]; y: f32 [n, rows]; n in
 /// [1, kGemvMaxTokens]. f32 accumulation.

@@ -165,9 +165,10 @@ TEST_P(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
 
 TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
   // A 16-token residual add over few row blocks splits K over several blocks (32 row blocks of
-  // 4096 columns, two blocks per SM at 32 columns: 4 to 8 ranges); the last range adds the partial sums in
-  // order, then y's old values once. Twice in a row on the same y: the counters the first launch
-  // left must be zero again (a stale count would make a block add too early or never).
+  // 4096 columns, two blocks per SM at 32 columns: 4 to 8 ranges); the last range adds the
+  // partial sums in order, then y's old values once. Twice in a row on the same y: the counters
+  // the first launch left must be zero again (a stale count would make a block add too early or
+  // never).
   const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
   const int64_t in = 4096, rows = 4096, n = 16;
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {

@@ -64,11 +64,11 @@ namespace {
 constexpr int kK = 64;
 constexpr int kTiles = 8;                    // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
-// Blocks per SM: two for Q4_0 at 32 columns (calls of up to 16 tokens, 32 with one part), so that one block's waits
-// on its stages, its epilogue and its split-K handoff overlap the other's products: a computing
-// warp's stage is a chain of dependent steps, and one block gives a scheduler only two such warps
-// (H100, Llama-3-8B Q4_0 steps of 16 tokens 1.08x). Q8_0's stages are 1.4x larger: two blocks
-// of 8 were 2% slower than one of 12 (docs/cuda.md v51).
+// Blocks per SM: two for Q4_0 at 32 columns (calls of up to 16 tokens, 32 with one part), so that
+// one block's waits on its stages, its epilogue and its split-K handoff overlap the other's
+// products: a computing warp's stage is a chain of dependent steps, and one block gives a
+// scheduler only two such warps (H100, Llama-3-8B Q4_0 steps of 16 tokens 1.08x). Q8_0's stages
+// are 1.4x larger: two blocks of 8 were 2% slower than one of 12 (docs/cuda.md v51).
 constexpr int blocks_per_sm(bool q4, int n) { return q4 && n == 32 ? 2 : 1; }
 template <int kParts, int kN>
 struct Parts {
@@ -127,7 +127,6 @@ constexpr int ring_stages() {
   constexpr int ex = kGlu ? Parts<kParts, kN>::kExchangeBytes : 0;
   return std::min(12, (budget - ex) / Stage<kQ4, kN>::kBytes);
 }
-
 
 // kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up. kParts:
 // the activation parts in x16 (2: hi + lo, exact; 1: one f16 part). kN: the MMA's columns.
@@ -525,8 +524,8 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   a.counters = split.counters;
   auto run = [&](auto kernel, int stage_bytes, int n_stages, int exchange_bytes) -> cudaError_t {
     const size_t smem = size_t(n_stages) * size_t(stage_bytes) + (glu ? exchange_bytes : 0) + 1024;
-    // (Per launch: the limits are per device, and host calls are nothing beside a prefill GEMM.)
-    // Its shared memory, and the carveout that lets two blocks fit at 32 columns.
+    // The kernel's shared memory, and the carveout that lets two blocks fit at 32 columns (per
+    // launch: the limits are per device, and host calls are nothing beside a prefill GEMM).
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
       return e;

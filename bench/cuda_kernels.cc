@@ -667,24 +667,21 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
 // What the quantized prefill GEMM's instruction can give at each width of its items (kN 32 / 64
 // for calls of few tokens), with the product's waits and promotions, against mma.sync.
 void bench_tensor(int device, int reps) {
-  const bool wgmma = probe::wgmma_tflops(device, 32, 1, 0, 1).ok();  // (sm_90a code on this device)
+  // A cell: the rate, or "-" where the device runs no sm_90a code (or 3 warpgroups at 128 columns,
+  // which do not fit the registers); other errors end the run.
+  auto cell = [](Result<double> r) {
+    if (!r.ok() && r.status().code() == Code::kUnavailable) return std::string("-");
+    return fmt::format("{:.0f}", must(std::move(r)));
+  };
   std::printf("\n## wgmma.m64nNk16 f16, A in registers, one block per SM: TFLOP/s (modes: 0 rate, 1 the GEMM's waits, "
               "2 + promotions)\n| N | 1 wg: 0 / 1 / 2 | 2 wg: 0 / 1 / 2 | 3 wg: 0 / 1 / 2 |\n|---|---|---|---|\n");
   for (int n : {32, 64, 128}) {
-    std::printf("| %d |", n);
-    if (!wgmma) {
-      std::printf(" - | - | - |\n");
-      continue;
-    }
-    for (int wg = 1; wg <= 3; ++wg) {
-      if (n == 128 && wg == 3) {
-        std::printf(" - |");
-        continue;
-      }
+    std::string line = fmt::format("| {} |", n);
+    for (int wg = 1; wg <= 3; ++wg)
       for (int mode = 0; mode <= 2; ++mode)
-        std::printf(" %.0f%s", must(probe::wgmma_tflops(device, n, wg, mode, reps)), mode < 2 ? " /" : " |");
-    }
-    std::printf("\n");
+        line += " " + (n == 128 && wg == 3 ? std::string("-") : cell(probe::wgmma_tflops(device, n, wg, mode, reps))) +
+                (mode < 2 ? " /" : " |");
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
   std::printf("\n## mma.sync.m16n8k16 f16, one block per SM: TFLOP/s\n| warps | 4 | 8 | 16 |\n|---|---|---|---|\n|  |");

@@ -47,6 +47,7 @@ struct Options {
 
 struct Figures {
   double prefill_tps = 0, decode_lps = 0, lap_ms = 0;
+  std::string devices;  // the stages' devices, comma-separated (host first)
 };
 
 double seconds_since(SteadyClock::time_point t0) {
@@ -130,6 +131,8 @@ Result<Figures> run_config(const Options& o, int n_stages, double delay_ms) {
   Result<Figures> f = st.ok() ? measure(*host, o) : Result<Figures>(st);
   host.reset();
   for (auto& t : threads) t.join();
+  if (f.ok())
+    for (const auto& a : at) f->devices += (f->devices.empty() ? "" : ",") + a.device;
   return f;
 }
 
@@ -160,10 +163,8 @@ int run(const Options& o) {
       if (n == 1) base_lap = f->lap_ms;
       const int hops = n > 1 ? n : 0;
       const std::string hop = hops > 0 && base_lap > 0 ? fmt::format("{:.3f}", (f->lap_ms - base_lap) / hops) : "-";
-      std::string devices;
-      for (const auto& a : pool::local_placements(o.devices, size_t(n))) devices += (devices.empty() ? "" : ",") + a.device;
       std::printf("| %s | %d%s | %s | %.1f ms | %s | %.1f | %.1f | 1 | %.3f | %s |\n", name.c_str(), n,
-                  o.processes ? " procs" : "", devices.c_str(), d, o.hop.c_str(), f->prefill_tps, f->decode_lps,
+                  o.processes ? " procs" : "", f->devices.c_str(), d, o.hop.c_str(), f->prefill_tps, f->decode_lps,
                   f->lap_ms, hop.c_str());
       std::fflush(stdout);
     }

@@ -53,6 +53,20 @@ class CudaGemmQuantTest : public CudaVsRef, public ::testing::WithParamInterface
     cuda_probe::set_quant_gemm(*gpu_, true);
     return launches;
   }
+
+  // matmuls() of one product behind the RMSNorm (x normed with g into h) on the GPU (gp) or the
+  // reference copies: y += w x (accumulate), or with up y = act(w x) * (up x); tmp as MatmulOut's.
+  void one_product(bool gp, Dual& x, Dual& g, Dual& h, Dual& w, Dual& y, Dual& tmp, bool accumulate,
+                   Dual* up = nullptr, Activation act = Activation::kSilu) {
+    MatmulOut o;
+    o.w = gp ? &w.g : &w.c;
+    o.up = up ? (gp ? &up->g : &up->c) : nullptr;
+    o.act = act;
+    o.y = gp ? &y.g : &y.c;
+    o.tmp = gp ? &tmp.g : &tmp.c;
+    o.accumulate = accumulate;
+    (gp ? *gpu_ : *cpu_).matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
+  }
 };
 
 TEST_P(CudaGemmQuantTest, RunsOnHopper) {
@@ -144,20 +158,7 @@ TEST_P(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
       Dual w = make_weight(t, {rows, in}), u = make_weight(t, {rows, in});
       Dual y = make_f32({n, rows}, randn(n * rows));
       const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
-      for (Backend* be : {cpu_.get(), gpu_.get()}) {
-        const bool gp = be == gpu_.get();
-        MatmulOut o;
-        o.w = gp ? &w.g : &w.c;
-        o.y = gp ? &y.g : &y.c;
-        o.tmp = gp ? &tmp.g : &tmp.c;
-        if (glu) {
-          o.up = gp ? &u.g : &u.c;
-          o.act = Activation::kSilu;
-        } else {
-          o.accumulate = true;
-        }
-        be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
-      }
+      for (const bool gp : {false, true}) one_product(gp, x, g, h, w, y, tmp, !glu, glu ? &u : nullptr);
       EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
       EXPECT_LT(nerr(y), tol(true));
     }
@@ -180,15 +181,7 @@ TEST_P(CudaGemmQuantTest, SplitKAddsToTheResidualOnceAndTwiceInARow) {
     const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
     const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
     for (int rep = 0; rep < 2; ++rep)
-      for (Backend* be : {cpu_.get(), gpu_.get()}) {
-        const bool gp = be == gpu_.get();
-        MatmulOut o;
-        o.w = gp ? &w.g : &w.c;
-        o.y = gp ? &y.g : &y.c;
-        o.tmp = gp ? &tmp.g : &tmp.c;
-        o.accumulate = true;
-        be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
-      }
+      for (const bool gp : {false, true}) one_product(gp, x, g, h, w, y, tmp, true);
     EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, 2 * expect);
     EXPECT_EQ(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, 2 * expect) << "both launches split";
     EXPECT_LT(nerr(y), tol(true));
@@ -264,21 +257,13 @@ TEST_P(CudaGemmQuantTest, GateUpProductsInOneLaunch) {
     Dual h = output(DType::kF32, {c.n, c.in}), tmp = output(DType::kF32, {c.n, c.rows});
     Dual wg = make_weight(c.gate, {c.rows, c.in}), wu = make_weight(c.up, {c.rows, c.in});
     Dual y = output(DType::kF32, {c.n, c.rows});
-    auto run = [&](Backend& be, bool gp) {
-      MatmulOut o;
-      o.w = gp ? &wg.g : &wg.c;
-      o.up = gp ? &wu.g : &wu.c;
-      o.y = gp ? &y.g : &y.c;
-      o.tmp = gp ? &tmp.g : &tmp.c;
-      o.act = c.act;
-      be.matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
-    };
-    run(*cpu_, false);
+    auto run = [&](bool gp) { one_product(gp, x, g, h, wg, y, tmp, false, &wu, c.act); };
+    run(false);
     for (bool on : {true, false}) {
       cuda_probe::set_quant_gemm(*gpu_, on);
       poison(y);
       const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
-      run(*gpu_, true);
+      run(true);
       EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, on ? avail : 0) << "gemm_quant " << on;
       EXPECT_LT(nerr(y), tol(on)) << "gemm_quant " << on;
     }

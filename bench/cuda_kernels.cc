@@ -664,8 +664,9 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
 }
 
 // ---- Tensor-core rates (--tensor) -------------------------------------------------------------
-// What the quantized prefill GEMM's instruction can give at each width of its items (kN 32 / 64
-// for calls of few tokens), with the product's waits and promotions, against mma.sync.
+// What the quantized prefill GEMM's instruction can give at each width of its products (an item's
+// tokens: 16 / 32 for calls of few tokens, 64 / 128 otherwise), with the product's waits and
+// promotions, against mma.sync.
 void bench_tensor(int device, int reps) {
   // A cell: the rate, or "-" where the device runs no sm_90a code (or 3 warpgroups at 128 columns,
   // which do not fit the registers); other errors end the run.
@@ -675,7 +676,7 @@ void bench_tensor(int device, int reps) {
   };
   std::printf("\n## wgmma.m64nNk16 f16, A in registers, one block per SM: TFLOP/s (modes: 0 rate, 1 the GEMM's waits, "
               "2 + promotions)\n| N | 1 wg: 0 / 1 / 2 | 2 wg: 0 / 1 / 2 | 3 wg: 0 / 1 / 2 |\n|---|---|---|---|\n");
-  for (int n : {32, 64, 128}) {
+  for (int n : {16, 32, 64, 128}) {
     std::string line = fmt::format("| {} |", n);
     for (int wg = 1; wg <= 3; ++wg)
       for (int mode = 0; mode <= 2; ++mode)

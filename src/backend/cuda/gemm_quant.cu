@@ -8,14 +8,15 @@
 // q - 8 (Q4_0) or q (Q8_0) is an exact f16 small integer, converted in registers from the tile
 // layout (cuda_util.h; per warp it is the A fragment of wgmma's register operand, the layout of
 // mma.m16n8k16), so one product per activation part: two instead of three, and no dequantized
-// copy. The f16 products are exact and accumulate in f32 over a 32-value block; each block's
-// sum is then multiplied by its f32 scale and added to the row's total ("promotion").
+// copy. The f16 products are exact and accumulate in f32 over a 32-value block (from 32 tokens
+// both parts' products in one accumulator); each block's sum is then multiplied by its f32 scale
+// and added to the row's total ("promotion").
 //
 // Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same 64 of
 // up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128 columns;
 // with one part, --prefill-precision half, 128 tokens' f16 x and half the MMAs per token; calls
-// of few tokens take items of 32 or 64 columns), so the parts are summed in registers and the
-// kernel writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
+// of few tokens take items of 32 or 64 columns), so the parts are summed in the kernel, which
+// writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
 // of combine_parts / combine_glu (gemm_prep.cu), with no combine kernel (and no f32 scratch but
 // split K's, below). One block per SM (two for Q4_0 at 32 columns) loops over the items
 // (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128 columns, 8 at 64,
@@ -57,10 +58,9 @@
 namespace shoal::cuda {
 namespace {
 
-// A block's B operand: kN columns of the MMA (128, or 64 / 32 for calls of few tokens), the hi and
-// lo parts of Parts<2, kN>::kTokens = kN / 2 tokens (the thread holding column 8 i + c of hi holds
-// 8 (i + kN / 16) + c of lo, so the parts are summed in registers), or with one part
-// (--prefill-precision half) kN tokens; kK: a stage's columns of K.
+// A block's B operand: a stage's kN rows of shared memory (128, or 64 / 32 for calls of few
+// tokens), the hi rows then the lo rows of Parts<2, kN>::kTokens = kN / 2 tokens, or with one
+// part (--prefill-precision half) kN tokens; kK: a stage's columns of K.
 constexpr int kK = 64;
 constexpr int kTiles = 8;                    // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
@@ -75,9 +75,19 @@ struct Parts {
   static_assert(kParts == 1 || kParts == 2);
   static_assert(kN == 32 || kN == 64 || kN == 128);
   static constexpr int kTokens = kN / kParts;   // of a work item
-  static constexpr int kAcc = kN / 2;           // a thread's accumulators of a 64 x kN product
-  static constexpr int kVals = kAcc / kParts;   // a thread's outputs of an item (its rows g, g + 8)
+  // Two parts of 32 or 64 tokens are stacked along K: each k-step runs one m64 x kTokens product
+  // per part into the same accumulators (the A fragment reused), so a block's sum is hi + lo and a
+  // thread promotes kTokens / 2 values per block, not kN / 2 (H100, Llama-3-8B pp512 Q4_0 / Q8_0
+  // 1.07x / 1.07-1.13x). At 16 tokens the parts stay side by side in one m64 x 32 product: 16
+  // columns run at about half the tensor cores' 32-column rate (steps of 16 tokens 3% slower
+  // stacked; docs/cuda.md v52).
+  static constexpr bool kStacked = kParts == 2 && kTokens >= 32;
+  static constexpr int kMmaN = kStacked ? kTokens : kN;  // the wgmma's columns
+  static constexpr int kAcc = kMmaN / 2;        // a thread's accumulators of a 64 x kMmaN product
+  static constexpr int kVals = kTokens / 2;     // a thread's outputs of an item (its rows g, g + 8)
   static constexpr int kGroups = kVals / 4;     // of 8 tokens
+  static constexpr int kProducts = kStacked ? 2 : 1;           // per k-step
+  static constexpr unsigned kPartDesc = kTokens * 128 >> 4;  // the lo part's rows in descriptor units
   static constexpr int kExchangeBytes = 2 * 4 * kVals * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
 };
 
@@ -262,12 +272,18 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
       uint32_t frag[2][2][4], dbits[2];
       fetch(base, 0, frag[0], dbits[0]);
       fetch(base, 1, frag[1], dbits[1]);
+      // Block b's k-steps j (32 bytes of a 128-byte row apart) times each part (its rows of B).
+      auto products = [&](float(&c)[kAcc], const uint32_t(&f)[2][4], int b) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int p = 0; p < P::kProducts; ++p)
+            wgmma<P::kMmaN>(c, f[j], desc + uint64_t((64 * b + 32 * j) >> 4) + p * P::kPartDesc, j + p);
+      };
       wgmma_fence();
-      wgmma<kN>(acc[0], frag[0][0], desc, 0);
-      wgmma<kN>(acc[0], frag[0][1], desc + uint64_t(32 >> 4), 1);
+      products(acc[0], frag[0], 0);
       wgmma_commit();
-      wgmma<kN>(acc[1], frag[1][0], desc + uint64_t(64 >> 4), 0);
-      wgmma<kN>(acc[1], frag[1][1], desc + uint64_t(96 >> 4), 1);
+      products(acc[1], frag[1], 1);
       wgmma_commit();
       wgmma_wait<1>();  // block 0
       promote(acc[0], dbits[0]);
@@ -277,11 +293,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
       if (++slot == kStages) slot = 0, ++round;
     }
     // Thread (warp, g, t): rows 16 warp + g (+ 8) of the item (with glu: 16 (warp % 4) + g (+ 8)
-    // of gate or up), tokens 8 i + 2 t (+ 1) in total[4 i + e] (e: row g / g + 8, token + 0 / 1):
-    // with two parts hi for i < kGroups and lo of the same tokens in total[4 (i + kGroups) + e];
-    // with one part i < kGroups = kN / 8. The epilogue as combine_parts / combine_glu
-    // (gemm_prep.cu): (hi + lo) * inv_scale, then + bias, then + y.
+    // of gate or up), tokens 8 i + 2 t (+ 1) in total[4 i + e] (e: row g / g + 8, token + 0 / 1),
+    // stacked: hi + lo; side by side: hi, and lo of the same tokens in total[4 (i + kGroups) + e].
+    // The epilogue as combine_parts / combine_glu (gemm_prep.cu): (hi + lo) * inv_scale, then +
+    // bias, then + y.
     constexpr int kVals = P::kVals, kGroups = P::kGroups;
+    constexpr bool kSideBySide = kParts == 2 && !P::kStacked;
     const int tw = kGlu ? warp & 3 : warp;
     const int64_t r0 = (tile0 + tw) * 16 + g, rows = a.rows[wi];
     float v[kVals];
@@ -291,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
       for (int e = 0; e < 4; ++e) {
         const int64_t tok = tok0 + 8 * i + 2 * t + (e & 1);
         const float inv = a.inv_scale && tok < a.n ? a.inv_scale[tok] : 1.0f;
-        v[4 * i + e] = (kParts == 2 ? total[4 * i + e] + total[4 * (i + kGroups) + e] : total[4 * i + e]) * inv;
+        v[4 * i + e] = (kSideBySide ? total[4 * i + e] + total[4 * (i + kGroups) + e] : total[4 * i + e]) * inv;
       }
     if constexpr (kGlu) {  // up's values to the gate warps through shared memory (a buffer per item parity)
       float* const ex = reinterpret_cast<float*>(smem + kStages * St::kBytes) + parity * (P::kExchangeBytes / 8);

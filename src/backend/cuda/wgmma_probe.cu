@@ -83,6 +83,9 @@ cudaError_t wgmma_rate(int n_cols, int warpgroups, int mode, int iters, int grid
   if (warpgroups < 1 || warpgroups > (n_cols == 128 ? 2 : 3) || mode < 0 || mode > 2) return cudaErrorInvalidValue;
   const dim3 block(unsigned(128 * warpgroups));
   switch (n_cols) {
+    case 16:
+      wgmma_rate_kernel<16><<<grid, block, 0, stream>>>(iters, mode, sink);
+      break;
     case 32:
       wgmma_rate_kernel<32><<<grid, block, 0, stream>>>(iters, mode, sink);
       break;

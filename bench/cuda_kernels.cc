@@ -664,9 +664,9 @@ void bench_decode(Backend& b, const Ceilings& c, const ModelShape& m, DType t, i
 }
 
 // ---- Tensor-core rates (--tensor) -------------------------------------------------------------
-// What the quantized prefill GEMM's instruction can give at each width of its products (an item's
-// tokens: 16 / 32 for calls of few tokens, 64 / 128 otherwise), with the product's waits and
-// promotions, against mma.sync.
+// What the quantized prefill GEMM's instruction can give at each width (its products are 32, 64
+// or 128 columns; 16 is what stacking the parts at 16 tokens would take, docs/cuda.md v52), with
+// the product's waits and promotions, against mma.sync.
 void bench_tensor(int device, int reps) {
   // A cell: the rate, or "-" where the device runs no sm_90a code (or 3 warpgroups at 128 columns,
   // which do not fit the registers); other errors end the run.

@@ -32,8 +32,9 @@ Result<double> cublas_bf16_tflops(int device, int m, int n, int k, int reps);
 
 /// Median TFLOP/s (2 * 64 * n_cols * 16 per wgmma) of wgmma.m64nNk16 f16 with A in registers, one
 /// block of `warpgroups` (1..3) per SM, each warpgroup running stages of four products as the
-/// quantized prefill GEMM does (mode 0: one commit group kept in flight; 1: the GEMM's waits; 2:
-/// its waits and promotions; cuda::wgmma_rate). Errors: kUnavailable without sm_90a code.
+/// quantized prefill GEMM does with its parts side by side (mode 0: one commit group kept in
+/// flight; 1: the GEMM's waits; 2: its waits and promotions; cuda::wgmma_rate). Errors:
+/// kUnavailable without sm_90a code.
 Result<double> wgmma_tflops(int device, int n_cols, int warpgroups, int mode, int reps);
 /// Median TFLOP/s of mma.sync.m16n8k16 f16 (8 independent products per warp in turn), one block
 /// of `warps` warps per SM.

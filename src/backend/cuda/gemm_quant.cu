@@ -13,10 +13,10 @@
 // and added to the row's total ("promotion").
 //
 // Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same 64 of
-// up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (128 columns;
-// with one part, --prefill-precision half, 128 tokens' f16 x and half the MMAs per token; calls
-// of few tokens take items of 32 or 64 columns), so the parts are summed in the kernel, which
-// writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
+// up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (a stage's 128
+// rows of B, two m64n64 products per k-step; with one part, --prefill-precision half, 128 tokens'
+// f16 x and half the MMAs per token; calls of few tokens take items of 32 or 64 rows of B), so
+// the parts are summed in the kernel, which writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
 // of combine_parts / combine_glu (gemm_prep.cu), with no combine kernel (and no f32 scratch but
 // split K's, below). One block per SM (two for Q4_0 at 32 columns) loops over the items
 // (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128 columns, 8 at 64,
@@ -80,7 +80,7 @@ struct Parts {
   // thread promotes kTokens / 2 values per block, not kN / 2 (H100, Llama-3-8B pp512 Q4_0 / Q8_0
   // 1.07x / 1.07-1.13x). At 16 tokens the parts stay side by side in one m64 x 32 product: 16
   // columns run at about half the tensor cores' 32-column rate (steps of 16 tokens 3% slower
-  // stacked; docs/cuda.md v52).
+  // stacked; docs/cuda.md, v52).
   static constexpr bool kStacked = kParts == 2 && kTokens >= 32;
   static constexpr int kMmaN = kStacked ? kTokens : kN;  // the wgmma's columns
   static constexpr int kAcc = kMmaN / 2;        // a thread's accumulators of a 64 x kMmaN product
@@ -139,7 +139,8 @@ constexpr int ring_stages() {
 }
 
 // kGlu: gate (warps 0..3) and up (4..7) of the same 64 rows, out[0] = kAct(gate) * up. kParts:
-// the activation parts in x16 (2: hi + lo, exact; 1: one f16 part). kN: the MMA's columns.
+// the activation parts in x16 (2: hi + lo, exact; 1: one f16 part). kN: a stage's rows of B
+// (Parts: the MMA's columns kN, or kN / 2 per part where the parts are stacked).
 template <bool kQ4, bool kGlu, Act kAct, int kParts, int kN>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
     gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
@@ -487,7 +488,8 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   if (count < 1 || count > kGemvMaxOuts || (glu && count != 2) || (parts != 1 && parts != 2))
     return cudaErrorInvalidValue;
   const bool q4 = w[0].kind == WKind::kQ4_0;
-  // The MMA's columns: the narrowest of 32 / 64 / 128 that holds the call's tokens and parts, so
+  // A stage's rows of B (parts x an item's tokens; the MMA's columns side by side, or per part
+  // where stacked): the narrowest of 32 / 64 / 128 that holds the call's tokens and parts, so
   // that a call of few tokens (a pool's 16-token frames, a prompt's last chunk) computes and
   // stages less padding and keeps more weights in flight; 128 (64 tokens, or 128 with one part) for
   // longer calls. (H100, Llama-3-8B Q4_0, 16-token steps: 9.9 ms with 128 columns, docs/cuda.md v50.)

@@ -469,11 +469,12 @@ cudaError_t read_all(const void* p, uint64_t bytes, int grid, uint32_t* sink, cu
 
 // ---- wgmma_probe.cu: tensor-core rates for benchmarks (cuda_probe.h) --------------------------
 /// `grid` blocks of `warpgroups` (1..3; 1..2 at 128 columns) warpgroups, each running `iters`
-/// stages of four wgmma.m64nNk16 (A in registers; n_cols 16, 32, 64 or 128) as gemm_quant does; mode
-/// 0: one group kept in flight, 1: the product's waits, 2: its waits and promotions. `sink`: one
-/// device float, written only on a practically impossible sum (it keeps the products). Without
-/// sm_90a code (!gemm_quant_available) the kernel does nothing and returns cudaSuccess. Errors:
-/// cudaErrorInvalidValue for other widths, warpgroups or modes; launch errors.
+/// stages of four wgmma.m64nNk16 (A in registers; n_cols 16, 32, 64 or 128) as gemm_quant does
+/// with its parts side by side; mode 0: one group kept in flight, 1: the product's waits, 2: its
+/// waits and promotions. `sink`: one device float, written only on a practically impossible sum
+/// (it keeps the products). Without sm_90a code (!gemm_quant_available) the kernel does nothing
+/// and returns cudaSuccess. Errors: cudaErrorInvalidValue for other widths, warpgroups or modes;
+/// launch errors.
 cudaError_t wgmma_rate(int n_cols, int warpgroups, int mode, int iters, int grid, float* sink, cudaStream_t stream);
 /// `grid` blocks of `warps` (1..32) warps, each running `iters` x 8 independent mma.sync.m16n8k16
 /// (f16, f32 accumulators); `sink` as wgmma_rate's. Errors: cudaErrorInvalidValue for other warp

@@ -14,10 +14,12 @@
 namespace shoal::cuda {
 namespace {
 
-// Every warpgroup runs `iters` stages of the product's pattern: four m64nNk16 into two
-// accumulator sets (two commit groups), then, by mode, 0: nothing (wait for one group: the
-// tensor pipe's rate), 1: both groups waited for in turn (the product's waits), 2: those waits
-// with each set promoted into a total (16 FMAs per 32 columns, as gemm_quant's promote).
+// Every warpgroup runs `iters` stages of the product's side-by-side pattern (gemm_quant at 16
+// tokens or one part; with the parts stacked it runs two products of N / 2 columns where this runs
+// one of N): four m64nNk16 into two accumulator sets (two commit groups), then, by mode, 0:
+// nothing (wait for one group: the tensor pipe's rate), 1: both groups waited for in turn (the
+// product's waits), 2: those waits with each set promoted into a total (N / 2 FMAs per thread
+// and set, as gemm_quant's promote).
 template <int kN>
 __global__ void __launch_bounds__(kN == 128 ? 256 : 384, 1) wgmma_rate_kernel(int iters, int mode, float* sink) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -16,10 +16,10 @@
 // up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (a stage's 128
 // rows of B, two m64n64 products per k-step; with one part, --prefill-precision half, 128 tokens'
 // f16 x and half the MMAs per token; calls of few tokens take items of 32 or 64 rows of B), so
-// the parts are summed in the kernel, which writes y itself: 1 / scale, the bias, the residual add, or act(gate) * up, in the order
-// of combine_parts / combine_glu (gemm_prep.cu), with no combine kernel (and no f32 scratch but
-// split K's, below). One block per SM (two for Q4_0 at 32 columns) loops over the items
-// (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128 columns, 8 at 64,
+// the parts are summed in the kernel, which writes y itself: 1 / scale, the bias, the residual
+// add, or act(gate) * up, in the order of combine_parts / combine_glu (gemm_prep.cu), with no
+// combine kernel (and no f32 scratch but split K's, below). One block per SM (two for Q4_0 at 32
+// columns) loops over the items (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128 columns, 8 at 64,
 // 12 at 32, 10-12 with two blocks per SM; one thread issues the TMA
 // copies of a stage: the tokens' hi and lo activations, at 128 columns 2 x 64 x 64 f16 in the
 // 128-byte swizzle wgmma reads, as one 3-D box (one part: 1 x 128 x 64), and the tiles' quants

@@ -15,27 +15,26 @@
 // Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same 64 of
 // up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (a stage's 128
 // rows of B, two m64n64 products per k-step; with one part, --prefill-precision half, 128 tokens'
-// f16 x and half the MMAs per token; calls of few tokens take items of 32 or 64 rows of B), so
-// the parts are summed in the kernel, which writes y itself: 1 / scale, the bias, the residual
-// add, or act(gate) * up, in the order of combine_parts / combine_glu (gemm_prep.cu), with no
-// combine kernel (and no f32 scratch but split K's, below). One block per SM (two for Q4_0 at 32
-// columns) loops over the items (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128 columns, 8 at 64,
-// 12 at 32, 10-12 with two blocks per SM; one thread issues the TMA
-// copies of a stage: the tokens' hi and lo activations, at 128 columns 2 x 64 x 64 f16 in the
-// 128-byte swizzle wgmma reads, as one 3-D box (one part: 1 x 128 x 64), and the tiles' quants
-// and scales), counted over all of the block's
-// items, so it runs into the next item while the computing warps write one out; it gives its
-// registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds tile w). Per stage
-// a warpgroup puts its two 32-value blocks on the tensor cores as two groups and promotes block 0
-// while block 1's products run; the stages pass between the warpgroups on shared-memory barriers
-// (full / empty), so they drift apart and one's promotion also overlaps the other's MMAs. The
-// activation of glu is a template parameter: the epilogue holds one activation's code, not three
-// unrolled 32 times. Where the items would leave most SMs idle (few tokens over few rows), each
-// item's K is split into ranges on several blocks, the last of which adds their partial sums in
-// order (QuantGemmSplit; H100, Llama-3-8B Q4_0 steps of 16 tokens: 9.9 -> 4.2 ms with the narrow
-// items and split K, docs/cuda.md v50). PTX ISA: "asynchronous warpgroup level matrix multiply-accumulate"
-// (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier", "cp.async.bulk.tensor",
-// "setmaxnreg".
+// f16 x and half the MMAs per token; calls of few tokens take items of 32 or 64 rows of B), so the
+// parts are summed in the kernel, which writes y itself: 1 / scale, the bias, the residual add, or
+// act(gate) * up, in the order of combine_parts / combine_glu (gemm_prep.cu), with no combine
+// kernel (and no f32 scratch but split K's, below). One block per SM (two for Q4_0 at 32 columns)
+// loops over the items (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128
+// columns, 8 at 64, 12 at 32, 10-12 with two blocks per SM; one thread issues the TMA copies of a
+// stage: the tokens' hi and lo activations, at 128 columns 2 x 64 x 64 f16 in the 128-byte swizzle
+// wgmma reads, as one 3-D box (one part: 1 x 128 x 64), and the tiles' quants and scales), counted
+// over all of the block's items, so it runs into the next item while the computing warps write one
+// out; it gives its registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds
+// tile w). Per stage a warpgroup puts its two 32-value blocks on the tensor cores as two groups and
+// promotes block 0 while block 1's products run; the stages pass between the warpgroups on
+// shared-memory barriers (full / empty), so they drift apart and one's promotion also overlaps the
+// other's MMAs. The activation of glu is a template parameter: the epilogue holds one activation's
+// code, not three unrolled 32 times. Where the items would leave most SMs idle (few tokens over few
+// rows), each item's K is split into ranges on several blocks, the last of which adds their partial
+// sums in order (QuantGemmSplit; H100, Llama-3-8B Q4_0 steps of 16 tokens: 9.9 -> 4.2 ms with the
+// narrow items and split K, docs/cuda.md v50). PTX ISA: "asynchronous warpgroup level matrix
+// multiply-accumulate" (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier",
+// "cp.async.bulk.tensor", "setmaxnreg".
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_gemm_quant_test.cc.
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -81,6 +81,7 @@ struct Parts {
   // columns run at about half the tensor cores' 32-column rate (steps of 16 tokens 3% slower
   // stacked; docs/cuda.md, v52).
   static constexpr bool kStacked = kParts == 2 && kTokens >= 32;
+  static constexpr bool kSideBySide = kParts == 2 && !kStacked;  // hi and lo in separate accumulators
   static constexpr int kMmaN = kStacked ? kTokens : kN;  // the wgmma's columns
   static constexpr int kAcc = kMmaN / 2;        // a thread's accumulators of a 64 x kMmaN product
   static constexpr int kVals = kTokens / 2;     // a thread's outputs of an item (its rows g, g + 8)
@@ -298,7 +299,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
     // The epilogue as combine_parts / combine_glu (gemm_prep.cu): (hi + lo) * inv_scale, then +
     // bias, then + y.
     constexpr int kVals = P::kVals, kGroups = P::kGroups;
-    constexpr bool kSideBySide = kParts == 2 && !P::kStacked;
     const int tw = kGlu ? warp & 3 : warp;
     const int64_t r0 = (tile0 + tw) * 16 + g, rows = a.rows[wi];
     float v[kVals];
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
       for (int e = 0; e < 4; ++e) {
         const int64_t tok = tok0 + 8 * i + 2 * t + (e & 1);
         const float inv = a.inv_scale && tok < a.n ? a.inv_scale[tok] : 1.0f;
-        v[4 * i + e] = (kSideBySide ? total[4 * i + e] + total[4 * (i + kGroups) + e] : total[4 * i + e]) * inv;
+        v[4 * i + e] = (P::kSideBySide ? total[4 * i + e] + total[4 * (i + kGroups) + e] : total[4 * i + e]) * inv;
       }
     if constexpr (kGlu) {  // up's values to the gate warps through shared memory (a buffer per item parity)
       float* const ex = reinterpret_cast<float*>(smem + kStages * St::kBytes) + parity * (P::kExchangeBytes / 8);

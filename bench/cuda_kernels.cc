@@ -5,10 +5,11 @@
 // a Llama-3-8B / Qwen3-0.6B layer stack, weights filled randomly on the device, one CUDA graph
 // per step) in tokens/s. Every figure is the median of CUDA-event timings of graph replays.
 // --tensor: the tensor cores' rates at the quantized prefill GEMM's widths (wgmma by MMA columns
-// and warpgroups per SM, with its waits and promotions) and of mma.sync.
+// and warpgroups per SM, with its waits and promotions) and of mma.sync. --gemm-items: the
+// quantized prefill GEMM by work item width and token count.
 //
 //   cuda_kernels [--device 0] [--reps 20] [--quick] [--prefill] [--sweep] [--gemv] [--attention]
-//                [--prefill-attention] [--sampling] [--tensor] [--only llama-q4_0]
+//                [--prefill-attention] [--sampling] [--tensor] [--gemm-items] [--only llama-q4_0]
 //                [--position 576 [640 ...]]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -372,6 +373,63 @@ void bench_gemm(Backend& b, const Ceilings& c, int reps) {
   }
 }
 
+// ---- Quantized prefill GEMM by work item width (--gemm-items) ---------------------------------
+// Llama-3-8B's products (q / k / v in one launch, wo, gate / up with SiLU in one launch, down) at
+// several token counts, exact (two activation parts), with items of 64 and of 128 tokens, and the
+// width gemm_quant chooses (docs/cuda.md v53): what its rule on rounds of items is set from.
+void bench_gemm_items(Backend& b, int reps) {
+  std::printf("\n## Quantized prefill GEMM by work item (Llama-3-8B products, two parts): ms\n");
+  if (!probe::quant_gemm_available(b)) {
+    std::printf("(no gemm_quant on this device)\n");
+    return;
+  }
+  std::printf("| weights | tokens | product | items of 64 | items of 128 | 64 / 128 | chosen |\n|---|---|---|---|---|---|---|\n");
+  for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+    uint64_t seed = 1;
+    std::vector<Tensor> qkv = weights(b, t, {{4096, 4096}, {1024, 4096}, {1024, 4096}}, seed);
+    std::vector<Tensor> wo = weights(b, t, {{4096, 4096}}, seed), gu = weights(b, t, {{14336, 4096}, {14336, 4096}}, seed);
+    std::vector<Tensor> down = weights(b, t, {{4096, 14336}}, seed);
+    for (const int64_t n : {160, 192, 256, 320, 384, 512, 768, 1024, 2048}) {
+      Tensor x = act(b, DType::kF32, {n, 4096}, seed++), ff = act(b, DType::kF32, {n, 14336}, seed++);
+      Tensor yq = must(b.alloc(DType::kF32, {n, 4096})), yk = must(b.alloc(DType::kF32, {n, 1024}));
+      Tensor yv = must(b.alloc(DType::kF32, {n, 1024})), yf = must(b.alloc(DType::kF32, {n, 14336}));
+      Tensor tmp = must(b.alloc(DType::kF32, {n, 14336}));
+      const MatmulOut q_k_v[3] = {{&qkv[0], &yq}, {&qkv[1], &yk}, {&qkv[2], &yv}};
+      const MatmulOut o{&wo[0], &yq}, dn{&down[0], &yq};
+      MatmulOut glu{&gu[0], &yf, nullptr, &gu[1], Activation::kSilu};
+      glu.tmp = &tmp;
+      const std::pair<const char*, std::function<void()>> products[] = {
+          {"q / k / v", [&] { b.matmuls(x, InputNorm{}, q_k_v); }},
+          {"wo", [&] { b.matmuls(x, InputNorm{}, {&o, 1}); }},
+          {"gate / up", [&] { b.matmuls(x, InputNorm{}, {&glu, 1}); }},
+          {"down", [&] { b.matmuls(ff, InputNorm{}, {&dn, 1}); }}};
+      double sum[3] = {0, 0, 0};
+      for (const auto& [name, fn] : products) {
+        double ms[2];
+        for (int i = 0; i < 2; ++i) {
+          probe::set_quant_gemm_item_tokens(b, i == 0 ? 64 : 128);
+          ms[i] = must(probe::time_graph_ms(b, fn, reps));
+          b.reset_graphs();
+        }
+        probe::set_quant_gemm_item_tokens(b, 0);
+        const int64_t wide = probe::quant_gemm_wide_launches(b);
+        fn();
+        const bool chose_wide = probe::quant_gemm_wide_launches(b) > wide;
+        sum[0] += ms[0], sum[1] += ms[1], sum[2] += ms[chose_wide ? 1 : 0];
+        std::printf("| %s | %lld | %s | %.4f | %.4f | %.3f | %d |\n", std::string(dtype_name(t)).c_str(),
+                    (long long)n, name, ms[0], ms[1], ms[0] / ms[1], chose_wide ? 128 : 64);
+      }
+      std::printf("| %s | %lld | layer's four | %.4f | %.4f | %.3f | %.4f ms |\n", std::string(dtype_name(t)).c_str(),
+                  (long long)n, sum[0], sum[1], sum[0] / sum[1], sum[2]);
+      std::fflush(stdout);
+      for (Tensor* tp : {&x, &ff, &yq, &yk, &yv, &yf, &tmp}) b.free(*tp);
+    }
+    for (auto* ws : {&qkv, &wo, &gu, &down})
+      for (Tensor& w : *ws) b.free(w);
+    b.reset_graphs();
+  }
+}
+
 // ---- whole decode steps --------------------------------------------------------------------
 struct ModelShape {
   const char* name;
@@ -692,7 +750,7 @@ void bench_tensor(int device, int reps) {
 }
 
 int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attention, bool gemv, bool prefill_attention,
-        bool sampling, bool tensor, const std::string& only) {
+        bool sampling, bool tensor, bool gemm_items, const std::string& only) {
   auto info = must(probe::device_info(device));
   std::printf("# cuda_kernels on cuda:%d %s (%d SMs, L2 %.0f MiB, %.1f GiB)\n", device, info.name.c_str(), info.sms,
               double(info.l2_bytes) / (1 << 20), double(info.memory_bytes) / (1 << 30));
@@ -719,6 +777,10 @@ int run(int device, int reps, bool quick, bool prefill, bool sweep, bool attenti
   const ModelShape qwen{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true, true, false};
   if (sweep) {
     bench_sweep(b, c, reps);
+    return 0;
+  }
+  if (gemm_items) {
+    bench_gemm_items(b, reps);
     return 0;
   }
   auto half_backend = [&] {  // the same device with --prefill-precision half
@@ -802,7 +864,7 @@ int main(int argc, char** argv) {
   std::string only;
   app.add_flag("--quick", quick, "Ceilings and decode steps only");
   bool prefill = false, sweep = false, attention = false, gemv = false, prefill_attention = false, sampling = false,
-       tensor = false;
+       tensor = false, gemm_items = false;
   app.add_flag("--sweep", sweep, "Ceilings and the quantized GEMVs by row count only");
   app.add_flag("--gemv", gemv, "Ceilings and the GEMV table of Llama-3-8B shapes only");
   app.add_flag("--attention", attention,
@@ -811,6 +873,9 @@ int main(int argc, char** argv) {
                "Ceilings and prefill attention (Llama-3-8B and Qwen3-0.6B heads, 512-4096 tokens) only");
   app.add_flag("--prefill", prefill, "Ceilings and the prefill breakdowns only");
   app.add_flag("--tensor", tensor, "Ceilings and the tensor-core rates (wgmma by width and warpgroups, mma.sync) only");
+  app.add_flag("--gemm-items", gemm_items,
+               "Ceilings and the quantized prefill GEMM of Llama-3-8B's products by work item width (64 or 128 "
+               "tokens) and token count only");
   app.add_flag("--sampling", sampling, "Ceilings and the sampling ops of a decode step (argmax, top-k, draw) only");
   CLI::Option* only_opt =
       app.add_option("--only", only,
@@ -833,7 +898,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, tensor, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, tensor, gemm_items, only);
 }
 
 #else  // no CUDA backend in this build

@@ -6,10 +6,11 @@
 // with act(gate) * up in one launch, and launches of more work items than a GPU has SMs (each
 // block of the persistent grid carries its ring and exchange buffers into further items). On a
 // device without sm_90a code it must not run. Calls of few tokens (a pool's 16-token frames) take
-// narrower items (32 / 64 MMA columns). Every case runs twice: exact (two activation
-// parts), and with BackendOptions::half_prefill, where gemm_quant takes one f16 part of up to 128
-// tokens per work item (x's rounding, 2^-11 relative: ~3e-4 normalised error, held to 1e-3)
-// and the cuBLAS path on dequantized parts stays exact.
+// narrower items (32 / 64 MMA columns), exact calls of many items wider ones (128 tokens in two
+// parts: 256). Every case runs twice: exact (two activation parts), and with
+// BackendOptions::half_prefill, where gemm_quant takes one f16 part of up to 128 tokens per work
+// item (x's rounding, 2^-11 relative: ~3e-4 normalised error, held to 1e-3) and the cuBLAS path
+// on dequantized parts stays exact.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_probe.h"
@@ -144,9 +145,10 @@ TEST_P(CudaGemmQuantTest, PromptSizedProducts) {
 
 TEST_P(CudaGemmQuantTest, MoreWorkItemsThanSMs) {
   // matmuls() behind the RMSNorm with more (row block, token block) items than any GPU here has
-  // SMs, so each block of the persistent grid runs several, with one part (128-token items) at
-  // least 3 where the H200 has 132 SMs: a residual add (4096 rows x 1100 tokens: 32 x 18 items,
-  // one part 32 x 9) and a gate / up pair (2048 rows x 1100 tokens: 32 x 18, one part 32 x 9).
+  // SMs, so each block of the persistent grid runs several, with items of 128 tokens (one part,
+  // or two where gemm_quant takes them) at least 2 where the H200 has 132 SMs: a residual add
+  // (4096 rows x 1100 tokens: 32 x 18 items of 64 tokens, 32 x 9 of 128) and a gate / up pair
+  // (2048 rows x 1100 tokens: 32 x 18, 32 x 9).
   const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
   const int64_t in = 128, n = 1100;
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
@@ -267,6 +269,45 @@ TEST_P(CudaGemmQuantTest, GateUpProductsInOneLaunch) {
       EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, on ? avail : 0) << "gemm_quant " << on;
       EXPECT_LT(nerr(y), tol(on)) << "gemm_quant " << on;
     }
+  }
+}
+
+TEST_P(CudaGemmQuantTest, ItemsOf128TokensInTwoParts) {
+  // Exact calls (two parts) of enough work items take items of 128 tokens: two stacked m64n128
+  // products per k-step, a ring of 3 to 5 stages. Forced on the edge shapes (tokens of part of an
+  // item and of several, rows of part of a tile and of a block, half a Q4_0 chunk at the end, many
+  // stages) and on gate / up pairs (their 64 KiB exchange beside the ring); chosen by gemm_quant
+  // for 1100 tokens over 4096 rows (32 x 9 items against 32 x 18 of 64 tokens: fewer rounds on
+  // any GPU here) but not for 512 over 384 rows (3 x 4 items: one round either way).
+  if (GetParam()) GTEST_SKIP() << "one part: items of at most 128 MMA columns";
+  const int64_t expect = cuda_probe::quant_gemm_available(*gpu_) ? 1 : 0;
+  struct Shape {
+    int64_t out, in, n;
+  };
+  const Shape shapes[] = {{7, 64, 9}, {300, 4128, 65}, {515, 768, 140}, {1100, 256, 130}, {128, 96, 300}};
+  const Shape glu_shapes[] = {{300, 4128, 65}, {1100, 256, 300}};
+  const int64_t wide_before = cuda_probe::quant_gemm_wide_launches(*gpu_);
+  cuda_probe::set_quant_gemm_item_tokens(*gpu_, 128);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
+    for (const Shape& s : glu_shapes) {
+      SCOPED_TRACE(fmt::format("{} gate / up [{}, {}] x n={}", dtype_name(t), s.out, s.in, s.n));
+      Dual x = make_f32({s.n, s.in}, randn(s.n * s.in, 2.0f)), g = make_f32({s.in}, randn(s.in));
+      Dual h = output(DType::kF32, {s.n, s.in}), tmp = output(DType::kF32, {s.n, s.out});
+      Dual wg = make_weight(t, {s.out, s.in}), wu = make_weight(t, {s.out, s.in});
+      Dual y = output(DType::kF32, {s.n, s.out});
+      for (const bool gp : {false, true}) one_product(gp, x, g, h, wg, y, tmp, false, &wu, Activation::kSilu);
+      EXPECT_LT(nerr(y), tol(true));
+    }
+  }
+  EXPECT_EQ(cuda_probe::quant_gemm_wide_launches(*gpu_) - wide_before, 2 * 7 * expect);
+  cuda_probe::set_quant_gemm_item_tokens(*gpu_, 0);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t before = cuda_probe::quant_gemm_wide_launches(*gpu_);
+    EXPECT_EQ(check(t, 4096, 256, 1100, false), expect);
+    EXPECT_EQ(cuda_probe::quant_gemm_wide_launches(*gpu_) - before, expect) << "1100 tokens over 4096 rows";
+    EXPECT_EQ(check(t, 384, 4096, 512, true), expect);
+    EXPECT_EQ(cuda_probe::quant_gemm_wide_launches(*gpu_) - before, expect) << "512 tokens over 384 rows";
   }
 }
 

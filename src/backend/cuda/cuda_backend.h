@@ -153,6 +153,8 @@ class CudaBackend final : public Backend {
   uint64_t quant_gemm_split_launches() const { return qgemm_split_launches_; }
   /// Those of them with two blocks per SM (Q4_0 at 32 columns; for tests).
   uint64_t quant_gemm_two_block_launches() const { return qgemm_two_block_launches_; }
+  /// Those of them with items of 128 tokens in two parts (256 MMA columns; for tests).
+  uint64_t quant_gemm_wide_launches() const { return qgemm_wide_launches_; }
   /// Whether this device runs gemm_quant (cuda::gemm_quant_available, probed at creation).
   bool quant_gemm_available() const { return qgemm_available_; }
   /// The most tokens a matmul of weights `ws` (null entries skipped) runs on the GEMV:
@@ -164,6 +166,9 @@ class CudaBackend final : public Backend {
   /// gemm_quant for quantized prefill products where the device runs it (on; the default unless
   /// SHOAL_CUDA_QGEMM=0 at creation), or cuBLAS on dequantized parts (off).
   void set_quant_gemm(bool on) { qgemm_ = on && qgemm_available_; }
+  /// gemm_quant's work items of calls with two parts: `tokens` tokens each (16, 32, 64 or 128),
+  /// or 0 (the default) for gemm_quant's choice; for tests and benchmarks of each width.
+  void set_quant_gemm_item_tokens(int tokens) { qgemm_item_tokens_ = tokens; }
   /// BF16 weights rewritten as F16 by settle_weights so far (for tests).
   uint64_t bf16_as_f16_weights() const { return bf16_as_f16_weights_; }
   /// Whether settle_weights rewrites BF16 weights as F16 where that keeps each row to 2^-20
@@ -370,12 +375,14 @@ class CudaBackend final : public Backend {
   uint64_t ops_ = 0;
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
            stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0,
-           scratch_allocs_ = 0, qgemm_split_launches_ = 0, qgemm_two_block_launches_ = 0;
+           scratch_allocs_ = 0, qgemm_split_launches_ = 0, qgemm_two_block_launches_ = 0,
+           qgemm_wide_launches_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
   cuda::QuantGemmSplit qsplit_;   // gemm_quant's split-K scratch (with qgemm_available_)
   bool qgemm_ = false;            // gemm_quant for quantized prefill products
+  int qgemm_item_tokens_ = 0;     // set_quant_gemm_item_tokens
   bool bf16_as_f16_ = true;       // settle_weights rewrites BF16 as F16
   uint64_t bf16_as_f16_weights_ = 0;
   // The fragments the last GEMV with frags_out wrote (one token): its op, y, rows and buffer.

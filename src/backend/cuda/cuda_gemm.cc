@@ -88,16 +88,19 @@ bool CudaBackend::gemm_input_buffer(GemmInput& in, Scratch slot) {
 
 bool CudaBackend::run_gemm_quant(const cuda::WeightRef* ws, const cuda::QuantGemmOut* outs, int count,
                                  const GemmInput& in, const float* inv_scale, bool glu, cuda::Act act) {
-  int splits = 1, per_sm = 1;
+  int splits = 1, per_sm = 1, tokens = 0;
   cuda::QuantGemmSplit split = qsplit_;
   split.used = &splits;
   split.blocks_per_sm = &per_sm;
+  split.item_tokens = in.parts == 2 ? qgemm_item_tokens_ : 0;
+  split.item_tokens_used = &tokens;
   if (!note(cuda::gemm_quant(ws, outs, count, in.x16, in.parts, inv_scale, in.n, glu, act, stream_, split),
             "gemm_quant"))
     return false;
   ++qgemm_launches_;
   if (splits > 1) ++qgemm_split_launches_;
   if (per_sm > 1) ++qgemm_two_block_launches_;
+  if (in.parts == 2 && tokens == 128) ++qgemm_wide_launches_;
   return true;
 }
 

@@ -354,6 +354,7 @@ int64_t quant_gemm_split_launches(Backend& b) { return counter(b, &CudaBackend::
 int64_t quant_gemm_two_block_launches(Backend& b) {
   return counter(b, &CudaBackend::quant_gemm_two_block_launches);
 }
+int64_t quant_gemm_wide_launches(Backend& b) { return counter(b, &CudaBackend::quant_gemm_wide_launches); }
 
 int64_t half_prefill_inputs(Backend& b) { return counter(b, &CudaBackend::half_prefill_inputs); }
 
@@ -378,6 +379,10 @@ bool quant_gemm_available(Backend& b) {
 
 void set_quant_gemm(Backend& b, bool on) {
   if (CudaBackend* cb = as_cuda(b)) cb->set_quant_gemm(on);
+}
+
+void set_quant_gemm_item_tokens(Backend& b, int tokens) {
+  if (CudaBackend* cb = as_cuda(b)) cb->set_quant_gemm_item_tokens(tokens);
 }
 
 void set_gemv_rows(int rows_per_block) { cuda::set_gemv_rows_override(rows_per_block); }

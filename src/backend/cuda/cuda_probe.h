@@ -95,6 +95,9 @@ int64_t quant_gemm_split_launches(Backend& b);
 /// Those of them that ran two blocks per SM (Q4_0 at 32 columns, where the shared memory and
 /// registers allow); -1 if b is not a CUDA backend. For tests.
 int64_t quant_gemm_two_block_launches(Backend& b);
+/// Those of them whose work items held 128 tokens in two parts (exact prefill of many items);
+/// -1 if b is not a CUDA backend. For tests.
+int64_t quant_gemm_wide_launches(Backend& b);
 /// Prefill inputs of the CUDA backend b so far split into one 16-bit part
 /// (BackendOptions::half_prefill, for calls whose products all take it); -1 if b is not a CUDA
 /// backend. For tests.
@@ -122,6 +125,10 @@ void set_bf16_as_f16(Backend& b, bool on);
 bool quant_gemm_available(Backend& b);
 /// Turns gemm_quant on (where the device runs it) or off for b's prefill products from now on.
 void set_quant_gemm(Backend& b, bool on);
+/// gemm_quant's work items for b's calls with two activation parts from now on: `tokens` tokens
+/// each (16, 32, 64 or 128; a call then fails on others), or 0 for gemm_quant's choice (no-op if
+/// b is not CUDA). For tests and benchmarks of each width.
+void set_quant_gemm_item_tokens(Backend& b, int tokens);
 
 /// GEMV rows per block, to compare variants: 0 the per-dtype default; plain weights 1, 2 or 4;
 /// quantized weights 16 or 32 (one or two tensor-core tiles).

@@ -58,8 +58,9 @@ namespace shoal::cuda {
 namespace {
 
 // A block's B operand: a stage's kN rows of shared memory (128, or 64 / 32 for calls of few
-// tokens), the hi rows then the lo rows of Parts<2, kN>::kTokens = kN / 2 tokens, or with one
-// part (--prefill-precision half) kN tokens; kK: a stage's columns of K.
+// tokens, 256 with two parts for calls of many work items), the hi rows then the lo rows of
+// Parts<2, kN>::kTokens = kN / 2 tokens, or with one part (--prefill-precision half) kN tokens;
+// kK: a stage's columns of K.
 constexpr int kK = 64;
 constexpr int kTiles = 8;                    // 16-row tiles of a block: a computing warp each
 constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the computing warps
@@ -72,9 +73,11 @@ constexpr int blocks_per_sm(bool q4, int n) { return q4 && n == 32 ? 2 : 1; }
 template <int kParts, int kN>
 struct Parts {
   static_assert(kParts == 1 || kParts == 2);
-  static_assert(kN == 32 || kN == 64 || kN == 128);
+  // (256: items of 128 tokens, where the parts are stacked: two m64n128 products per k-step keep
+  // the 64 accumulators a thread holds at 64 tokens side by side.)
+  static_assert(kN == 32 || kN == 64 || kN == 128 || (kN == 256 && kParts == 2));
   static constexpr int kTokens = kN / kParts;   // of a work item
-  // Two parts of 32 or 64 tokens are stacked along K: each k-step runs one m64 x kTokens product
+  // Two parts of 32 to 128 tokens are stacked along K: each k-step runs one m64 x kTokens product
   // per part into the same accumulators (the A fragment reused), so a block's sum is hi + lo and a
   // thread promotes kTokens / 2 values per block, not kN / 2 (H100, Llama-3-8B pp512 Q4_0 / Q8_0
   // 1.07x / 1.07-1.13x). At 16 tokens the parts stay side by side in one m64 x 32 product: 16
@@ -122,14 +125,21 @@ struct Stage {
   static constexpr int kBytes = (kB + kA + kS + 1023) / 1024 * 1024;  // (B stays 1024-byte aligned)
 };
 
-// Stages of the ring: 6 at 128 columns (150 KiB of Q8_0 stages), 8 at 64, 12 at 32; with two
-// blocks per SM as many of 12 as fit half of an SM's shared memory beside the glu exchange, the
-// ring's alignment and the barriers (Q4_0: 12, with glu 11, with glu and one part 10).
+// Stages of the ring: at 256 columns as many of 5 as fit a block's shared memory beside the glu
+// exchange (37 / 41 KiB stages: Q4_0 5, with glu 4; Q8_0 5, with glu 3); 6 at 128 columns (150 KiB
+// of Q8_0 stages), 8 at 64, 12 at 32; with two blocks per SM as many of 12 as fit half of an SM's
+// shared memory beside the glu exchange, the ring's alignment and the barriers (Q4_0: 12, with
+// glu 11, with glu and one part 10).
 constexpr int kSmemPerSm = 228 * 1024;     // sm_90 (H100, H200)
+constexpr int kSmemPerBlock = 227 * 1024;  // sm_90's most dynamic shared memory per block
 constexpr int kSmemReservedPerBlock = 1024;  // the system's share of each block
 constexpr int kStaticSmem = 512;           // the ring's barriers and the split flag, at most
 template <bool kQ4, bool kGlu, int kParts, int kN>
 constexpr int ring_stages() {
+  if constexpr (kN == 256) {
+    constexpr int ex = kGlu ? Parts<kParts, kN>::kExchangeBytes : 0;
+    return std::min(5, (kSmemPerBlock - 1024 /* alignment */ - kStaticSmem - ex) / Stage<kQ4, kN>::kBytes);
+  }
   if constexpr (kN == 128) return 6;
   if constexpr (kN == 64) return 8;
   if constexpr (blocks_per_sm(kQ4, kN) == 1) return 12;
@@ -480,6 +490,34 @@ bool gemm_quant_available() {
   return known[dev] == 1;
 }
 
+namespace {
+
+// Whether a call of `parts` parts may take items of `tokens` tokens: a stage's rows of B
+// (tokens x parts) of 32, 64 or 128, or with two parts 256.
+bool item_tokens_allowed(int tokens, int parts) {
+  const int cols = tokens * parts;
+  return tokens > 0 && (cols == 32 || cols == 64 || cols == 128 || (parts == 2 && cols == 256));
+}
+
+// A work item's tokens for n tokens in `parts` parts over `row_blocks` row blocks on `sms` SMs.
+// A stage's rows of B (parts x an item's tokens): the narrowest of 32 / 64 / 128 that holds the
+// call's tokens and parts, so that a call of few tokens (a pool's 16-token frames, a prompt's last
+// chunk) computes and stages less padding and keeps more weights in flight (H100, Llama-3-8B Q4_0,
+// 16-token steps: 9.9 ms with 128 columns, docs/cuda.md v50); 128 for longer calls (64 tokens, or
+// 128 with one part). With two parts, items of 128 tokens (256 rows: two stacked m64n128 products
+// per k-step) where they take fewer rounds over the SMs by enough: such an item takes
+// kWideItemCost of a 64-token item's time, the stages' weights read once for twice the tokens,
+// but half as many items fill the SMs less (each SM holds one block at either width; docs/cuda.md v53).
+constexpr int kWideItemCostNum = 8, kWideItemCostDen = 5;  // 1.6
+int item_tokens(int64_t n, int parts, int64_t row_blocks, int sms) {
+  const int64_t cols = n * parts <= 32 ? 32 : n * parts <= 64 ? 64 : 128;
+  if (parts != 2 || n <= 128) return int(cols / parts);
+  const int64_t rounds64 = div_up(div_up(n, 64) * row_blocks, sms), rounds128 = div_up(div_up(n, 128) * row_blocks, sms);
+  return rounds128 * kWideItemCostNum < rounds64 * kWideItemCostDen ? 128 : 64;
+}
+
+}  // namespace
+
 cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, const uint16_t* x16, int parts,
                        const float* inv_scale, int64_t n, bool glu, Act act, cudaStream_t stream,
                        const QuantGemmSplit& split) {
@@ -487,20 +525,13 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   if (count < 1 || count > kGemvMaxOuts || (glu && count != 2) || (parts != 1 && parts != 2))
     return cudaErrorInvalidValue;
   const bool q4 = w[0].kind == WKind::kQ4_0;
-  // A stage's rows of B (parts x an item's tokens; the MMA's columns side by side, or per part
-  // where stacked): the narrowest of 32 / 64 / 128 that holds the call's tokens and parts, so
-  // that a call of few tokens (a pool's 16-token frames, a prompt's last chunk) computes and
-  // stages less padding and keeps more weights in flight; 128 (64 tokens, or 128 with one part) for
-  // longer calls. (H100, Llama-3-8B Q4_0, 16-token steps: 9.9 ms with 128 columns, docs/cuda.md v50.)
-  const int cols = n * parts <= 32 ? 32 : n * parts <= 64 ? 64 : 128;
-  const int tokens = cols / parts;  // of a work item
-  for (int i = 0; i < count; ++i)  // (rows: the epilogue's offsets within an item are 32-bit)
-    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols || (glu && w[i].rows != w[0].rows) ||
-        w[i].rows > INT32_MAX / tokens)
+  for (int i = 0; i < count; ++i)
+    if (w[i].kind != w[0].kind || w[i].cols != w[0].cols || (glu && w[i].rows != w[0].rows))
       return cudaErrorInvalidValue;
   if ((!q4 && w[0].kind != WKind::kQ8_0) || w[0].cols % 32 != 0 || reinterpret_cast<uintptr_t>(x16) % 16 != 0)
     return cudaErrorInvalidValue;
   if (glu && (out[0].bias || out[0].accumulate)) return cudaErrorInvalidValue;
+  if (split.item_tokens != 0 && !item_tokens_allowed(split.item_tokens, parts)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   QGemmArgs a{};
   a.count = count;
@@ -508,10 +539,6 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   const int64_t chunks = quant_chunks(q4, a.k);
   a.n = n;
   a.inv_scale = inv_scale;
-  if (!tensor_map_3d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, {uint64_t(a.k), uint64_t(n), uint64_t(parts)},
-                     {uint64_t(a.k) * 2, uint64_t(n) * uint64_t(a.k) * 2},
-                     {kK, cuuint32_t(tokens), cuuint32_t(parts)}, CU_TENSOR_MAP_SWIZZLE_128B))
-    return cudaErrorInvalidValue;
   const uint64_t row_quants = uint64_t(chunks) * 512;
   using Q4 = Stage<true, 128>;  // (the weights' part of a stage is the same at every width)
   using Q8 = Stage<false, 128>;
@@ -537,7 +564,16 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   DeviceLimits limits;
   if (cudaError_t e = device_limits(limits); e != cudaSuccess) return e;
   const int sms = limits.sms;
+  const int tokens = split.item_tokens != 0 ? split.item_tokens : item_tokens(n, parts, total_blocks, sms);
+  const int cols = tokens * parts;  // a stage's rows of B
+  for (int i = 0; i < count; ++i)  // (rows: the epilogue's offsets within an item are 32-bit)
+    if (w[i].rows > INT32_MAX / tokens) return cudaErrorInvalidValue;
+  if (!tensor_map_3d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, {uint64_t(a.k), uint64_t(n), uint64_t(parts)},
+                     {uint64_t(a.k) * 2, uint64_t(n) * uint64_t(a.k) * 2},
+                     {kK, cuuint32_t(tokens), cuuint32_t(parts)}, CU_TENSOR_MAP_SWIZZLE_128B))
+    return cudaErrorInvalidValue;
   const int64_t items = div_up(n, tokens) * total_blocks, stages = div_up(a.k, kK);
+  if (split.item_tokens_used) *split.item_tokens_used = tokens;
   a.partial = split.partial;
   a.counters = split.counters;
   auto run = [&](auto kernel, int stage_bytes, int n_stages, int exchange_bytes) -> cudaError_t {
@@ -605,6 +641,8 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   auto by_cols = [&](auto q4c, auto parts_c) -> cudaError_t {
     if (cols == 32) return pick(q4c, parts_c, std::integral_constant<int, 32>{});
     if (cols == 64) return pick(q4c, parts_c, std::integral_constant<int, 64>{});
+    if constexpr (decltype(parts_c)::value == 2)
+      if (cols == 256) return pick(q4c, parts_c, std::integral_constant<int, 256>{});
     return pick(q4c, parts_c, std::integral_constant<int, 128>{});
   };
   using One = std::integral_constant<int, 1>;

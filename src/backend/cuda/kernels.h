@@ -242,6 +242,8 @@ struct QuantGemmOut {
 /// Scratch of gemm_quant's split K: `partial` holds partial_floats f32 (any contents), `counters`
 /// counter_count u32 that are zero before the launch (a launch leaves them zero). Null partial:
 /// no split. `used`, if set, receives the ranges each item's K was split into (1: none).
+/// item_tokens: 0 lets gemm_quant choose a work item's tokens; else those (16, 32, 64 or 128 with
+/// two parts; 32, 64 or 128 with one), for tests and benchmarks of each width.
 struct QuantGemmSplit {
   float* partial = nullptr;
   uint64_t partial_floats = 0;
@@ -249,6 +251,8 @@ struct QuantGemmSplit {
   int counter_count = 0;
   int* used = nullptr;
   int* blocks_per_sm = nullptr;  // out, if set: the launch's resident blocks per SM (two for Q4_0 at 32 columns)
+  int item_tokens = 0;
+  int* item_tokens_used = nullptr;  // out, if set: a work item's tokens in the launch
 };
 /// The scratch gemm_quant may use for split K on a device of `sms` SMs: sms work items of at most
 /// 64 tokens x 128 rows of f32 (and sms counters).
@@ -265,8 +269,12 @@ constexpr uint64_t gemm_quant_split_floats(int sms) { return uint64_t(sms) * 64 
 /// Errors: cudaErrorNotSupported where !gemm_quant_available(); cudaErrorInvalidValue for other
 /// kinds, mixed kinds or widths, cols % 32 != 0, a misaligned x16, parts other than 1 or 2, a
 /// count out of 1..kGemvMaxOuts, a glu of other than two weights of one shape or with a bias or
-/// accumulate, more than INT32_MAX / (an item's tokens: 16 to 128) rows, or a tensor map the driver
-/// refuses.
+/// accumulate, more than INT32_MAX / (an item's tokens: 16 to 128) rows, an item_tokens the parts
+/// do not allow, or a tensor map the driver refuses.
+/// A work item is a block of 128 rows (glu: 64 of gate and of up) by some tokens: with two parts
+/// the narrowest of 16 / 32 / 64 that holds a short call's, else 64, or 128 where the call has
+/// enough items to fill the SMs in fewer rounds (a 512-token prompt through Llama-3-8B's widths);
+/// with one part the narrowest of 32 / 64 / 128 that holds it, else 128.
 /// A call of few work items (items of at most 64 tokens over few rows: a pool's 16-token frame
 /// through wo or down) splits each item's K over up to 8 blocks where `split` has room (gemm_quant_split_floats):
 /// each writes its partial sums to split.partial, and the last to finish (split.counters) adds

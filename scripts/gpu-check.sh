@@ -16,7 +16,7 @@
 #   SHOAL_GPU_PREBUILT  a build folder made elsewhere (same layout; lib/ holds extra shared
 #                       libraries): skip configure and build, run what is there
 #                       (scripts/gpu-prebuilt.sh makes one, for machines that cannot build)
-#   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings, decode steps, tensor-core rates) or "off"
+#   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings, decode steps, tensor-core rates, the quantized GEMM by work item) or "off"
 #   SHOAL_GPU_MODELS    shape:type pairs for `shoal bench` (default with "full": llama3-8b:q4_0
 #                       llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16; with "quick": none)
 #   SHOAL_GPU_TEST_TIMEOUT  seconds per shard of the test executable (default 400)
@@ -207,6 +207,9 @@ if [ "$BENCH_MODE" != off ] && [ -x "$BUILD/bench/cuda_kernels" ]; then
   # The tensor cores' rates at the quantized prefill GEMM's widths (what a call of few tokens can
   # get from wgmma), against mma.sync.
   "$BUILD/bench/cuda_kernels" --tensor --reps 5 2>&1 | tee "$LOGS/cuda_kernels-tensor.log"
+  # The quantized prefill GEMM by work item (64 or 128 tokens) and token count, and the width
+  # gemm_quant takes.
+  "$BUILD/bench/cuda_kernels" --gemm-items --reps 10 2>&1 | tee "$LOGS/cuda_kernels-items.log"
 fi
 
 # shoal bench --device cuda:0 on synthetic random-weight GGUFs of real shapes, written here by the
@@ -263,4 +266,5 @@ printf '%s\n' "${SUMMARY[@]}"
 [ "$fails" = 0 ] && echo "gpu-check: every check passed" || echo "gpu-check: $fails check(s) FAILED"
 [ -f "$LOGS/cuda_kernels.log" ] && grep -A9 -E '^## (Ceilings|Prefill attention|Decode step)' "$LOGS/cuda_kernels.log"
 [ -f "$LOGS/cuda_kernels-tensor.log" ] && grep -A6 -E '^## (wgmma|mma.sync)' "$LOGS/cuda_kernels-tensor.log"
+[ -f "$LOGS/cuda_kernels-items.log" ] && grep -E "^## Quantized|^\| weights|layer's four" "$LOGS/cuda_kernels-items.log"
 exit $((fails > 0))

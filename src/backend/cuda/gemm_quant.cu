@@ -505,9 +505,12 @@ bool item_tokens_allowed(int tokens, int parts) {
 // chunk) computes and stages less padding and keeps more weights in flight (H100, Llama-3-8B Q4_0,
 // 16-token steps: 9.9 ms with 128 columns, docs/cuda.md v50); 128 for longer calls (64 tokens, or
 // 128 with one part). With two parts, items of 128 tokens (256 rows: two stacked m64n128 products
-// per k-step) where they take fewer rounds over the SMs by enough: such an item takes
-// kWideItemCost of a 64-token item's time, the stages' weights read once for twice the tokens,
-// but half as many items fill the SMs less (each SM holds one block at either width; docs/cuda.md v53).
+// per k-step) where they take fewer rounds over the SMs by enough: each SM holds one block at
+// either width, and a 128-token item takes about 1.6x a 64-token one's time (the stage's weights
+// unpacked once for twice the tokens; H100, Llama-3-8B's products at 1024-2048 tokens: 1.40-1.71x),
+// so half as many items win only where they take fewer rounds. On cuda_kernels --gemm-items
+// (160-2048 tokens, Q4_0 / Q8_0) this picks the faster width for every product but q / k / v at
+// 384 tokens (2.6% slower); pp512 1.22x, 256-token chunks 1.07x (docs/cuda.md v53).
 constexpr int kWideItemCostNum = 8, kWideItemCostDen = 5;  // 1.6
 int item_tokens(int64_t n, int parts, int64_t row_blocks, int sms) {
   const int64_t cols = n * parts <= 32 ? 32 : n * parts <= 64 ? 64 : 128;

@@ -16,7 +16,8 @@
 #   SHOAL_GPU_PREBUILT  a build folder made elsewhere (same layout; lib/ holds extra shared
 #                       libraries): skip configure and build, run what is there
 #                       (scripts/gpu-prebuilt.sh makes one, for machines that cannot build)
-#   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings, decode steps, tensor-core rates, the quantized GEMM by work item) or "off"
+#   SHOAL_GPU_BENCH     "full" (default), "quick" (ceilings, decode steps, tensor-core rates, the
+#                       quantized GEMM by work item) or "off"
 #   SHOAL_GPU_MODELS    shape:type pairs for `shoal bench` (default with "full": llama3-8b:q4_0
 #                       llama3-8b:q8_0 llama3-8b:f16 qwen3-0.6b:f16; with "quick": none)
 #   SHOAL_GPU_TEST_TIMEOUT  seconds per shard of the test executable (default 400)

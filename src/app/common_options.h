@@ -17,7 +17,7 @@ struct ModelFlags {
   int threads = 0;
   int ctx = 0;
   std::string kv = "";
-  int batch = 128;
+  int batch = 512;  // prompt tokens per step, as llama.cpp's and Ollama's default micro-batch
   std::string prefill_precision = "exact";
   bool no_warmup = false;
 };

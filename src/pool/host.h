@@ -41,7 +41,7 @@ struct HostOptions {
   int threads = 0;                       // CPU threads (0: all)
   int n_ctx = 0;                         // context; 0: the model's, at most 4096
   DType kv_dtype = DType::kF16;          // KV cache type on every stage
-  int max_tokens = 128;                  // the host's prefill step when it holds every layer
+  int max_tokens = 512;                  // the host's prefill step when it holds every layer
   bool half_prefill = false;             // BackendOptions::half_prefill of the host's backend
   bool warm_up = true;                   // SliceOptions::warm_up of the host's slices
   bool tokenizer = true;                 // load the tokenizer (not needed by `shoal check`)

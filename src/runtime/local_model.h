@@ -18,7 +18,7 @@ struct LocalModelOptions {
   int threads = 0;               // CPU threads (0: all)
   int n_ctx = 0;                 // 0: the model's training context, at most 4096
   DType kv_dtype = DType::kF32;  // KV cache type
-  int max_tokens = 128;          // prefill chunk (tokens per step)
+  int max_tokens = 512;          // prefill chunk (tokens per step)
   bool half_prefill = false;     // BackendOptions::half_prefill (CUDA)
   bool warm_up = true;           // SliceOptions::warm_up
   bool tokenizer = true;         // load the tokenizer too

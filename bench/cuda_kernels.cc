@@ -383,11 +383,13 @@ void bench_gemm_items(Backend& b, int reps) {
     std::printf("(no gemm_quant on this device)\n");
     return;
   }
-  std::printf("| weights | tokens | product | items of 64 | items of 128 | 64 / 128 | chosen |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| weights | tokens | product | items of 64 | items of 128 | 64 / 128 | chosen |\n|---|---|---|---|---|---|---|\n");
   for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
     uint64_t seed = 1;
     std::vector<Tensor> qkv = weights(b, t, {{4096, 4096}, {1024, 4096}, {1024, 4096}}, seed);
-    std::vector<Tensor> wo = weights(b, t, {{4096, 4096}}, seed), gu = weights(b, t, {{14336, 4096}, {14336, 4096}}, seed);
+    std::vector<Tensor> wo = weights(b, t, {{4096, 4096}}, seed);
+    std::vector<Tensor> gu = weights(b, t, {{14336, 4096}, {14336, 4096}}, seed);
     std::vector<Tensor> down = weights(b, t, {{4096, 14336}}, seed);
     for (const int64_t n : {160, 192, 256, 320, 384, 512, 768, 1024, 2048}) {
       Tensor x = act(b, DType::kF32, {n, 4096}, seed++), ff = act(b, DType::kF32, {n, 14336}, seed++);
@@ -898,7 +900,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging("warn");
-  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, tensor, gemm_items, only);
+  return shoal::run(device, reps, quick, prefill, sweep, attention, gemv, prefill_attention, sampling, tensor,
+                    gemm_items, only);
 }
 
 #else  // no CUDA backend in this build

@@ -515,7 +515,8 @@ constexpr int kWideItemCostNum = 8, kWideItemCostDen = 5;  // 1.6
 int item_tokens(int64_t n, int parts, int64_t row_blocks, int sms) {
   const int64_t cols = n * parts <= 32 ? 32 : n * parts <= 64 ? 64 : 128;
   if (parts != 2 || n <= 128) return int(cols / parts);
-  const int64_t rounds64 = div_up(div_up(n, 64) * row_blocks, sms), rounds128 = div_up(div_up(n, 128) * row_blocks, sms);
+  const int64_t rounds64 = div_up(div_up(n, 64) * row_blocks, sms);
+  const int64_t rounds128 = div_up(div_up(n, 128) * row_blocks, sms);
   return rounds128 * kWideItemCostNum < rounds64 * kWideItemCostDen ? 128 : 64;
 }
 

@@ -279,8 +279,11 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
     return make_error(Code::kInvalidArgument, "context {} / batch {} must be positive", opts.n_ctx, opts.max_tokens);
   if (opts.kv_dtype != DType::kF32 && opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kQ8_0)
     return make_error(Code::kInvalidArgument, "KV cache type {} is not supported (f32, f16, q8_0)", dtype_name(opts.kv_dtype));
-  SHOAL_RETURN_IF_ERROR(check_device_fits(cfg, weights, spec, opts, backend));
-  std::unique_ptr<Slice> s(new Slice(cfg, spec, opts, backend));
+  // (A step holds at most the context's tokens: no buffers for more.)
+  SliceOptions o = opts;
+  o.max_tokens = std::min(opts.max_tokens, opts.n_ctx);
+  SHOAL_RETURN_IF_ERROR(check_device_fits(cfg, weights, spec, o, backend));
+  std::unique_ptr<Slice> s(new Slice(cfg, spec, o, backend));
   WeightLoader loader(file, backend);
   SHOAL_RETURN_IF_ERROR(s->plan_weights(loader, weights));
   SHOAL_RETURN_IF_ERROR(loader.run(progress));

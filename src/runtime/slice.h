@@ -29,7 +29,7 @@ struct SliceSpec {
 struct SliceOptions {
   int n_ctx = 4096;              // KV cache positions
   DType kv_dtype = DType::kF32;  // F32, F16 or Q8_0
-  int max_tokens = 128;          // tokens per forward() call (prefill chunk)
+  int max_tokens = 512;          // tokens per forward() call (prefill chunk); at most n_ctx are held
   bool warm_up = true;           // device backends: Slice::load runs warm_up() (llama.cpp's --no-warmup turns it off)
 };
 

@@ -68,6 +68,34 @@ class CudaGemmQuantTest : public CudaVsRef, public ::testing::WithParamInterface
     o.accumulate = accumulate;
     (gp ? *gpu_ : *cpu_).matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, {&o, 1});
   }
+
+  // matmuls() of three products of kind t over `in` columns (q / k / v: a tall one and two short
+  // ones) behind the RMSNorm, with a bias on the second and a residual add on the third, on both
+  // backends; each output against the reference.
+  void qkv_products(DType t, int64_t in, int64_t n) {
+    const int64_t rows[3] = {272, 40, 130};
+    Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
+    Dual h = output(DType::kF32, {n, in}), b = make_f32({rows[1]}, randn(rows[1]));
+    Dual w[3], y[3], tmp[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i] = make_weight(t, {rows[i], in});
+      y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));
+      tmp[i] = output(DType::kF32, {n, rows[i]});
+    }
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool gp = be == gpu_.get();
+      MatmulOut outs[3];
+      for (int i = 0; i < 3; ++i) {
+        outs[i].w = gp ? &w[i].g : &w[i].c;
+        outs[i].y = gp ? &y[i].g : &y[i].c;
+        outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
+      }
+      outs[1].bias = gp ? &b.g : &b.c;
+      outs[2].accumulate = true;
+      be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tol(true)) << "product " << i;
+  }
 };
 
 TEST_P(CudaGemmQuantTest, RunsOnHopper) {
@@ -199,33 +227,12 @@ TEST_P(CudaGemmQuantTest, QkvProductsInOneLaunch) {
   for (DType t : {DType::kQ8_0, DType::kQ4_0})
     for (const auto& [in, n] : {std::pair<int64_t, int64_t>{320, 70}, {2048, 16}}) {
       SCOPED_TRACE(fmt::format("{} in={} n={}", dtype_name(t), in, n));
-      const int64_t rows[3] = {272, 40, 130};
-      Dual x = make_f32({n, in}, randn(n * in, 2.0f)), g = make_f32({in}, randn(in));
-      Dual h = output(DType::kF32, {n, in}), b = make_f32({rows[1]}, randn(rows[1]));
-      Dual w[3], y[3], tmp[3];
-      for (int i = 0; i < 3; ++i) {
-        w[i] = make_weight(t, {rows[i], in});
-        y[i] = make_f32({n, rows[i]}, randn(n * rows[i]));
-        tmp[i] = output(DType::kF32, {n, rows[i]});
-      }
       const int64_t before = cuda_probe::quant_gemm_launches(*gpu_);
       const int64_t splits_before = cuda_probe::quant_gemm_split_launches(*gpu_);
-      for (Backend* be : {cpu_.get(), gpu_.get()}) {
-        const bool gp = be == gpu_.get();
-        MatmulOut outs[3];
-        for (int i = 0; i < 3; ++i) {
-          outs[i].w = gp ? &w[i].g : &w[i].c;
-          outs[i].y = gp ? &y[i].g : &y[i].c;
-          outs[i].tmp = gp ? &tmp[i].g : &tmp[i].c;
-        }
-        outs[1].bias = gp ? &b.g : &b.c;
-        outs[2].accumulate = true;
-        be->matmuls(gp ? x.g : x.c, InputNorm{gp ? &g.g : &g.c, 1e-5f, gp ? &h.g : &h.c}, outs);
-      }
+      qkv_products(t, in, n);
       EXPECT_EQ(cuda_probe::quant_gemm_launches(*gpu_) - before, expect);
       EXPECT_EQ(cuda_probe::quant_gemm_split_launches(*gpu_) - splits_before, n == 16 ? expect : 0)
           << "split K at 16 tokens over 2048 columns only";
-      for (int i = 0; i < 3; ++i) EXPECT_LT(nerr(y[i]), tol(true)) << "product " << i;
     }
 }
 
@@ -276,7 +283,8 @@ TEST_P(CudaGemmQuantTest, ItemsOf128TokensInTwoParts) {
   // Exact calls (two parts) of enough work items take items of 128 tokens: two stacked m64n128
   // products per k-step, a ring of 3 to 5 stages. Forced on the edge shapes (tokens of part of an
   // item and of several, rows of part of a tile and of a block, half a Q4_0 chunk at the end, many
-  // stages) and on gate / up pairs (their 64 KiB exchange beside the ring); chosen by gemm_quant
+  // stages), on gate / up pairs with each activation (their 64 KiB exchange beside the ring) and
+  // on q / k / v in one launch (items crossing from one weight to the next); chosen by gemm_quant
   // for 1100 tokens over 4096 rows (32 x 9 items against 32 x 18 of 64 tokens: fewer rounds on
   // any GPU here) but not for 512 over 384 rows (3 x 4 items: one round either way).
   if (GetParam()) GTEST_SKIP() << "one part: items of at most 128 MMA columns";
@@ -285,22 +293,30 @@ TEST_P(CudaGemmQuantTest, ItemsOf128TokensInTwoParts) {
     int64_t out, in, n;
   };
   const Shape shapes[] = {{7, 64, 9}, {300, 4128, 65}, {515, 768, 140}, {1100, 256, 130}, {128, 96, 300}};
-  const Shape glu_shapes[] = {{300, 4128, 65}, {1100, 256, 300}};
+  struct GluShape {
+    int64_t out, in, n;
+    Activation act;
+  };
+  const GluShape glu_shapes[] = {{300, 4128, 65, Activation::kSilu},
+                                 {1100, 256, 300, Activation::kGeluErf},
+                                 {200, 320, 140, Activation::kGeluTanh}};
   const int64_t wide_before = cuda_probe::quant_gemm_wide_launches(*gpu_);
   cuda_probe::set_quant_gemm_item_tokens(*gpu_, 128);
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     for (const Shape& s : shapes) EXPECT_EQ(check(t, s.out, s.in, s.n, s.out % 2 == 1), expect);
-    for (const Shape& s : glu_shapes) {
+    for (const GluShape& s : glu_shapes) {
       SCOPED_TRACE(fmt::format("{} gate / up [{}, {}] x n={}", dtype_name(t), s.out, s.in, s.n));
       Dual x = make_f32({s.n, s.in}, randn(s.n * s.in, 2.0f)), g = make_f32({s.in}, randn(s.in));
       Dual h = output(DType::kF32, {s.n, s.in}), tmp = output(DType::kF32, {s.n, s.out});
       Dual wg = make_weight(t, {s.out, s.in}), wu = make_weight(t, {s.out, s.in});
       Dual y = output(DType::kF32, {s.n, s.out});
-      for (const bool gp : {false, true}) one_product(gp, x, g, h, wg, y, tmp, false, &wu, Activation::kSilu);
+      for (const bool gp : {false, true}) one_product(gp, x, g, h, wg, y, tmp, false, &wu, s.act);
       EXPECT_LT(nerr(y), tol(true));
     }
+    SCOPED_TRACE(fmt::format("{} q / k / v", dtype_name(t)));
+    qkv_products(t, 320, 200);
   }
-  EXPECT_EQ(cuda_probe::quant_gemm_wide_launches(*gpu_) - wide_before, 2 * 7 * expect);
+  EXPECT_EQ(cuda_probe::quant_gemm_wide_launches(*gpu_) - wide_before, 2 * 9 * expect);
   cuda_probe::set_quant_gemm_item_tokens(*gpu_, 0);
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     const int64_t before = cuda_probe::quant_gemm_wide_launches(*gpu_);

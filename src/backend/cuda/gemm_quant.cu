@@ -14,27 +14,29 @@
 //
 // Work split: a work item is 128 rows (8 16-row tiles; with glu 64 rows of gate and the same 64 of
 // up) x 64 tokens of y, whose B operand holds the hi and lo parts of those tokens (a stage's 128
-// rows of B, two m64n64 products per k-step; with one part, --prefill-precision half, 128 tokens'
-// f16 x and half the MMAs per token; calls of few tokens take items of 32 or 64 rows of B), so the
-// parts are summed in the kernel, which writes y itself: 1 / scale, the bias, the residual add, or
-// act(gate) * up, in the order of combine_parts / combine_glu (gemm_prep.cu), with no combine
-// kernel (and no f32 scratch but split K's, below). One block per SM (two for Q4_0 at 32 columns)
-// loops over the items (persistent). Warpgroup 0 streams the stages through a ring (6 stages at 128
-// columns, 8 at 64, 12 at 32, 10-12 with two blocks per SM; one thread issues the TMA copies of a
-// stage: the tokens' hi and lo activations, at 128 columns 2 x 64 x 64 f16 in the 128-byte swizzle
-// wgmma reads, as one 3-D box (one part: 1 x 128 x 64), and the tiles' quants and scales), counted
-// over all of the block's items, so it runs into the next item while the computing warps write one
-// out; it gives its registers to warpgroups 1 and 2, which compute 64 rows each (warp 4 + w holds
-// tile w). Per stage a warpgroup puts its two 32-value blocks on the tensor cores as two groups and
-// promotes block 0 while block 1's products run; the stages pass between the warpgroups on
-// shared-memory barriers (full / empty), so they drift apart and one's promotion also overlaps the
-// other's MMAs. The activation of glu is a template parameter: the epilogue holds one activation's
-// code, not three unrolled 32 times. Where the items would leave most SMs idle (few tokens over few
-// rows), each item's K is split into ranges on several blocks, the last of which adds their partial
-// sums in order (QuantGemmSplit; H100, Llama-3-8B Q4_0 steps of 16 tokens: 9.9 -> 4.2 ms with the
-// narrow items and split K, docs/cuda.md v50). PTX ISA: "asynchronous warpgroup level matrix
-// multiply-accumulate" (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier",
-// "cp.async.bulk.tensor", "setmaxnreg".
+// rows of B, two m64n64 products per k-step; calls of many items take 128 tokens, 256 rows of B and
+// two m64n128 products, where that takes fewer rounds over the SMs; with one part,
+// --prefill-precision half, 128 tokens' f16 x and half the MMAs per token; calls of few tokens take
+// items of 32 or 64 rows of B), so the parts are summed in the kernel, which writes y itself:
+// 1 / scale, the bias, the residual add, or act(gate) * up, in the order of combine_parts / combine_glu
+// (gemm_prep.cu), with no combine kernel (and no f32 scratch but split K's, below). One block per
+// SM (two for Q4_0 at 32 columns) loops over the items (persistent). Warpgroup 0 streams the stages
+// through a ring (3-5 stages at 256 columns, 6 at 128, 8 at 64, 12 at 32, 10-12 with two blocks per
+// SM; one thread issues the TMA copies of a stage: the tokens' hi and lo activations, at 128
+// columns 2 x 64 x 64 f16 in the 128-byte swizzle wgmma reads, as one 3-D box (one part: 1 x 128 x
+// 64), and the tiles' quants and scales), counted over all of the block's items, so it runs into
+// the next item while the computing warps write one out; it gives its registers to warpgroups 1 and
+// 2, which compute 64 rows each (warp 4 + w holds tile w). Per stage a warpgroup puts its two
+// 32-value blocks on the tensor cores as two groups and promotes block 0 while block 1's products
+// run; the stages pass between the warpgroups on shared-memory barriers (full / empty), so they
+// drift apart and one's promotion also overlaps the other's MMAs. The activation of glu is a
+// template parameter: the epilogue holds one activation's code, not three unrolled 32 times. Where
+// the items would leave most SMs idle (few tokens over few rows), each item's K is split into
+// ranges on several blocks, the last of which adds their partial sums in order (QuantGemmSplit;
+// H100, Llama-3-8B Q4_0 steps of 16 tokens: 9.9 -> 4.2 ms with the narrow items and split K,
+// docs/cuda.md v50). PTX ISA: "asynchronous warpgroup level matrix multiply-accumulate"
+// (wgmma.mma_async, matrix descriptors, register fragments), "mbarrier", "cp.async.bulk.tensor",
+// "setmaxnreg".
 // Twin: ref::matmul (src/backend/cpu/ref_ops.cc); tests: tests/cuda/cuda_gemm_quant_test.cc.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -73,8 +75,8 @@ constexpr int blocks_per_sm(bool q4, int n) { return q4 && n == 32 ? 2 : 1; }
 template <int kParts, int kN>
 struct Parts {
   static_assert(kParts == 1 || kParts == 2);
-  // (256: items of 128 tokens, where the parts are stacked: two m64n128 products per k-step keep
-  // the 64 accumulators a thread holds at 64 tokens side by side.)
+  // (256: items of 128 tokens, only with the parts stacked: two m64n128 products per k-step into
+  // 64 accumulators a thread, as many as one part's 128-token items hold.)
   static_assert(kN == 32 || kN == 64 || kN == 128 || (kN == 256 && kParts == 2));
   static constexpr int kTokens = kN / kParts;   // of a work item
   // Two parts of 32 to 128 tokens are stacked along K: each k-step runs one m64 x kTokens product
@@ -495,8 +497,9 @@ namespace {
 // Whether a call of `parts` parts may take items of `tokens` tokens: a stage's rows of B
 // (tokens x parts) of 32, 64 or 128, or with two parts 256.
 bool item_tokens_allowed(int tokens, int parts) {
+  if (tokens < 1 || tokens > 128) return false;
   const int cols = tokens * parts;
-  return tokens > 0 && (cols == 32 || cols == 64 || cols == 128 || (parts == 2 && cols == 256));
+  return cols == 32 || cols == 64 || cols == 128 || (parts == 2 && cols == 256);
 }
 
 // A work item's tokens for n tokens in `parts` parts over `row_blocks` row blocks on `sms` SMs.
@@ -568,7 +571,10 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   DeviceLimits limits;
   if (cudaError_t e = device_limits(limits); e != cudaSuccess) return e;
   const int sms = limits.sms;
-  const int tokens = split.item_tokens != 0 ? split.item_tokens : item_tokens(n, parts, total_blocks, sms);
+  int tokens = split.item_tokens != 0 ? split.item_tokens : item_tokens(n, parts, total_blocks, sms);
+  if (split.item_tokens == 0 && tokens == 128 && parts == 2)  // (rows the 64-token items can still address)
+    for (int i = 0; i < count; ++i)
+      if (w[i].rows > INT32_MAX / 128) tokens = 64;
   const int cols = tokens * parts;  // a stage's rows of B
   for (int i = 0; i < count; ++i)  // (rows: the epilogue's offsets within an item are 32-bit)
     if (w[i].rows > INT32_MAX / tokens) return cudaErrorInvalidValue;

@@ -281,7 +281,7 @@ double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n, 
   Tensor out = must(b.alloc(DType::kF32, {n, int64_t(heads) * 128}));
   Tensor pos = must(b.alloc(DType::kI32, {n}));
   std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(p0 + i);
   if (Status s = b.to_device(pos, p.data(), uint64_t(n) * 4, 0); !s.ok()) die(s);
   const AttentionSpec spec{heads, kv, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
   const double ms = must(probe::time_graph_ms(
@@ -548,8 +548,13 @@ struct LayerOps {
 // One layer of the prefill graph (model/forward.cc at n = 512 tokens, the ops' default
 // compositions where the backend fuses only GEMVs) timed op group by op group, times the layers:
 // where pp512 spends its time. `note` goes after the title (e.g. the backend's options).
+// --prefill-tokens / --prefill-start: the prefill tables' step (512 tokens at positions 0..511 by
+// default; a pool's 16-token frame later in a prompt: 16 from 496).
+int64_t g_prefill_tokens = 512, g_prefill_start = 0;
+
 void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const char* note = "") {
-  const int64_t n = 512, ctx = 641, kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
+  const int64_t n = g_prefill_tokens, p0 = g_prefill_start, ctx = p0 + n + 129;
+  const int64_t kvw = int64_t(m.kv_heads) * m.head_dim, qw = int64_t(m.heads) * m.head_dim;
   uint64_t seed = 5000;
   auto W = [&](std::vector<std::array<int64_t, 2>> shapes) { return weights(b, t, shapes, seed); };
   auto norm = [&](int64_t k) { return act(b, DType::kF32, {k}, seed++, 0.1f); };
@@ -567,8 +572,8 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
       {"attention", [&] { ops.attention(L); }},        {"wo + residual", [&] { ops.wo(L); }},
       {"norm + gate/up + SiLU", [&] { ops.gate_up(L); }}, {"down + residual", [&] { ops.down(L); }},
   };
-  std::printf("\n## Prefill of %s %s, %lld tokens, one layer op by op (x %d layers)%s\n", m.name,
-              std::string(dtype_name(t)).c_str(), (long long)n, m.n_layers, note);
+  std::printf("\n## Prefill of %s %s, %lld tokens from position %lld, one layer op by op (x %d layers)%s\n", m.name,
+              std::string(dtype_name(t)).c_str(), (long long)n, (long long)p0, m.n_layers, note);
   std::printf("| ops | us / layer | ms / prompt |\n|---|---|---|\n");
   double total = 0;
   const int64_t stacked0 = probe::stacked_products(b);
@@ -888,6 +893,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->expected(1, 64)
       ->check(CLI::Range(0, 32767));
+  app.add_option("--prefill-tokens", shoal::g_prefill_tokens, "With --prefill: the tables' step in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--prefill-start", shoal::g_prefill_start,
+                 "With --prefill: the step's first position (its tokens attend to as many cache rows before it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 32768));
   app.add_option("--gemv-rows", shoal::g_gemv_rows,
                  "With --only: GEMV rows per block in the decode step (plain weights 1, 2 or 4; quantized 16 or "
                  "32), 0 for the per-dtype defaults")

@@ -281,7 +281,7 @@ double prefill_attention_us(Backend& b, int reps, int heads, int kv, int64_t n, 
   Tensor out = must(b.alloc(DType::kF32, {n, int64_t(heads) * 128}));
   Tensor pos = must(b.alloc(DType::kI32, {n}));
   std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(p0 + i);
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
   if (Status s = b.to_device(pos, p.data(), uint64_t(n) * 4, 0); !s.ok()) die(s);
   const AttentionSpec spec{heads, kv, 128, 1.0f / std::sqrt(128.0f), 0, 0.0f};
   const double ms = must(probe::time_graph_ms(
@@ -560,7 +560,7 @@ void bench_prefill(Backend& b, const ModelShape& m, DType t, int reps, const cha
   auto norm = [&](int64_t k) { return act(b, DType::kF32, {k}, seed++, 0.1f); };
   Layer L = make_layer(b, m, ctx, seed, W, norm);
   std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(i);
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = int32_t(p0 + i);
   Tensor freq = rope_freqs(b, m), pos = must(b.alloc(DType::kI32, {n}));
   if (Status s = b.to_device(pos, p.data(), p.size() * 4, 0); !s.ok()) die(s);
   auto A = [&](int64_t k) { return act(b, DType::kF32, {n, k}, seed++, 0.5f); };

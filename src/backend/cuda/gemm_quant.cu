@@ -156,8 +156,7 @@ constexpr int ring_stages() {
 template <bool kQ4, bool kGlu, Act kAct, int kParts, int kN>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
     gemm_quant_kernel(const __grid_constant__ QGemmArgs a) {
-  // (The producer thread waits later: it issues its first ring of weights before the wait.)
-  if (threadIdx.x != 0) pdl_prologue();
+  pdl_prologue();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using St = Stage<kQ4, kN>;
   using P = Parts<kParts, kN>;
@@ -202,36 +201,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
   if (tid < 128) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == 0) {
-      // Stage s of weight wi's tiles from tile0 into the stage at base: quants and scales.
-      auto weights = [&](uint8_t* base, uint64_t* bar, int wi, int s, int64_t tile0) {
-        if constexpr (kGlu) {  // gate into tiles 0..3, up into 4..7
-          for (int w = 0; w < 2; ++w) {
-            tma_2d(base + St::kB + w * St::kA / 2, &a.tq[w], int(s * St::kQuantWords), int(tile0), bar);
-            tma_2d(base + St::kB + St::kA + w * St::kS / 2, &a.ts[w], int(s * St::kScaleWords), int(tile0), bar);
-          }
-        } else {
-          tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), bar);
-          tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), bar);
-        }
-      };
-      // The first ring of weights goes out before the PDL wait (weights are written only by
-      // uploads, launch.cuh), so that it streams while the previous kernel (the input's split)
-      // finishes: for a call of few tokens, whose items take few stages each, most of an item's
-      // weights. Each of those stages then takes its activations after the wait.
-      int early = 0;
-#pragma unroll 1
-      for (int64_t u = blockIdx.x; u < n_work && early < kStages; u += gridDim.x) {
-        int wi, s0, s1;
-        int64_t tok0, tile0;
-        item(u, wi, tok0, tile0, s0, s1);
-#pragma unroll 1
-        for (int s = s0; s < s1 && early < kStages; ++s, ++early) {
-          mbar_expect(&full[early], St::kB + St::kA + St::kS);
-          weights(smem + early * St::kBytes, &full[early], wi, s, tile0);
-        }
-      }
-      pdl_prologue();
-      int slot = 0, j = 0;
+      int slot = 0;
       unsigned round = 0;  // the ring's: the block's stage j is slot j % kStages of round j / kStages
 #pragma unroll 1
       for (int64_t u = blockIdx.x; u < n_work; u += gridDim.x) {
@@ -239,12 +209,21 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
         int64_t tok0, tile0;
         item(u, wi, tok0, tile0, s0, s1);
 #pragma unroll 1
-        for (int s = s0; s < s1; ++s, ++j) {
+        for (int s = s0; s < s1; ++s) {
           if (round > 0) mbar_wait(&empty[slot], (round - 1) & 1);
           uint8_t* base = smem + slot * St::kBytes;
-          if (j >= early) mbar_expect(&full[slot], St::kB + St::kA + St::kS);
+          mbar_expect(&full[slot], St::kB + St::kA + St::kS);
           tma_3d(base, &a.tx, int(s * kK), int(tok0), 0, &full[slot]);  // hi, then lo (or the one part)
-          if (j >= early) weights(base, &full[slot], wi, s, tile0);
+          if constexpr (kGlu) {  // gate into tiles 0..3, up into 4..7
+            for (int w = 0; w < 2; ++w) {
+              tma_2d(base + St::kB + w * St::kA / 2, &a.tq[w], int(s * St::kQuantWords), int(tile0), &full[slot]);
+              tma_2d(base + St::kB + St::kA + w * St::kS / 2, &a.ts[w], int(s * St::kScaleWords), int(tile0),
+                     &full[slot]);
+            }
+          } else {
+            tma_2d(base + St::kB, &a.tq[wi], int(s * St::kQuantWords), int(tile0), &full[slot]);
+            tma_2d(base + St::kB + St::kA, &a.ts[wi], int(s * St::kScaleWords), int(tile0), &full[slot]);
+          }
           if (++slot == kStages) slot = 0, ++round;
         }
       }
@@ -418,8 +397,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kQ4, kN))
           yb[dt * irows + 8 * (e >> 1)] = o.accumulate ? old[4 * i + e] + v[4 * i + e] : v[4 * i + e];
       }
   }
-#else
-  if (threadIdx.x == 0) pdl_prologue();  // (never launched without sm_90a code: gemm_quant_available)
 #endif
 }
 

@@ -3,10 +3,9 @@
 // memory. In a decode step of hundreds of small kernels this hides most of the launch gap between
 // them. Every kernel launched through launch() must call pdl_prologue() before it touches memory
 // that the previous kernel may write, and never lets the next kernel start before its own wait
-// (pdl_prologue waits first). (The vector and tensor-core GEMVs load their first weights before it,
-// and gemm_quant's producer issues its first ring of weights: weights are written only by uploads,
-// i.e. copies, repack kernels and the BF16-to-F16 rewrite of settle_weights, none of them directly
-// followed by a GEMV or by gemm_quant, which always follows its input's split. Decode attention reads pos (the backend
+// (pdl_prologue waits first). (The vector and tensor-core GEMVs load their first weights before it:
+// weights are written only by uploads, i.e. copies, repack kernels and the BF16-to-F16 rewrite of
+// settle_weights, none of them directly followed by a GEMV. Decode attention reads pos (the backend
 // checks that advance_decode, the one kernel writing it, did not run just before), and with
 // AttnArgs::early_kv (after a KV write or a q/k/v GEMV with the RoPE epilogue, which write only the
 // step's rows) or the rope prologue (rope_kv_attention: also inv_freq, uploaded by copies) the

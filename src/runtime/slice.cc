@@ -298,7 +298,7 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
 
 Status Slice::warm_up() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int n = std::min(opts_.max_tokens, opts_.n_ctx);
+  const int n = opts_.max_tokens;  // (at most n_ctx: Slice::load)
   const int64_t last = opts_.n_ctx - 1;
   std::vector<int32_t> ids(size_t(n), 0);
   std::vector<uint16_t> hidden(size_t(n) * size_t(cfg_.d_model), 0);  // f16 zeros

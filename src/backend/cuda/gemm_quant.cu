@@ -502,7 +502,8 @@ bool item_tokens_allowed(int tokens, int parts) {
   return cols == 32 || cols == 64 || cols == 128 || (parts == 2 && cols == 256);
 }
 
-// A work item's tokens for n tokens in `parts` parts over `row_blocks` row blocks on `sms` SMs.
+// A work item's tokens for n tokens in `parts` parts over `row_blocks` row blocks on `sms` SMs,
+// for weights of at most max_rows rows.
 // A stage's rows of B (parts x an item's tokens): the narrowest of 32 / 64 / 128 that holds the
 // call's tokens and parts, so that a call of few tokens (a pool's 16-token frames, a prompt's last
 // chunk) computes and stages less padding and keeps more weights in flight (H100, Llama-3-8B Q4_0,
@@ -513,11 +514,12 @@ bool item_tokens_allowed(int tokens, int parts) {
 // unpacked once for twice the tokens; H100, Llama-3-8B's products at 1024-2048 tokens: 1.40-1.71x),
 // so half as many items win only where they take fewer rounds. On cuda_kernels --gemm-items
 // (160-2048 tokens, Q4_0 / Q8_0) this picks the faster width for every product but q / k / v at
-// 384 tokens (2.6% slower); pp512 1.22x, 256-token chunks 1.07x (docs/cuda.md v53).
+// 384 tokens (2.6% slower); pp512 1.22x, 256-token chunks 1.07x (docs/cuda.md v53). Not where a
+// weight's rows exceed what the epilogue's 32-bit offsets address at 128 tokens.
 constexpr int kWideItemCostNum = 8, kWideItemCostDen = 5;  // 1.6
-int item_tokens(int64_t n, int parts, int64_t row_blocks, int sms) {
+int item_tokens(int64_t n, int parts, int64_t row_blocks, int sms, int64_t max_rows) {
   const int64_t cols = n * parts <= 32 ? 32 : n * parts <= 64 ? 64 : 128;
-  if (parts != 2 || n <= 128) return int(cols / parts);
+  if (parts != 2 || n <= 128 || max_rows > INT32_MAX / 128) return int(cols / parts);
   const int64_t rounds64 = div_up(div_up(n, 64) * row_blocks, sms);
   const int64_t rounds128 = div_up(div_up(n, 128) * row_blocks, sms);
   return rounds128 * kWideItemCostNum < rounds64 * kWideItemCostDen ? 128 : 64;
@@ -553,8 +555,9 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   const uint32_t quant_words = q4 ? Q4::kQuantWords : Q8::kQuantWords;  // (a stage's box)
   const uint32_t scale_words = q4 ? Q4::kScaleWords : Q8::kScaleWords;
   const int block_tiles = glu ? kTiles / 2 : kTiles;  // a block's tiles of one weight
-  int64_t total_blocks = 0;
+  int64_t total_blocks = 0, max_rows = 0;
   for (int i = 0; i < count; ++i) {
+    max_rows = std::max(max_rows, w[i].rows);
     const int64_t tiles = div_up(w[i].rows, 16);
     a.out[i] = out[glu ? 0 : i];
     a.rows[i] = w[i].rows;
@@ -571,13 +574,10 @@ cudaError_t gemm_quant(const WeightRef* w, const QuantGemmOut* out, int count, c
   DeviceLimits limits;
   if (cudaError_t e = device_limits(limits); e != cudaSuccess) return e;
   const int sms = limits.sms;
-  int tokens = split.item_tokens != 0 ? split.item_tokens : item_tokens(n, parts, total_blocks, sms);
-  if (split.item_tokens == 0 && tokens == 128 && parts == 2)  // (rows the 64-token items can still address)
-    for (int i = 0; i < count; ++i)
-      if (w[i].rows > INT32_MAX / 128) tokens = 64;
+  const int tokens =
+      split.item_tokens != 0 ? split.item_tokens : item_tokens(n, parts, total_blocks, sms, max_rows);
   const int cols = tokens * parts;  // a stage's rows of B
-  for (int i = 0; i < count; ++i)  // (rows: the epilogue's offsets within an item are 32-bit)
-    if (w[i].rows > INT32_MAX / tokens) return cudaErrorInvalidValue;
+  if (max_rows > INT32_MAX / tokens) return cudaErrorInvalidValue;  // (the epilogue's offsets are 32-bit)
   if (!tensor_map_3d(a.tx, CU_TENSOR_MAP_DATA_TYPE_UINT16, x16, {uint64_t(a.k), uint64_t(n), uint64_t(parts)},
                      {uint64_t(a.k) * 2, uint64_t(n) * uint64_t(a.k) * 2},
                      {kK, cuuint32_t(tokens), cuuint32_t(parts)}, CU_TENSOR_MAP_SWIZZLE_128B))

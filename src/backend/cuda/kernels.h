@@ -274,8 +274,7 @@ constexpr uint64_t gemm_quant_split_floats(int sms) { return uint64_t(sms) * 64 
 /// A work item is a block of 128 rows (glu: 64 of gate and of up) by some tokens: with two parts
 /// the narrowest of 16 / 32 / 64 that holds a short call's, else 64, or 128 where the call has
 /// enough items to fill the SMs in fewer rounds (a 512-token prompt through Llama-3-8B's wo,
-/// gate / up and down);
-/// with one part the narrowest of 32 / 64 / 128 that holds it, else 128.
+/// gate / up and down); with one part the narrowest of 32 / 64 / 128 that holds it, else 128.
 /// A call of few work items (items of at most 64 tokens over few rows: a pool's 16-token frame
 /// through wo or down) splits each item's K over up to 8 blocks where `split` has room (gemm_quant_split_floats):
 /// each writes its partial sums to split.partial, and the last to finish (split.counters) adds

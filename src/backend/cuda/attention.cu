@@ -1,7 +1,8 @@
 // Causal attention over the KV cache with GQA, and its dispatch. f16 caches with head_dim 64 or
-// 128 (the default) run on the tensor cores: attention_prefill.cu for more than kGemvMaxTokens
-// tokens, attention_decode_mma.cu for decode; so do Q8_0 caches. Here: the tiled CUDA-core
-// kernel for the other caches (f32) and head sizes, and the combine kernel of split results.
+// 128 (the default) run on the tensor cores: attention_decode_mma.cu for decode (and up to
+// kDecodeAttnMaxTokens tokens in one cluster), attention_prefill.cu for the rest; so do Q8_0
+// caches. Here: the tiled CUDA-core kernel for the other caches (f32) and head sizes, and the
+// combine kernel of split results.
 //
 // The tiled kernel splits along the sequence (flash-decoding, Dao et al. 2023), combined in a
 // second kernel. One block handles one (split, KV head, group of up to 8 query heads sharing it,
@@ -375,10 +376,10 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
   // Fewer tokens may take more splits, and more bytes (Llama-3-8B heads: 9 tokens 24 splits,
   // 128 tokens one), so the bound is the most over every call of 1..n_tokens tokens. The splits
   // change only at the plans' steps below, so only the largest count of each step is planned:
-  // - 1..kGemvMaxTokens each (the decode plans);
+  // - 1..kDecodeAttnMaxTokens each (the decode plans, and the others' at 9..16 tokens);
   // - above, on the tensor cores, the last count of each prefill token tile (the splits follow
   //   the tiles, never rise with them, and stay at one once they are one), then n_tokens;
-  // - the tiled kernel above kGemvMaxTokens: its splits follow the cache only, so n_tokens.
+  // - the tiled kernel above that: its splits follow the cache only, so n_tokens.
   // (Before, every count was planned: 4096 plans per attention op recorded at -b 4096.)
   AttnArgs m = a;
   uint64_t most = 0;
@@ -387,11 +388,11 @@ uint64_t attention_scratch_bytes(const AttnArgs& a) {
     most = std::max(most, attention_call_scratch_bytes(m));
     return n_splits_for(m);
   };
-  for (int64_t n = 1; n <= std::min<int64_t>(a.n_tokens, kGemvMaxTokens); ++n) take(n);
-  if (a.n_tokens <= kGemvMaxTokens) return most;
+  for (int64_t n = 1; n <= std::min<int64_t>(a.n_tokens, kDecodeAttnMaxTokens); ++n) take(n);
+  if (a.n_tokens <= kDecodeAttnMaxTokens) return most;
   if (use_prefill_mma(a)) {
     const int64_t tile = prefill_plan(a).block_tokens;
-    for (int64_t n = align_up(uint64_t(kGemvMaxTokens + 1), uint64_t(tile)); n < a.n_tokens; n += tile)
+    for (int64_t n = align_up(uint64_t(kDecodeAttnMaxTokens + 1), uint64_t(tile)); n < a.n_tokens; n += tile)
       if (take(n) == 1) break;
   }
   take(a.n_tokens);
@@ -461,9 +462,11 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
 
 bool attention_on_tensor_cores(const AttnArgs& a) { return use_prefill_mma(a) || use_decode_mma(a); }
 
+bool attention_on_decode_kernel(const AttnArgs& a) { return use_decode_mma(a); }
+
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims) {
-  return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && use_decode_mma(a) && rot_dims >= 0 &&
-         rot_dims % 2 == 0 && rot_dims <= a.head_dim;
+  return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && a.n_tokens <= kGemvMaxTokens && use_decode_mma(a) &&
+         rot_dims >= 0 && rot_dims % 2 == 0 && rot_dims <= a.head_dim;
 }
 
 cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,

@@ -1,14 +1,14 @@
-// Decode attention (1..kGemvMaxTokens tokens) on the f16 tensor cores for f16 and Q8_0 KV caches and
-// head_dim 64 / 128 (attention_mma.cuh: the tile step, exactness). The MMA's 16 rows are the
-// (token, query head) pairs of one KV head (GQA: 4 heads x 1 token use 4 rows), so one pass over
-// a key serves all of them; the 4 warps of a block hold the same rows and take a quarter (16
-// keys) of each 64-key tile, which keeps a warp's serial work per tile small (the CUDA-core
-// decode kernel was bound by it at short contexts: ~1600 instructions per 32-key pass). The
-// warps merge their online-softmax states in shared memory at the end. The attended keys are
-// divided evenly over the splits at run time (a captured graph's grid depends only on the
-// cache size and AttnArgs::max_keys). On sm_90, for calls of at most kClusterMaxKeys keys (by
-// max_keys, else the cache size), the splits of a row group are one thread-block cluster: after
-// a cluster barrier each block merges a share of the outputs from every block's shared memory
+// Decode attention (1..kGemvMaxTokens tokens; up to kDecodeAttnMaxTokens in one cluster) on the f16
+// tensor cores for f16 and Q8_0 KV caches and head_dim 64 / 128 (attention_mma.cuh: the tile step,
+// exactness). The MMA's 16 rows are the (token, query head) pairs of one KV head (GQA: 4 heads x 1
+// token use 4 rows), so one pass over a key serves all of them; the 4 warps of a block hold the
+// same rows and take a quarter (16 keys) of each 64-key tile, which keeps a warp's serial work per
+// tile small (the CUDA-core decode kernel was bound by it at short contexts: ~1600 instructions per
+// 32-key pass). The warps merge their online-softmax states in shared memory at the end. The
+// attended keys are divided evenly over the splits at run time (a captured graph's grid depends
+// only on the cache size and AttnArgs::max_keys). On sm_90, for calls of at most kClusterMaxKeys
+// keys (by max_keys, else the cache size), the splits of a row group are one thread-block cluster:
+// after a cluster barrier each block merges a share of the outputs from every block's shared memory
 // (DSMEM), so the step needs no combine kernel; otherwise the splits write partial results for
 // attention_combine_kernel. (H200, Llama-3-8B heads, us per layer: context 512 7.6 (cluster) vs
 // 9.6 (combine), 4096 14.6 vs 13.7, 32768 43 with the combine and 32 splits; the CUDA-core
@@ -49,6 +49,10 @@ using attn_mma::kRows;
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kWarpKeys = kKeys / kWarps;  // keys of a tile per warp
 constexpr int kMaxClusterSplits = 8;       // the portable cluster size (16 measured slower)
+// Splits of a call of more than kGemvMaxTokens tokens (H100, Llama-3-8B heads, 16 tokens over 512
+// keys, us per layer: 8 splits 17.1-17.4, 4 12.4-12.5, 2 13.6-13.7, the prefill kernel and the
+// combine 15.4; at 8 tokens 8 and 4 splits made the same layer; docs/cuda.md, v54).
+constexpr int kMaxBatchClusterSplits = 4;
 // Calls that attend more keys (AttnArgs::max_keys, else n_ctx): up to kMaxSplits splits and the
 // combine (H200, Llama-3-8B heads, us per layer: 576 keys 5.8 cluster vs 7.5 combine, 2048 9.4
 // vs 9.1, 4096 14.9 vs 11.5; docs/cuda.md, v28).
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   const int G = P.n_heads / P.n_kv_heads;
   const int kvh = int(blockIdx.y) / pl.row_groups, p0 = (int(blockIdx.y) % pl.row_groups) * kRows;
   const int split = int(blockIdx.x);
-  const int n_tokens = int(P.n_tokens);  // (at most kGemvMaxTokens)
+  const int n_tokens = int(P.n_tokens);  // (at most kDecodeAttnMaxTokens; R: kGemvMaxTokens)
   // Row r is the pair p0 + r: token (p0 + r) / G, head kvh * G + (p0 + r) % G.
   auto row_token = [&](int r) { return (p0 + r) / G; };
   auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     first = P.window > 0 ? max(0, last - P.window + 1) : 0;
   }
   // This split's share of the rows' keys, whole 16-key warp slices; `fresh`: the first key this
-  // step writes, over all its tokens (not only this row group's: lane t < n_tokens <= 8 < 32).
+  // step writes, over all its tokens (not only this row group's: lane t < n_tokens <= 16 < 32).
   int b_lo = __reduce_min_sync(0xffffffffu, first), b_hi = __reduce_max_sync(0xffffffffu, last);
   const int fresh =
       __reduce_min_sync(0xffffffffu, lane < n_tokens ? min(max(P.pos[lane], 0), P.n_ctx - 1) : INT_MAX);
@@ -560,8 +564,14 @@ bool set_clusters(bool on) {
 int64_t attention_keys_bound(int64_t keys) { return keys <= kClusterMaxKeys ? kClusterMaxKeys : 0; }
 
 bool use_decode_mma(const AttnArgs& a) {
-  return (a.cache == CacheKind::kF16 || a.cache == CacheKind::kQ8_0) && a.n_tokens >= 1 && a.n_tokens <= kGemvMaxTokens &&
-         (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX && !(a.softcap > 0.0f);
+  static_assert(kDecodeAttnMaxTokens < 32, "the key range's reductions take a token per lane");
+  if (!((a.cache == CacheKind::kF16 || a.cache == CacheKind::kQ8_0) && a.n_tokens >= 1 &&
+        a.n_tokens <= kDecodeAttnMaxTokens && (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX &&
+        !(a.softcap > 0.0f)))
+    return false;
+  // Past kGemvMaxTokens only as one cluster (no combine kernel): its blocks of 16 rows read each
+  // K / V tile once per row group, where the prefill kernel's blocks read it once per KV head.
+  return a.n_tokens <= kGemvMaxTokens || decode_plan(a).cluster;
 }
 
 DecodePlan decode_plan(const AttnArgs& a) {
@@ -571,7 +581,7 @@ DecodePlan decode_plan(const AttnArgs& a) {
   const int64_t blocks = int64_t(a.n_kv_heads) * p.row_groups;
   const int64_t keys = a.max_keys > 0 ? std::min(a.max_keys, a.n_ctx) : a.n_ctx;
   const bool cluster = g_clusters && keys <= kClusterMaxKeys;
-  const int64_t most = cluster ? kMaxClusterSplits : kMaxSplits;
+  const int64_t most = !cluster ? kMaxSplits : a.n_tokens > kGemvMaxTokens ? kMaxBatchClusterSplits : kMaxClusterSplits;
   const int64_t splits = std::min<int64_t>({most, div_up(kFillBlocks, blocks), div_up(keys, kWarpKeys)});
   p.n_splits = int(std::max<int64_t>(1, splits));
   p.cluster = cluster && p.n_splits > 1;

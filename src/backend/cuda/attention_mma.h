@@ -13,7 +13,8 @@
 namespace shoal::cuda {
 
 /// Whether attention() runs these arguments on the tensor-core prefill kernel: more than
-/// kGemvMaxTokens tokens, an f16 or Q8_0 cache, head_dim 64 or 128.
+/// kGemvMaxTokens tokens that the decode kernel does not take, an f16 or Q8_0 cache, head_dim 64
+/// or 128.
 bool use_prefill_mma(const AttnArgs& a);
 
 /// How the prefill kernel divides a call: blocks of 4 warps, each warp 16 consecutive tokens of
@@ -68,8 +69,9 @@ struct MmaParams {
 };
 
 /// Whether attention() runs these arguments on the tensor-core decode kernel: 1..kGemvMaxTokens
-/// tokens, an f16 or Q8_0 cache, head_dim 64 or 128, no softcap (the tiled kernel takes those:
-/// the decode kernel's code stays small; docs/cuda.md, v18).
+/// tokens, or up to kDecodeAttnMaxTokens where decode_plan() makes one cluster of them; an f16 or
+/// Q8_0 cache, head_dim 64 or 128, no softcap (the tiled kernel takes those: the decode kernel's
+/// code stays small; docs/cuda.md, v18).
 bool use_decode_mma(const AttnArgs& a);
 
 /// How the decode kernel divides a call: blocks of 4 warps over the (token, query head) rows of

@@ -1,12 +1,12 @@
-// Prefill attention (more than kGemvMaxTokens tokens) on the f16 tensor cores for f16 and Q8_0 KV
-// caches and head_dim 64 / 128 (attention_mma.cuh: the tile step, Q8_0 rows, exactness). A warp owns 16
-// consecutive tokens of one query head; the 4 warps of a block share a KV head (4 / gb token
-// slices of gb heads), so each K/V tile is read once for all of them. The block walks its keys
-// in 64-key tiles, double-buffered (the next tile loading while this one is computed); the
-// blocks with the most keys start first, over all heads. Splits along the keys (combined by
-// attention_combine_flat_kernel) only when a call has too few blocks to fill the GPU; with up to
-// two blocks per SM, two sets of 4 warps share each block's key tiles and merge their softmax
-// states at the end (PrefillPlan::halves).
+// Prefill attention (more than kGemvMaxTokens tokens, but for the decode kernel's clusters of up to
+// kDecodeAttnMaxTokens) on the f16 tensor cores for f16 and Q8_0 KV caches and head_dim 64 / 128
+// (attention_mma.cuh: the tile step, Q8_0 rows, exactness). A warp owns 16 consecutive tokens of
+// one query head; the 4 warps of a block share a KV head (4 / gb token slices of gb heads), so each
+// K/V tile is read once for all of them. The block walks its keys in 64-key tiles, double-buffered
+// (the next tile loading while this one is computed); the blocks with the most keys start first,
+// over all heads. Splits along the keys (combined by attention_combine_flat_kernel) only when a
+// call has too few blocks to fill the GPU; with up to two blocks per SM, two sets of 4 warps share
+// each block's key tiles and merge their softmax states at the end (PrefillPlan::halves).
 //
 // Other caches and head sizes keep attention.cu's tiled kernel; this one replaced it for
 // prefill, where it re-read every key for each token on the CUDA cores (1.05 ms per Llama-3-8B
@@ -272,8 +272,8 @@ cudaError_t launch_prefill(const Params& P, bool one_part, bool q8, cudaStream_t
 }  // namespace
 
 bool use_prefill_mma(const AttnArgs& a) {
-  return (a.cache == CacheKind::kF16 || a.cache == CacheKind::kQ8_0) && a.n_tokens > kGemvMaxTokens && (a.head_dim == 64 || a.head_dim == 128) &&
-         a.n_ctx <= INT_MAX;
+  return (a.cache == CacheKind::kF16 || a.cache == CacheKind::kQ8_0) && a.n_tokens > kGemvMaxTokens &&
+         (a.head_dim == 64 || a.head_dim == 128) && a.n_ctx <= INT_MAX && !use_decode_mma(a);
 }
 
 void set_prefill_halves(int halves) { g_halves_override = halves; }

@@ -117,7 +117,7 @@ class CudaBackend final : public Backend {
   void drop_graphs(uint64_t owner) override;
   /// Decode attention's plan for steps of at most `keys` keys (cuda::attention_keys_bound):
   /// class 1 plans for that bound, class 0 for the whole cache (also for steps of more than
-  /// kGemvMaxTokens tokens, whose prefill plan does not depend on it).
+  /// kDecodeAttnMaxTokens tokens, whose prefill plan does not depend on it).
   int plan_attention_keys(int64_t keys, int n_tokens) override;
 
   /// The stream every op is enqueued on (benchmarks time it with events).
@@ -139,6 +139,9 @@ class CudaBackend final : public Backend {
   uint64_t glu_part_ffns() const { return glu_part_ffns_; }
   /// Attention calls so far over Q8_0 caches that ran on the tensor-core kernels (for tests).
   uint64_t q8_tensor_core_attention() const { return q8_mma_attention_; }
+  /// Attention calls so far of more than kGemvMaxTokens tokens that ran on the decode kernel (one
+  /// cluster; cuda::kDecodeAttnMaxTokens; for tests).
+  uint64_t decode_kernel_batches() const { return decode_kernel_batches_; }
   /// Graphs recorded by run_graph and held now (for tests).
   size_t recorded_graphs() const { return graphs_.size(); }
   /// Scratch buffers allocated so far (a slot's first use, or a call that outgrew it; for tests).
@@ -376,7 +379,7 @@ class CudaBackend final : public Backend {
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
            stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0,
            scratch_allocs_ = 0, qgemm_split_launches_ = 0, qgemm_two_block_launches_ = 0,
-           qgemm_wide_launches_ = 0;
+           qgemm_wide_launches_ = 0, decode_kernel_batches_ = 0;
   bool frags_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device

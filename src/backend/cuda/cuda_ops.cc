@@ -215,6 +215,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
   if (a.cache == cuda::CacheKind::kQ8_0 && cuda::attention_on_tensor_cores(a)) ++q8_mma_attention_;
+  if (a.n_tokens > cuda::kGemvMaxTokens && cuda::attention_on_decode_kernel(a)) ++decode_kernel_batches_;
   note(cuda::attention(f32(q), k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_), "attention");
   wrote({&out});
 }

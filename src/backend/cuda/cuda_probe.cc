@@ -339,6 +339,8 @@ int64_t rope_epilogue_launches(Backend& b) { return counter(b, &CudaBackend::rop
 
 int64_t q8_tensor_core_attention(Backend& b) { return counter(b, &CudaBackend::q8_tensor_core_attention); }
 
+int64_t decode_kernel_batches(Backend& b) { return counter(b, &CudaBackend::decode_kernel_batches); }
+
 int64_t recorded_graphs(Backend& b) { return counter(b, &CudaBackend::recorded_graphs); }
 
 int64_t scratch_allocations(Backend& b) { return counter(b, &CudaBackend::scratch_allocations); }

@@ -77,6 +77,9 @@ int64_t fragment_handoffs(Backend& b);
 /// Attention calls over Q8_0 KV caches that the CUDA backend b ran on the tensor-core kernels so
 /// far; -1 if b is not a CUDA backend. For tests.
 int64_t q8_tensor_core_attention(Backend& b);
+/// Attention calls of more than 8 tokens (up to cuda::kDecodeAttnMaxTokens) that the CUDA backend
+/// b ran on the decode kernel so far; -1 if b is not a CUDA backend. For tests.
+int64_t decode_kernel_batches(Backend& b);
 /// Graphs the CUDA backend b holds (recorded by run_graph); -1 if b is not a CUDA backend. For tests.
 int64_t recorded_graphs(Backend& b);
 /// Scratch buffers the CUDA backend b allocated so far (first uses and growth); -1 if b is not a

@@ -87,6 +87,13 @@ constexpr int kGemvMaxTokens = 8;
 /// instead of the GEMV: from 5 tokens its items of 32 columns beat the GEMV's 8-token tiles
 /// (H100, Llama-3-8B Q4_0 / Q8_0 steps of 5 to 8 tokens 1.3-1.4x, of 4 tokens even; docs/cuda.md v51).
 constexpr int kQuantGemmMinTokens = 5;
+/// Attention calls of kGemvMaxTokens + 1 to this many tokens (a pool's 16-token frames, a lap of
+/// 1 + K drafts) run on the decode kernel (attention_decode_mma.cu) where its plan is one cluster
+/// of up to 4 splits (sm_90, at most 1792 keys): one kernel, no combine, older keys loaded before
+/// the PDL wait (H100, Llama-3-8B Q4_0, 16 tokens over 512 keys: attention 15.4 -> 12.4 us, the
+/// layer 128.3-130.0 -> 123.4-124.1 us; docs/cuda.md, v54). Longer calls, or those without a
+/// cluster plan, take the prefill kernel and the combine.
+constexpr int kDecodeAttnMaxTokens = 16;
 /// y[t, r] = sum_k w[r, k] * x[t, k] (+ bias[r]). x: f32 [n, cols]; y: f32 [n, rows]; n in
 /// [1, kGemvMaxTokens]. f32 accumulation.
 cudaError_t gemv(const WeightRef& w, const float* x, int n, const float* bias, float* y, cudaStream_t stream);
@@ -422,6 +429,8 @@ cudaError_t attention(const float* q, const void* k_cache, const void* v_cache, 
                       void* scratch, float* out, cudaStream_t stream);
 /// Whether attention() runs these arguments on the tensor-core kernels (attention_mma.h).
 bool attention_on_tensor_cores(const AttnArgs& a);
+/// Whether attention() runs these arguments on the tensor-core decode kernel (attention_mma.h).
+bool attention_on_decode_kernel(const AttnArgs& a);
 /// Whether rope_kv_attention() takes these arguments: the decode kernel's (1..kGemvMaxTokens
 /// tokens, f16 or Q8_0 caches, head_dim 64 / 128, no softcap) and an even rot_dims <= head_dim.
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);

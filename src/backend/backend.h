@@ -98,7 +98,9 @@ struct BackendOptions {
   /// tensor cores (f16 caches) takes q (times the softmax scale) and the softmax weights p
   /// rounded to f16 once, without a lo part, as llama.cpp's flash attention does (within 3e-3 of
   /// the f32 result in the tests). Off (exact) by default.
-  /// Decode (one to 8 tokens) is exact either way; CPU backends compute in f32 and ignore it.
+  /// Decode (one to 8 tokens) is exact either way, and so is the attention of 9-16 tokens where
+  /// the CUDA decode kernel's cluster takes it (sm_90, steps of at most 1792 keys); CPU backends
+  /// compute in f32 and ignore it.
   /// `--prefill-precision half` on the command line.
   bool half_prefill = false;
 };
@@ -290,7 +292,8 @@ class Backend {
   /// announcement (plans for the whole cache). Returns the class of plan chosen (0 by default,
   /// small integers): a recorded step holds its plans, so run_graph keys must include the class.
   /// Plans change speed only, never which keys are attended; a step that attends more keys than
-  /// announced is still exact.
+  /// announced is still exact (under BackendOptions::half_prefill a CUDA step of 9-16 tokens may
+  /// change between exact and one-part attention with its plan).
   virtual int plan_attention_keys(int64_t keys, int n_tokens) {
     (void)keys;
     (void)n_tokens;

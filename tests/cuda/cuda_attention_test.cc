@@ -602,6 +602,8 @@ TEST_F(CudaAttentionCases, PrefillCausalBatch) {
 // More than 8 tokens with an f16 cache and head_dim 64 / 128: the tensor-core prefill kernel
 // (attention_prefill.cu), its head grouping (query heads per KV head 1..16, blocks of 1, 2 or 4
 // heads), partial token tiles, and key splits with the combine when a batch has few blocks.
+// (Calls of up to 16 tokens in short caches take the decode kernel's cluster on sm_90: the
+// 9-token case has a cache over its 1792 keys.)
 std::vector<int32_t> positions(int32_t first, int n) {
   std::vector<int32_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), first);
@@ -615,7 +617,7 @@ TEST_F(CudaAttentionCases, PrefillTensorCoreShapes) {
     run({16, 8, 128, 600, positions(0, 100)}, cache);   // Qwen3-0.6B: 2 heads per block, splits
     run({12, 4, 128, 700, positions(300, 41)}, cache);  // groups of 3: one head per block
     run({16, 2, 64, 300, positions(0, 150)}, cache);    // groups of 8: two blocks of 4 heads
-    run({16, 1, 64, 200, positions(60, 9)}, cache);     // multi-query, 9 tokens
+    run({16, 1, 64, 2000, positions(60, 9)}, cache);    // multi-query, 9 tokens
     run({8, 8, 128, 90, positions(0, 90)}, cache);      // no GQA, full cache
   }
 }
@@ -672,7 +674,7 @@ TEST_F(CudaAttentionCases, FramesOfUpTo16TokensOnTheDecodeKernelsCluster) {
     on_decode({32, 8, 128, 641, positions(496, 16)}, true, true);   // a pool's frame, Llama-3-8B heads
     on_decode({32, 8, 128, 641, positions(0, 16)}, true, true);     // the first frame
     on_decode({32, 8, 128, 641, positions(100, 9)}, false, true);   // 9 tokens: 3 row groups, the last partial
-    on_decode({32, 8, 128, 1024, positions(700, 12)}, true, true);  // 12 tokens, splits of 2 tiles
+    on_decode({32, 8, 128, 1024, positions(700, 12)}, true, true);  // 12 tokens, splits of 3 tiles (the loop)
     on_decode({64, 8, 128, 900, positions(800, 16)}, true, true);   // 8 heads per KV head: 8 row groups
     on_decode({16, 16, 64, 300, positions(200, 16)}, false, true);  // no GQA, head_dim 64
     on_decode({8, 2, 128, 1500, positions(1400, 13), 300, 0.0f}, true, true);  // window

@@ -369,12 +369,13 @@ cudaError_t launch_cache(const Params& P, int gb, dim3 grid, cudaStream_t stream
 }  // namespace
 
 uint64_t attention_call_scratch_bytes(const AttnArgs& a) {
+  if (use_decode_mma(a) && decode_plan(a).cluster) return 0;  // (the splits merge in the cluster)
   return uint64_t(a.n_tokens * a.n_heads * n_splits_for(a)) * uint64_t(a.head_dim + 2) * sizeof(float);
 }
 
 uint64_t attention_scratch_bytes(const AttnArgs& a) {
-  // Fewer tokens may take more splits, and more bytes (Llama-3-8B heads: 9 tokens 24 splits,
-  // 128 tokens one), so the bound is the most over every call of 1..n_tokens tokens. The splits
+  // Fewer tokens may take more splits, and more bytes (Llama-3-8B heads over a large cache: 9
+  // tokens 24 splits, 128 tokens one), so the bound is the most over every call of 1..n_tokens tokens. The splits
   // change only at the plans' steps below, so only the largest count of each step is planned:
   // - 1..kDecodeAttnMaxTokens each (the decode plans, and the others' at 9..16 tokens);
   // - above, on the tensor cores, the last count of each prefill token tile (the splits follow

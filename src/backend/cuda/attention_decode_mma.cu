@@ -591,6 +591,7 @@ DecodePlan decode_plan(const AttnArgs& a) {
 cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
                                  cudaStream_t stream, const AttnRope* rope) {
+  if (rope && a.n_tokens > kGemvMaxTokens) return cudaErrorInvalidValue;  // (RopeSmem holds kGemvMaxTokens)
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
   if (a.cache == CacheKind::kQ8_0) {
     if (rope) return a.head_dim == 64 ? launch_decode<64, true, true>(P, stream) : launch_decode<128, true, true>(P, stream);

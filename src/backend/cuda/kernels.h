@@ -412,12 +412,14 @@ int64_t attention_keys_bound(int64_t keys);
 /// largest size (Slice::warm_up) has allocated the scratch of every smaller one.
 uint64_t attention_scratch_bytes(const AttnArgs& a);
 /// Bytes of scratch one attention() call of exactly a.n_tokens tokens uses (its splits' partial
-/// o, m and l in f32); attention_scratch_bytes is the most of these over 1..n_tokens.
+/// o, m and l in f32; none on a cluster plan); attention_scratch_bytes is the most of these over
+/// 1..n_tokens.
 uint64_t attention_call_scratch_bytes(const AttnArgs& a);
 /// Causal attention of q [n_tokens, n_heads * head_dim] against the caches, keys up to pos[t]
 /// (read on the device), split along the sequence where a call has few blocks (flash-decoding,
 /// at most 32 splits), the splits combined by a second kernel, or on sm_90 by a thread-block
-/// cluster (decode with an f16 or Q8_0 cache, at most 1792 keys by AttnArgs::max_keys or n_ctx).
+/// cluster (calls of up to kDecodeAttnMaxTokens tokens with an f16 or Q8_0 cache, at most 1792
+/// keys by AttnArgs::max_keys or n_ctx).
 /// f16 and Q8_0 caches with head_dim 64 / 128 run on the tensor cores (attention_mma.h), except
 /// decode with a softcap (the tiled kernel).
 /// head_dim must be a multiple of 8 and at most 256; out 16-byte aligned. The decode kernel reads

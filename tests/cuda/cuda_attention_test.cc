@@ -492,7 +492,7 @@ class CudaAttentionCases : public CudaVsRef {
       return;
     }
     const double err = nerr(out);
-    if (one_part_ && n > 8 && cache == DType::kF16 && !last_on_decode_kernel_) {  // the prefill kernel on one part
+    if (one_part_ && n > 8 && cache == DType::kF16 && !last_on_decode_kernel_) {  // prefill kernel, one part
       EXPECT_GT(err, 1e-5) << "the exact path ran";
       EXPECT_LT(err, 3e-3);
     } else {

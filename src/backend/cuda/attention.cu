@@ -375,8 +375,9 @@ uint64_t attention_call_scratch_bytes(const AttnArgs& a) {
 
 uint64_t attention_scratch_bytes(const AttnArgs& a) {
   // Fewer tokens may take more splits, and more bytes (Llama-3-8B heads over a large cache: 9
-  // tokens 24 splits, 128 tokens one), so the bound is the most over every call of 1..n_tokens tokens. The splits
-  // change only at the plans' steps below, so only the largest count of each step is planned:
+  // tokens 24 splits, 128 tokens one), so the bound is the most over every call of 1..n_tokens
+  // tokens. The splits change only at the plans' steps below, so only the largest count of each
+  // step is planned:
   // - 1..kDecodeAttnMaxTokens each (the decode plans, and the others' at 9..16 tokens);
   // - above, on the tensor cores, the last count of each prefill token tile (the splits follow
   //   the tiles, never rise with them, and stay at one once they are one), then n_tokens;

@@ -581,7 +581,9 @@ DecodePlan decode_plan(const AttnArgs& a) {
   const int64_t blocks = int64_t(a.n_kv_heads) * p.row_groups;
   const int64_t keys = a.max_keys > 0 ? std::min(a.max_keys, a.n_ctx) : a.n_ctx;
   const bool cluster = g_clusters && keys <= kClusterMaxKeys;
-  const int64_t most = !cluster ? kMaxSplits : a.n_tokens > kGemvMaxTokens ? kMaxBatchClusterSplits : kMaxClusterSplits;
+  const int64_t most = !cluster                        ? kMaxSplits
+                       : a.n_tokens > kGemvMaxTokens ? kMaxBatchClusterSplits
+                                                     : kMaxClusterSplits;
   const int64_t splits = std::min<int64_t>({most, div_up(kFillBlocks, blocks), div_up(keys, kWarpKeys)});
   p.n_splits = int(std::max<int64_t>(1, splits));
   p.cluster = cluster && p.n_splits > 1;

@@ -13,6 +13,14 @@
 namespace shoal::test {
 namespace {
 
+// Decode attention's cluster plan set for the scope (calls planned from now on); the setting before
+// (the backend's choice for its device) comes back at its end.
+struct ClusterSetting {
+  explicit ClusterSetting(bool on) : before(cuda_probe::set_clusters(on)) {}
+  ~ClusterSetting() { cuda_probe::set_clusters(before); }
+  const bool before;
+};
+
 class CudaAttentionTest : public CudaVsRef {
  protected:
   // Two pairs of caches [rows, width] of type t, NaN but for rows 0..filled-1 (random, written by
@@ -659,10 +667,7 @@ TEST_F(CudaAttentionCases, FramesOfUpTo16TokensOnTheDecodeKernelsCluster) {
   // row groups of 4 tokens x 4 heads (Llama-3-8B), 2 x 8, 16 x 1, head_dim 64, a window across
   // the splits, the step's rows written just before (older keys loaded before the PDL wait), Q8_0
   // caches with spread values; a large cache planned for the step's keys, and one that is not.
-  struct Restore {  // the cluster setting the backend chose for its device
-    bool before = cuda_probe::set_clusters(false);
-    ~Restore() { cuda_probe::set_clusters(before); }
-  } restore;
+  const ClusterSetting restore(false);
   if (!restore.before) GTEST_SKIP() << "no thread-block clusters on this device";
   cuda_probe::set_clusters(true);
   for (DType cache : {DType::kF16, DType::kQ8_0}) {
@@ -791,10 +796,7 @@ TEST(CudaAttentionScratchBound, IsTheMostOfEveryCallUpToIt) {
   struct Heads {
     int n, kv, dim;
   };
-  struct Restore {  // the cluster setting as it was (the backends set it as they start)
-    bool before = cuda_probe::set_clusters(true);
-    ~Restore() { cuda_probe::set_clusters(before); }
-  } restore;
+  const ClusterSetting restore(true);
   int cases = 0;
   for (const bool clusters : {true, false}) {
     cuda_probe::set_clusters(clusters);

@@ -570,7 +570,7 @@ Status CudaBackend::run_graph(uint64_t key, const std::function<void()>& record,
 }
 
 int CudaBackend::plan_attention_keys(int64_t keys, int n_tokens) {
-  attn_keys_ = keys > 0 && n_tokens <= cuda::kDecodeAttnMaxTokens ? cuda::attention_keys_bound(keys) : 0;
+  attn_keys_ = keys > 0 ? cuda::attention_keys_bound(keys, n_tokens) : 0;
   return attn_keys_ > 0 ? 1 : 0;
 }
 

@@ -206,7 +206,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {32, 8, 128, 128, false, false, 0, DType::kF16, 1024, positions(496, 16)},  // Llama-like: 4 row groups
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(100, 12)},   // Qwen3-like: 2 row groups
       {12, 4, 64, 32, true, true, 64, DType::kF16, 512, positions(200, 9)},       // partial, window, G = 3: token 5 in 2 row groups
-      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, positions(1776, 16), 1.0f, 1792},  // later tiles, its most keys
+      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, positions(1776, 16), 1.0f, 1792},  // its most keys: tile 6 of 7
+      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, {1770, 1771, 1775, 1776, 1780, 1781, 1782, 1785, 1790, 1791},
+       1.0f, 1792},  // not contiguous, in a tile loaded after the PDL wait
       {16, 8, 128, 64, false, true, 0, DType::kF16, 512, {40, 41, 45, 46, 47, 60, 61, 62, 90, 91}},  // not contiguous
       {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(56, 16)},     // the step's rows across 2 splits
       {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, positions(700, 16), 1.0f, 716},  // planned in a large cache
@@ -276,6 +278,47 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       const auto want = cache_values(c.cache, bytes_of(*cpu_, cache->c), rows * kw);
       const auto got = cache_values(c.cache, bytes_of(*gpu_, cache->g), rows * kw);
       EXPECT_LT(rel_err(got, want), 1e-3);
+    }
+  }
+}
+
+TEST_F(CudaAttentionTest, RopeKvAttentionRightAfterAFusedOneOnItsCachesComposes) {
+  // The fused kernel loads the caches' older rows before its PDL wait, so it never runs right
+  // after a kernel that writes them: a second call straight after a fused one on the same caches
+  // (the next position; 1 and 16 tokens) composes, as after kv_write. Both against the reference.
+  const int nh = 32, nkv = 8, hd = 128;
+  const int64_t qw = nh * hd, kw = nkv * hd;
+  const bool have_clusters = ClusterSetting(false).before;  // (16 tokens fuse only as a cluster)
+  for (int n : {1, 16}) {
+    if (n > 8 && !have_clusters) continue;
+    SCOPED_TRACE(fmt::format("{} tokens", n));
+    Caches c = caches(DType::kF16, 1024, kw, 300);
+    Dual freq = make_f32({hd / 2}, inv_freq(hd, 500000.0));
+    std::vector<float> q_raw[2];
+    std::vector<Dual> q, k, v, pos, out;
+    for (int i = 0; i < 2; ++i) {  // (every upload first: the two GPU calls follow each other)
+      q_raw[i] = randn(n * qw, 2.0f);
+      q.push_back(make_f32({n, qw}, q_raw[i]));
+      k.push_back(make_f32({n, kw}, randn(n * kw, 2.0f)));
+      v.push_back(make_f32({n, kw}, randn(n * kw)));
+      pos.push_back(make_i32(positions(300 + i * n, n)));
+      out.push_back(output(DType::kF32, {n, qw}));
+    }
+    const RopeSpec rs{nh, hd, hd, false, 1.0f};
+    const AttentionSpec as{nh, nkv, hd, 1.0f / std::sqrt(float(hd)), 0, 0.0f};
+    for (int i = 0; i < 2; ++i)
+      for (Backend* b : {cpu_.get(), gpu_.get()}) {
+        const bool g = b == gpu_.get();
+        auto on = [g](Dual& d) -> Tensor& { return g ? d.g : d.c; };
+        b->rope_kv_attention(on(q[i]), on(k[i]), on(v[i]), nullptr, nullptr, 1e-6f, on(pos[i]), on(freq), rs,
+                             on(c.kc), on(c.vc), as, on(out[i]));
+      }
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_LT(nerr(out[i]), 1e-4) << "call " << i;
+      const std::vector<uint8_t> got = bytes_of(*gpu_, q[i].g);
+      ASSERT_EQ(got.size(), q_raw[i].size() * sizeof(float));
+      EXPECT_EQ(i == 0, std::memcmp(got.data(), q_raw[i].data(), got.size()) == 0)
+          << "call " << i << (i == 0 ? ": q was written, not the fused kernel" : ": q left raw, not composed");
     }
   }
 }

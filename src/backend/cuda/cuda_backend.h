@@ -118,9 +118,8 @@ class CudaBackend final : public Backend {
   /// scratch buffers once no graph is left).
   void drop_graphs(uint64_t owner) override;
   /// Decode attention's plan for steps of at most `keys` keys (cuda::attention_keys_bound):
-  /// class 1 plans for that bound, class 0 for the whole cache (also for steps whose plan does
-  /// not depend on it: more than kDecodeAttnMaxTokens tokens, or more than kGemvMaxTokens
-  /// without clusters, on the prefill kernel).
+  /// class 1 plans for that bound, class 0 for the whole cache (also where no plan depends on
+  /// it: steps of more than kDecodeAttnMaxTokens tokens, or a device without clusters).
   int plan_attention_keys(int64_t keys, int n_tokens) override;
 
   /// The stream every op is enqueued on (benchmarks time it with events).

@@ -259,6 +259,7 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   note(cuda::rope_kv_attention(f32(q), r, k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_),
        "rope_kv_attention");
   wrote({&out, &k_cache, &v_cache});
+  kv_written_ = {ops_, k_cache.data, v_cache.data, pos.data, a.n_tokens};  // (a next fused call composes)
 }
 
 void CudaBackend::glu(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) {

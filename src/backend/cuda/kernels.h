@@ -403,9 +403,8 @@ struct AttnArgs {
 };
 /// The AttnArgs::max_keys to plan decode attention with when a step of n_tokens tokens attends at
 /// most `keys` keys: the cluster plan's limit (1792) when keys fit under it, else 0 (a plan for
-/// the whole cache); also 0 for steps whose plan does not depend on it (more than
-/// kDecodeAttnMaxTokens tokens, or more than kGemvMaxTokens without clusters: the prefill
-/// kernel's). On the H200 (Llama-3-8B heads, us per layer) one cluster of 8 splits takes 5.8 at
+/// the whole cache); also 0 where no plan depends on it (steps of more than kDecodeAttnMaxTokens
+/// tokens, or a device without clusters). On the H200 (Llama-3-8B heads, us per layer) one cluster of 8 splits takes 5.8 at
 /// 576 keys vs 7.5 for up to 32 splits and the combine, but 14.9 vs 11.5 at 4096 keys: they
 /// cross near 1800 (docs/cuda.md, v28).
 int64_t attention_keys_bound(int64_t keys, int n_tokens);

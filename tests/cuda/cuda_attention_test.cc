@@ -163,8 +163,7 @@ TEST_F(CudaAttentionTest, FusedRopeKvWriteMatchesTheComposition) {
 
 TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
   // The reference composes rope_kv_write and attention; CUDA runs the prologue inside the decode
-  // attention kernel (f16 or Q8_0 cache, head_dim 64 / 128, up to 8 tokens, or 9..16 in one
-  // cluster: a pool's frames, their rows in up to 4 row groups and 4 splits), else composes. The step's
+  // attention kernel (f16 or Q8_0 cache, head_dim 64 / 128, up to 8 tokens), else composes. The step's
   // rows land in a tile loaded before the PDL wait (cluster of 8 splits), in a later tile loaded
   // from the cache (2000 in a cluster's split of 256 keys from 1792, planned for 1792 keys: its
   // tile 3; 8000 in one from 7936 with the combine: its tile 1), or, with positions that are
@@ -181,7 +180,6 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     float attn_factor = 1.0f;
     int64_t planned = 0;  // keys announced by plan_attention_keys (0: none, a plan for the cache)
     bool fused = true;    // (f16 / Q8_0 caches) the prologue in the decode kernel, else composed
-    bool clusters = true;
   };
   std::vector<Case> cases = {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, {576}},              // Qwen3-like
@@ -202,22 +200,9 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
       {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, {700}},              // the combine (plan for the cache)
       {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, {700}, 1.0f, 701},   // a cluster in a large cache
       {32, 8, 128, 128, false, true, 0, DType::kF16, 4096, {1790, 1791}, 1.0f, 1792},  // a cluster, its most keys
-      // 9..16 tokens, one cluster of up to 4 splits:
-      {32, 8, 128, 128, false, false, 0, DType::kF16, 1024, positions(496, 16)},  // Llama-like: 4 row groups
-      {16, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(100, 12)},   // Qwen3-like: 2 row groups
-      {12, 4, 64, 32, true, true, 64, DType::kF16, 512, positions(200, 9)},       // partial, window, G = 3: token 5 in 2 row groups
-      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, positions(1776, 16), 1.0f, 1792},  // its most keys: tile 6 of 7
-      {8, 8, 128, 128, false, true, 0, DType::kF16, 2048, {1770, 1771, 1775, 1776, 1780, 1781, 1782, 1785, 1790, 1791},
-       1.0f, 1792},  // not contiguous, in a tile loaded after the PDL wait
-      {16, 8, 128, 64, false, true, 0, DType::kF16, 512, {40, 41, 45, 46, 47, 60, 61, 62, 90, 91}},  // not contiguous
-      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(56, 16)},     // the step's rows across 2 splits
-      {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, positions(700, 16), 1.0f, 716},  // planned in a large cache
-      {16, 8, 128, 128, false, true, 0, DType::kF16, 4096, positions(700, 16), 1.0f, 0, false},  // unplanned: composed
-      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(496, 16), 1.0f, 0, false, false},  // no clusters
-      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(495, 17), 1.0f, 0, false},  // 17 tokens: composed
+      {32, 8, 128, 128, false, true, 0, DType::kF16, 1024, positions(496, 16), 1.0f, 0, false},  // 16 tokens: composed
       {8, 8, 128, 128, false, true, 0, DType::kF32, 256, {77}},                  // composed
   };
-  const bool have_clusters = ClusterSetting(false).before;  // (sm_90; restored at once)
   // Q8_0 caches: every f16 case again, the step's rows quantized in the prologue (as kv_write
   // does) into the cache and the staged rows.
   for (size_t i = 0, n = cases.size(); i < n; ++i)
@@ -251,9 +236,7 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     Dual out = output(DType::kF32, {n, qw});
     const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, c.attn_factor};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window, 0.0f};
-    const ClusterSetting clusters(c.clusters && have_clusters);
     gpu_->plan_attention_keys(c.planned, int(n));
-    const int64_t batches = cuda_probe::decode_kernel_batches(*gpu_);
     for (Backend* b : {cpu_.get(), gpu_.get()}) {
       const bool g = b == gpu_.get();
       b->rope_kv_attention(g ? q.g : q.c, g ? k.g : k.c, g ? v.g : v.c, c.norms ? (g ? &qn.g : &qn.c) : nullptr,
@@ -266,12 +249,11 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
     EXPECT_LT(nerr(out), c.cache == DType::kQ8_0 ? 2e-3 : 1e-4);
     // f16 and Q8_0 caches take the fused kernel, which reads q and never writes it back (the
     // composition rotates it in place): a fallback to the composition would leave q rotated here.
-    const bool fused = c.cache != DType::kF32 && c.fused && (n <= 8 || have_clusters);
+    const bool fused = c.cache != DType::kF32 && c.fused;
     const std::vector<uint8_t> got = bytes_of(*gpu_, q.g);
     ASSERT_EQ(got.size(), q_raw.size() * sizeof(float));
     EXPECT_EQ(fused, std::memcmp(got.data(), q_raw.data(), got.size()) == 0)
         << (fused ? "q was written: not the fused kernel" : "q left raw: not the composition");
-    EXPECT_EQ(batches + (fused && n > 8 ? 1 : 0), cuda_probe::decode_kernel_batches(*gpu_));
     // The caches (the step's rows included) equal the reference's.
     const int64_t rows = c.pos.back() + 1;
     for (Dual* cache : {&kc, &vc}) {
@@ -285,41 +267,36 @@ TEST_F(CudaAttentionTest, RopeKvAttentionMatchesTheComposition) {
 TEST_F(CudaAttentionTest, RopeKvAttentionRightAfterAFusedOneOnItsCachesComposes) {
   // The fused kernel loads the caches' older rows before its PDL wait, so it never runs right
   // after a kernel that writes them: a second call straight after a fused one on the same caches
-  // (the next position; 1 and 16 tokens) composes, as after kv_write. Both against the reference.
+  // (the next position) composes, as after kv_write. Both against the reference.
   const int nh = 32, nkv = 8, hd = 128;
   const int64_t qw = nh * hd, kw = nkv * hd;
-  const bool have_clusters = ClusterSetting(false).before;  // (16 tokens fuse only as a cluster)
-  for (int n : {1, 16}) {
-    if (n > 8 && !have_clusters) continue;
-    SCOPED_TRACE(fmt::format("{} tokens", n));
-    Caches c = caches(DType::kF16, 1024, kw, 300);
-    Dual freq = make_f32({hd / 2}, inv_freq(hd, 500000.0));
-    std::vector<float> q_raw[2];
-    std::vector<Dual> q, k, v, pos, out;
-    for (int i = 0; i < 2; ++i) {  // (every upload first: the two GPU calls follow each other)
-      q_raw[i] = randn(n * qw, 2.0f);
-      q.push_back(make_f32({n, qw}, q_raw[i]));
-      k.push_back(make_f32({n, kw}, randn(n * kw, 2.0f)));
-      v.push_back(make_f32({n, kw}, randn(n * kw)));
-      pos.push_back(make_i32(positions(300 + i * n, n)));
-      out.push_back(output(DType::kF32, {n, qw}));
+  Caches c = caches(DType::kF16, 1024, kw, 300);
+  Dual freq = make_f32({hd / 2}, inv_freq(hd, 500000.0));
+  std::vector<float> q_raw[2];
+  std::vector<Dual> q, k, v, pos, out;
+  for (int i = 0; i < 2; ++i) {  // (every upload first: the two GPU calls follow each other)
+    q_raw[i] = randn(qw, 2.0f);
+    q.push_back(make_f32({1, qw}, q_raw[i]));
+    k.push_back(make_f32({1, kw}, randn(kw, 2.0f)));
+    v.push_back(make_f32({1, kw}, randn(kw)));
+    pos.push_back(make_i32({300 + i}));
+    out.push_back(output(DType::kF32, {1, qw}));
+  }
+  const RopeSpec rs{nh, hd, hd, false, 1.0f};
+  const AttentionSpec as{nh, nkv, hd, 1.0f / std::sqrt(float(hd)), 0, 0.0f};
+  for (int i = 0; i < 2; ++i)
+    for (Backend* b : {cpu_.get(), gpu_.get()}) {
+      const bool g = b == gpu_.get();
+      auto on = [g](Dual& d) -> Tensor& { return g ? d.g : d.c; };
+      b->rope_kv_attention(on(q[i]), on(k[i]), on(v[i]), nullptr, nullptr, 1e-6f, on(pos[i]), on(freq), rs, on(c.kc),
+                           on(c.vc), as, on(out[i]));
     }
-    const RopeSpec rs{nh, hd, hd, false, 1.0f};
-    const AttentionSpec as{nh, nkv, hd, 1.0f / std::sqrt(float(hd)), 0, 0.0f};
-    for (int i = 0; i < 2; ++i)
-      for (Backend* b : {cpu_.get(), gpu_.get()}) {
-        const bool g = b == gpu_.get();
-        auto on = [g](Dual& d) -> Tensor& { return g ? d.g : d.c; };
-        b->rope_kv_attention(on(q[i]), on(k[i]), on(v[i]), nullptr, nullptr, 1e-6f, on(pos[i]), on(freq), rs,
-                             on(c.kc), on(c.vc), as, on(out[i]));
-      }
-    for (int i = 0; i < 2; ++i) {
-      EXPECT_LT(nerr(out[i]), 1e-4) << "call " << i;
-      const std::vector<uint8_t> got = bytes_of(*gpu_, q[i].g);
-      ASSERT_EQ(got.size(), q_raw[i].size() * sizeof(float));
-      EXPECT_EQ(i == 0, std::memcmp(got.data(), q_raw[i].data(), got.size()) == 0)
-          << "call " << i << (i == 0 ? ": q was written, not the fused kernel" : ": q left raw, not composed");
-    }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_LT(nerr(out[i]), 1e-4) << "call " << i;
+    const std::vector<uint8_t> got = bytes_of(*gpu_, q[i].g);
+    ASSERT_EQ(got.size(), q_raw[i].size() * sizeof(float));
+    EXPECT_EQ(i == 0, std::memcmp(got.data(), q_raw[i].data(), got.size()) == 0)
+        << "call " << i << (i == 0 ? ": q was written, not the fused kernel" : ": q left raw, not composed");
   }
 }
 

@@ -467,7 +467,7 @@ bool attention_on_tensor_cores(const AttnArgs& a) { return use_prefill_mma(a) ||
 bool attention_on_decode_kernel(const AttnArgs& a) { return use_decode_mma(a); }
 
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims) {
-  return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && use_decode_mma(a) &&
+  return a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && a.n_tokens <= kGemvMaxTokens && use_decode_mma(a) &&
          rot_dims >= 0 && rot_dims % 2 == 0 && rot_dims <= a.head_dim;
 }
 

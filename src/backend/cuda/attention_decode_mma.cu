@@ -72,19 +72,17 @@ bool g_clusters = false;
 
 using Params = MmaParams<DecodePlan>;
 
-// The rope prologue (RT > 0, rope_kv_attention, calls of up to RT tokens): each warp norms and
-// rotates the q rows w, w + 4, ... of the block, and the step's k / v rows of the block's keys
-// (token t by warp 3 - t % 4), in f32 in shared memory, with RoPE's cos / sin per (token, pair)
-// made once before the PDL wait. RT is kGemvMaxTokens for decode and drafts, kDecodeAttnMaxTokens
-// (a separate instance, 8 KiB more at head_dim 128) for the cluster's 9..16 tokens.
-template <int D, int RT>
+// The rope prologue (R, rope_kv_attention): each warp norms and rotates the q rows w, w + 4, ...
+// of the block, and the step's k / v rows of the block's keys (token t by warp 3 - t % 4), in f32
+// in shared memory, with RoPE's cos / sin per (token, pair) made once before the PDL wait.
+template <int D, bool R>
 struct RopeSmem {
-  float q[kRows][D];      // the block's q rows, normed and rotated
-  float kv[kWarps][D];    // a warp's k row being normed and rotated
-  double2 cs[RT][D / 2];  // (cos, sin) x attn_factor of token t, pair p
+  float q[kRows][D];                  // the block's q rows, normed and rotated
+  float kv[kWarps][D];                // a warp's k row being normed and rotated
+  double2 cs[kGemvMaxTokens][D / 2];  // (cos, sin) x attn_factor of token t, pair p
 };
 template <int D>
-struct RopeSmem<D, 0> {};
+struct RopeSmem<D, false> {};
 
 // Norms (when `norm`, with w: this lane's values of the norm weight) and rotates a head row into
 // x (f32, shared, this warp's) as rope_kv_write: v holds this lane's values lane + 32 j of the
@@ -123,12 +121,11 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kTiles + 2 * kScales;
 };
 
-// RT > 0 (R): the rope prologue for up to RT tokens (P.rope; rope_kv_attention). Q8: Q8_0 caches
-// (staged as they are, converted per tile into f16 integer tiles and scales: attention_mma.cuh;
-// the rope prologue quantizes the step's rows as kv_write does).
-template <int D, int RT, bool Q8>
+// R: the rope prologue (P.rope; rope_kv_attention). Q8: Q8_0 caches (staged as they are,
+// converted per tile into f16 integer tiles and scales: attention_mma.cuh; the rope prologue
+// quantizes the step's rows as kv_write does).
+template <int D, bool R, bool Q8>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
-  constexpr bool R = RT > 0;
   constexpr int S = kStages;
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>(), AT = attn_mma::q8_stage_at<D>();
   using Sm = DecodeSmem<D, Q8>;
@@ -141,14 +138,14 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
   [[maybe_unused]] float* vsc_s = ksc_s + S * kKeys * NB;
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
   __shared__ uint4 q_s[2][D / 16][32];  // q as A fragments, hi and lo, per k-step and lane
-  __shared__ RopeSmem<D, RT> rs;
+  __shared__ RopeSmem<D, R> rs;
 
   const DecodePlan& pl = P.plan;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int G = P.n_heads / P.n_kv_heads;
   const int kvh = int(blockIdx.y) / pl.row_groups, p0 = (int(blockIdx.y) % pl.row_groups) * kRows;
   const int split = int(blockIdx.x);
-  const int n_tokens = int(P.n_tokens);  // (at most kDecodeAttnMaxTokens; R: RT)
+  const int n_tokens = int(P.n_tokens);  // (at most kDecodeAttnMaxTokens; R: kGemvMaxTokens)
   // Row r is the pair p0 + r: token (p0 + r) / G, head kvh * G + (p0 + r) % G.
   auto row_token = [&](int r) { return (p0 + r) / G; };
   auto row_out = [&](int r) { return (int64_t(row_token(r)) * P.n_heads + kvh * G + (p0 + r) % G) * D; };
@@ -526,9 +523,9 @@ constexpr size_t smem_bytes() {
   return DecodeSmem<D, Q8>::kBytes;
 }
 
-template <int D, int RT, bool Q8>
+template <int D, bool R, bool Q8 = false>
 cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  const auto kernel = attention_decode_mma_kernel<D, RT, Q8>;
+  const auto kernel = attention_decode_mma_kernel<D, R, Q8>;
   if (const cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D, Q8>()));
       e != cudaSuccess)
@@ -554,21 +551,6 @@ cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
   cfg.numAttrs = n;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, P);
   return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-// The instance for a's head size (64 or 128).
-template <int RT, bool Q8>
-cudaError_t launch_head(const Params& P, const AttnArgs& a, cudaStream_t stream) {
-  return a.head_dim == 64 ? launch_decode<64, RT, Q8>(P, stream) : launch_decode<128, RT, Q8>(P, stream);
-}
-
-// The instance for a's tokens: the rope prologue's (`rope`) for up to kGemvMaxTokens or
-// kDecodeAttnMaxTokens, else none.
-template <bool Q8>
-cudaError_t launch_rope(const Params& P, const AttnArgs& a, bool rope, cudaStream_t stream) {
-  if (!rope) return launch_head<0, Q8>(P, a, stream);
-  return a.n_tokens > kGemvMaxTokens ? launch_head<kDecodeAttnMaxTokens, Q8>(P, a, stream)
-                                     : launch_head<kGemvMaxTokens, Q8>(P, a, stream);
 }
 
 }  // namespace
@@ -615,10 +597,14 @@ DecodePlan decode_plan(const AttnArgs& a) {
 cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                                  const AttnArgs& a, const DecodePlan& plan, float* part_o, float* part_ml, float* out,
                                  cudaStream_t stream, const AttnRope* rope) {
-  if (rope && a.n_tokens > kDecodeAttnMaxTokens) return cudaErrorInvalidValue;  // (RopeSmem holds RT tokens)
+  if (rope && a.n_tokens > kGemvMaxTokens) return cudaErrorInvalidValue;  // (RopeSmem holds kGemvMaxTokens)
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
-  return a.cache == CacheKind::kQ8_0 ? launch_rope<true>(P, a, rope != nullptr, stream)
-                                     : launch_rope<false>(P, a, rope != nullptr, stream);
+  if (a.cache == CacheKind::kQ8_0) {
+    if (rope) return a.head_dim == 64 ? launch_decode<64, true, true>(P, stream) : launch_decode<128, true, true>(P, stream);
+    return a.head_dim == 64 ? launch_decode<64, false, true>(P, stream) : launch_decode<128, false, true>(P, stream);
+  }
+  if (rope) return a.head_dim == 64 ? launch_decode<64, true>(P, stream) : launch_decode<128, true>(P, stream);
+  return a.head_dim == 64 ? launch_decode<64, false>(P, stream) : launch_decode<128, false>(P, stream);
 }
 
 }  // namespace shoal::cuda

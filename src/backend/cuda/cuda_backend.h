@@ -92,10 +92,8 @@ class CudaBackend final : public Backend {
   void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm, float eps,
                      const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, int n_kv_heads,
                      Tensor& k_cache, Tensor& v_cache) override;
-  /// Where the decode kernel takes the call (f16 or Q8_0 cache, head_dim 64 / 128, up to 8 tokens,
-  /// or up to 16 as one cluster: cuda::rope_kv_attention_supported): one kernel (the rope
-  /// prologue inside decode attention); q and k are left raw. Otherwise rope_kv_write then
-  /// attention.
+  /// Decode with an f16 cache (head_dim 64 / 128, up to 8 tokens): one kernel (the rope prologue
+  /// inside decode attention); q and k are left raw. Otherwise rope_kv_write then attention.
   void rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm, float eps,
                          const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache,
                          Tensor& v_cache, const AttentionSpec& attn, Tensor& out) override;
@@ -142,7 +140,7 @@ class CudaBackend final : public Backend {
   /// Attention calls so far over Q8_0 caches that ran on the tensor-core kernels (for tests).
   uint64_t q8_tensor_core_attention() const { return q8_mma_attention_; }
   /// Attention calls so far of more than kGemvMaxTokens tokens that ran on the decode kernel (one
-  /// cluster; cuda::kDecodeAttnMaxTokens; attention and rope_kv_attention; for tests).
+  /// cluster; cuda::kDecodeAttnMaxTokens; for tests).
   uint64_t decode_kernel_batches() const { return decode_kernel_batches_; }
   /// Graphs recorded by run_graph and held now (for tests).
   size_t recorded_graphs() const { return graphs_.size(); }

@@ -255,7 +255,6 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   if (failed() || !use_device()) return;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
-  if (a.n_tokens > cuda::kGemvMaxTokens) ++decode_kernel_batches_;
   note(cuda::rope_kv_attention(f32(q), r, k_cache.data, v_cache.data, i32(pos), a, s, f32(out), stream_),
        "rope_kv_attention");
   wrote({&out, &k_cache, &v_cache});

@@ -404,9 +404,9 @@ struct AttnArgs {
 /// The AttnArgs::max_keys to plan decode attention with when a step of n_tokens tokens attends at
 /// most `keys` keys: the cluster plan's limit (1792) when keys fit under it, else 0 (a plan for
 /// the whole cache); also 0 where no plan depends on it (steps of more than kDecodeAttnMaxTokens
-/// tokens, or a device without clusters). On the H200 (Llama-3-8B heads, us per layer) one cluster of 8 splits takes 5.8 at
-/// 576 keys vs 7.5 for up to 32 splits and the combine, but 14.9 vs 11.5 at 4096 keys: they
-/// cross near 1800 (docs/cuda.md, v28).
+/// tokens, or a device without clusters). On the H200 (Llama-3-8B heads, us per layer) one
+/// cluster of 8 splits takes 5.8 at 576 keys vs 7.5 for up to 32 splits and the combine, but 14.9
+/// vs 11.5 at 4096 keys: they cross near 1800 (docs/cuda.md, v28).
 int64_t attention_keys_bound(int64_t keys, int n_tokens);
 /// Bytes of scratch attention() needs for these arguments (split partial results): the most any
 /// call of 1..a.n_tokens tokens with otherwise these arguments needs, so that a step of the
@@ -435,11 +435,9 @@ bool attention_on_tensor_cores(const AttnArgs& a);
 /// Whether attention() runs these arguments on the tensor-core decode kernel (attention_mma.h).
 bool attention_on_decode_kernel(const AttnArgs& a);
 /// Whether rope_kv_attention() takes these arguments: the decode kernel's (1..kGemvMaxTokens
-/// tokens, or up to kDecodeAttnMaxTokens as one cluster; f16 or Q8_0 caches, head_dim 64 / 128,
-/// no softcap: attention_on_decode_kernel()) and an even rot_dims <= head_dim.
+/// tokens, f16 or Q8_0 caches, head_dim 64 / 128, no softcap) and an even rot_dims <= head_dim.
 bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);
-/// rope_kv_write() then attention() in one kernel (decode, drafts, a pool's frames of up to
-/// kDecodeAttnMaxTokens tokens where one cluster takes them): q (raw, [n_tokens, n_heads *
+/// rope_kv_write() then attention() in one kernel (decode): q (raw, [n_tokens, n_heads *
 /// head_dim]) normed and rotated as it is read, never written back; k and v of `r` stored in
 /// the caches, the step's own rows also straight into the kernel's tiles. Saves the prologue
 /// kernel and its wait on the decode path. pos, inv_freq, the norm weights and the caches' older

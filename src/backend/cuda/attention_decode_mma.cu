@@ -562,7 +562,7 @@ bool set_clusters(bool on) {
 }
 
 int64_t attention_keys_bound(int64_t keys, int n_tokens) {
-  // Without clusters no plan depends on it: up to 32 splits, at most 1792 keys / 16 = 112.
+  // Without clusters no plan depends on it: up to 32 splits, and at least 1792 / 16 = 112 key slices.
   if (!g_clusters || n_tokens > kDecodeAttnMaxTokens) return 0;
   return keys <= kClusterMaxKeys ? kClusterMaxKeys : 0;
 }

@@ -706,9 +706,8 @@ TEST_F(CudaAttentionCases, FramesOfUpTo16TokensOnTheDecodeKernelsCluster) {
   // row groups of 4 tokens x 4 heads (Llama-3-8B), 2 x 8, 16 x 1, head_dim 64, a window across
   // the splits, the step's rows written just before (older keys loaded before the PDL wait), Q8_0
   // caches with spread values; a large cache planned for the step's keys, and one that is not.
-  const ClusterSetting restore(false);
+  const ClusterSetting restore(true);
   if (!restore.before) GTEST_SKIP() << "no thread-block clusters on this device";
-  cuda_probe::set_clusters(true);
   for (DType cache : {DType::kF16, DType::kQ8_0}) {
     SCOPED_TRACE(dtype_name(cache));
     auto on_decode = [&](const AttnCase& c, bool step_write, bool expected) {

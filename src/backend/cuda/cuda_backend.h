@@ -92,8 +92,9 @@ class CudaBackend final : public Backend {
   void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm, float eps,
                      const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, int n_kv_heads,
                      Tensor& k_cache, Tensor& v_cache) override;
-  /// Decode with an f16 cache (head_dim 64 / 128, up to 8 tokens): one kernel (the rope prologue
-  /// inside decode attention); q and k are left raw. Otherwise rope_kv_write then attention.
+  /// Where cuda::rope_kv_attention_supported takes the call (f16 or Q8_0 cache, head_dim 64 / 128,
+  /// up to 8 tokens, no softcap): one kernel (the rope prologue inside decode attention); q and k
+  /// are left raw. Otherwise rope_kv_write then attention.
   void rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm, float eps,
                          const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache,
                          Tensor& v_cache, const AttentionSpec& attn, Tensor& out) override;

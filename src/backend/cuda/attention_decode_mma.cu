@@ -553,6 +553,12 @@ cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
+// The launch for the head size (64 or 128: use_decode_mma admits no other).
+template <bool R, bool Q8>
+cudaError_t launch_head(const Params& P, int head_dim, cudaStream_t stream) {
+  return head_dim == 64 ? launch_decode<64, R, Q8>(P, stream) : launch_decode<128, R, Q8>(P, stream);
+}
+
 }  // namespace
 
 bool set_clusters(bool on) {
@@ -599,12 +605,9 @@ cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void
                                  cudaStream_t stream, const AttnRope* rope) {
   if (rope && a.n_tokens > kGemvMaxTokens) return cudaErrorInvalidValue;  // (RopeSmem holds kGemvMaxTokens)
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
-  if (a.cache == CacheKind::kQ8_0) {
-    if (rope) return a.head_dim == 64 ? launch_decode<64, true, true>(P, stream) : launch_decode<128, true, true>(P, stream);
-    return a.head_dim == 64 ? launch_decode<64, false, true>(P, stream) : launch_decode<128, false, true>(P, stream);
-  }
-  if (rope) return a.head_dim == 64 ? launch_decode<64, true>(P, stream) : launch_decode<128, true>(P, stream);
-  return a.head_dim == 64 ? launch_decode<64, false>(P, stream) : launch_decode<128, false>(P, stream);
+  if (a.cache == CacheKind::kQ8_0)
+    return rope ? launch_head<true, true>(P, a.head_dim, stream) : launch_head<false, true>(P, a.head_dim, stream);
+  return rope ? launch_head<true, false>(P, a.head_dim, stream) : launch_head<false, false>(P, a.head_dim, stream);
 }
 
 }  // namespace shoal::cuda

@@ -257,10 +257,16 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     // 7 - w ... are loaded in the loops below, one row at a time (one rope_row copy: v18). Then
     // the q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in
     // the caches and, in the n_early tiles, in the tiles.
+    // With the second partials of a split-K q / k / v GEMV (AttnRope::q2, k2, v2), each row is
+    // the sum of its two partials.
     float qv[DJ];
     auto load_q = [&](int r) {
 #pragma unroll
       for (int j = 0; j < DJ; ++j) qv[j] = P.q[row_out(r) + lane + 32 * j];
+      if (P.rope.q2) {
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) qv[j] += P.rope.q2[row_out(r) + lane + 32 * j];
+      }
     };
     if (row_token(warp) < n_tokens) load_q(warp);
     auto kv_pos = [&](int t) {  // the cache row of token t if among this block's keys, else -1
@@ -271,8 +277,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     float2 vv[D / 64];                   // f16 caches: values 2 lane + 64 i, + 1
     [[maybe_unused]] float vq[DJ];       // Q8: value lane of each 32-value block
     auto load_kv = [&](int t) {
-      const float* kr = P.rope.k + int64_t(t) * width + int64_t(kvh) * D;
-      const float* vr = P.rope.v + int64_t(t) * width + int64_t(kvh) * D;
+      const int64_t at = int64_t(t) * width + int64_t(kvh) * D;
+      const float *kr = P.rope.k + at, *vr = P.rope.v + at;
 #pragma unroll
       for (int j = 0; j < DJ; ++j) kv[j] = kr[lane + 32 * j];
       if constexpr (Q8) {
@@ -281,6 +287,22 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       } else {
 #pragma unroll
         for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+      }
+      if (P.rope.k2) {
+        const float *kr2 = P.rope.k2 + at, *vr2 = P.rope.v2 + at;
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) kv[j] += kr2[lane + 32 * j];
+        if constexpr (Q8) {
+#pragma unroll
+          for (int j = 0; j < DJ; ++j) vq[j] += vr2[lane + 32 * j];
+        } else {
+#pragma unroll
+          for (int i = 0; i < D / 64; ++i) {
+            const float2 w = *reinterpret_cast<const float2*>(vr2 + 2 * lane + 64 * i);
+            vv[i].x += w.x;
+            vv[i].y += w.y;
+          }
+        }
       }
     };
     const int t0 = kWarps - 1 - warp;

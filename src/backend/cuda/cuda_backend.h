@@ -309,8 +309,8 @@ class CudaBackend final : public Backend {
   /// qkv_attention for one token of Q8_0 / Q4_0 q / k / v weights where rope_kv_attention fuses:
   /// the GEMV splits K in two column halves (cuda::GemvOpts::split_k: Llama-3-8B's 384 tiles of
   /// units take 2.9 rounds of half units instead of 1.45 of whole ones), and rope_kv_attention
-  /// sums each half's partials as it reads q, k and v. False where that does not apply (nothing
-  /// run); true otherwise, also on error (sticky).
+  /// sums each half's partials and applies the input norm's 1 / rms as it reads q, k and v (no
+  /// bias). False where that does not apply (nothing run); true otherwise, also on error (sticky).
   bool qkv_split_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
@@ -319,12 +319,13 @@ class CudaBackend final : public Backend {
   /// plain ops); after_cache_write: the op just before wrote these caches.
   bool rope_attention_fusable(const cuda::AttnArgs& a, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                               const RopeSpec& spec, const AttentionSpec& attn, bool after_cache_write) const;
-  /// rope_kv_attention, with q / k / v's second partials (cuda::AttnRope::q2 / k2 / v2) when
-  /// `parts` is given (then the fused kernel must apply: SHOAL_CHECK).
+  /// rope_kv_attention; with `parts` q, k and v are first partials, and parts' q2 / k2 / v2 /
+  /// in_ss / in_cols / in_eps (cuda::AttnRope) the rest (then the fused kernel must apply:
+  /// SHOAL_CHECK).
   void rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                                float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                                Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out,
-                               const float* const* parts);
+                               const cuda::AttnRope* parts);
   /// The gate / up products of a prefill GLU (o.up set) for combine_glu / glu_parts: one GEMM
   /// over both where stack_glu says so (up = gate + rows, ld = 2 rows), else two (ld 0). False on
   /// error (sticky).
@@ -441,10 +442,11 @@ class CudaBackend final : public Backend {
   /// writing `pos`.
   void check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) const;
   /// matmuls(), with the RoPE / KV cache epilogue when `rope` is given (qkv_attention), or split K
-  /// with the second halves' partials at y2[i] of outs[i] when `y2` is given (qkv_split_attention:
-  /// one GEMV launch, which the caller checked).
+  /// with the second halves' partials at y2[i] of outs[i] and the halves' sums of squares at
+  /// split_ss when `y2` is given (qkv_split_attention: one GEMV launch, which the caller checked;
+  /// cuda::GemvOpts::split_k).
   void launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
-                      const cuda::GemvRope* rope, float* const* y2 = nullptr);
+                      const cuda::GemvRope* rope, float* const* y2 = nullptr, float* split_ss = nullptr);
   /// Whether qkv_attention can fuse RoPE and the cache write into the GEMV (its conditions).
   bool rope_in_products(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv, const Tensor* q_norm,
                         const Tensor* k_norm, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,

@@ -238,7 +238,7 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
 void CudaBackend::rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                                           const Tensor* k_norm, float eps, const Tensor& pos, const Tensor& inv_freq,
                                           const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
-                                          const AttentionSpec& attn, Tensor& out, const float* const* parts) {
+                                          const AttentionSpec& attn, Tensor& out, const cuda::AttnRope* parts) {
   const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out, attn_keys_);
   check_pos_not_just_advanced(pos, ops_);
   const int64_t hd = attn.head_dim, width = int64_t(attn.n_kv_heads) * hd;
@@ -267,9 +267,12 @@ void CudaBackend::rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v,
   r.interleaved = spec.interleaved;
   r.attn_factor = spec.attn_factor;
   if (parts) {
-    r.q2 = parts[0];
-    r.k2 = parts[1];
-    r.v2 = parts[2];
+    r.q2 = parts->q2;
+    r.k2 = parts->k2;
+    r.v2 = parts->v2;
+    r.in_ss = parts->in_ss;
+    r.in_cols = parts->in_cols;
+    r.in_eps = parts->in_eps;
   }
   if (failed() || !use_device()) return;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
@@ -382,8 +385,8 @@ bool CudaBackend::qkv_split_attention(const Tensor& x, const InputNorm& norm, st
                                       const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                                       const AttentionSpec& attn, Tensor& out) {
   if (!qkv_split_ || x.rows() != 1 || qkv.size() != 3) return false;
-  for (const MatmulOut& o : qkv)
-    if (!o.w || !o.y || o.up || o.accumulate || o.w->dtype != qkv[0].w->dtype || o.w->cols() != x.cols())
+  for (const MatmulOut& o : qkv)  // (no bias: the reader applies 1 / rms to the partials' sum)
+    if (!o.w || !o.y || o.up || o.bias || o.accumulate || o.w->dtype != qkv[0].w->dtype || o.w->cols() != x.cols())
       return false;
   const DType wt = qkv[0].w->dtype;
   // Halves of whole stages: 16 chunks of 64 (Q4_0) / 32 (Q8_0) columns (cuda::GemvOpts::split_k).
@@ -396,17 +399,25 @@ bool CudaBackend::qkv_split_attention(const Tensor& x, const InputNorm& norm, st
   check_matmul_args(x, norm, qkv);
   check_matmul_shapes(x, norm, qkv);
   const int64_t q_n = q.n_elements(), k_n = qkv[1].y->n_elements(), v_n = qkv[2].y->n_elements();
-  // The partials of k and v start 16-byte aligned (v's rows are read as float2).
-  const int64_t k_at = int64_t(cuda::align_up(uint64_t(q_n), 4)), v_at = k_at + int64_t(cuda::align_up(uint64_t(k_n), 4));
+  // The partials of k and v start 16-byte aligned (v's rows are read as float2), then the halves'
+  // sums of squares.
+  auto at4 = [](int64_t n) { return int64_t(cuda::align_up(uint64_t(n), 4)); };
+  const int64_t k_at = at4(q_n), v_at = k_at + at4(k_n), ss_at = v_at + at4(v_n);
   if (failed() || !use_device()) return true;
-  float* p2 = static_cast<float*>(scratch(kQkvParts, uint64_t(v_at + v_n) * sizeof(float)));
+  float* p2 = static_cast<float*>(scratch(kQkvParts, uint64_t(ss_at + 2) * sizeof(float)));
   if (!p2) return true;  // (the sticky error)
   float* const y2[3] = {p2, p2 + k_at, p2 + v_at};
-  launch_matmuls(x, norm, qkv, nullptr, y2);
+  launch_matmuls(x, norm, qkv, nullptr, y2, norm.w ? p2 + ss_at : nullptr);
   if (failed()) return true;
-  const float* const parts[3] = {y2[0], y2[1], y2[2]};
+  cuda::AttnRope parts;
+  parts.q2 = y2[0];
+  parts.k2 = y2[1];
+  parts.v2 = y2[2];
+  parts.in_ss = norm.w ? p2 + ss_at : nullptr;
+  parts.in_cols = x.cols();
+  parts.in_eps = norm.eps;
   rope_kv_attention_parts(q, *qkv[1].y, *qkv[2].y, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn,
-                          out, parts);
+                          out, &parts);
   ++qkv_splits_;
   return true;
 }
@@ -422,7 +433,7 @@ void CudaBackend::check_matmul_args(const Tensor& x, const InputNorm& norm, std:
 }
 
 void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
-                                 const cuda::GemvRope* rope, float* const* y2) {
+                                 const cuda::GemvRope* rope, float* const* y2, float* split_ss) {
   const int64_t n = x.rows();
   check_matmul_args(x, norm, outs);
   const int64_t gemv_most = gemv_max_tokens(outs);
@@ -441,6 +452,7 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
   opts.eps = norm.eps;
   opts.rope = rope;
   opts.split_k = y2 != nullptr;
+  opts.split_ss = split_ss;
   const MatmulOut* launched[cuda::kGemvMaxOuts];
   const Tensor* ys[cuda::kGemvMaxOuts];
   int count = 0;

@@ -101,7 +101,8 @@ struct QArgs {
   const float* inv_in;
   uint4* frag_out;
   float* inv_out;
-  bool split;  // GemvOpts::split_k (host side: picks the kSplit instance)
+  bool split;      // GemvOpts::split_k (host side: picks the kSplit instance)
+  float* ss_out;   // kSplit with norm_w: the halves' sums of squares [2] (GemvOpts::split_ss)
 };
 
 // The activation fragments of one lane column t of a 32-value word (a quant block) for one token
@@ -175,9 +176,10 @@ struct Shape {
 
 // kFrags (one token, one tile per unit): a GLU (S == 2) writes its output as fragments too, with
 // units in word pairs (frag_out); a single product (S == 1) copies its input fragments (frag_in).
-// kSplit (GemvOpts::split_k; one token, one weight, one tile per unit): unit u is half u & 1 of
-// the columns of tile unit u >> 1; the grid is even, so a block keeps one half (blockIdx.x & 1)
-// and builds only its fragments, and it sums the squares of the whole row for the RMSNorm.
+// kSplit (GemvOpts::split_k; one token, one weight, one tile per unit, no bias): unit u is half
+// u & 1 of the columns of tile unit u >> 1; the grid is even, so a block keeps one half
+// (blockIdx.x & 1) and builds only its fragments. It stores the partial sums as they are (no
+// 1 / rms), and blocks 0 and 1 store their half's sum of squares (the RMSNorm's) for the reader.
 // Separate instances, so the other kernels carry none of that code.
 template <bool kQ4, int S, int RT, int NT, bool kFrags = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
@@ -223,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
     const int rl = int(threadIdx.x) / NT, j = int(threadIdx.x) % NT;
     const int64_t row = tile0 * 16 + rl;
     if (int(threadIdx.x) >= RT * 16 * NT || row >= sg.rows || j >= a.n) return EpilogueIn{};
-    return load_epilogue(half ? nullptr : sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
+    return load_epilogue(sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
   };
 
   // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
@@ -401,23 +403,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
                               : make_float2(0.0f, 0.0f);
             sumsq[gi] = 0.0f;
             if (a.norm_w && live) {
-              if constexpr (kSplit) {
-                // The squares of the same columns in the other half too, each half's in one
-                // chain: both halves' blocks get the same sums (a + b == b + a), so the same 1 / rms.
-                const float* xo = a.x + int64_t(j) * a.cols + k + (half ? -1 : 1) * (a.cols / 2);
-                float own = 0.0f, other = 0.0f;
-#pragma unroll
-                for (int p = 0; p < 4; ++p) {
-                  const float2 o = *reinterpret_cast<const float2*>(xo + 8 * p);
-                  other = fmaf(o.x, o.x, fmaf(o.y, o.y, other));
-                  own = fmaf(v[gi][p].x, v[gi][p].x, fmaf(v[gi][p].y, v[gi][p].y, own));
-                }
-                sumsq[gi] = own + other;
-              }
 #pragma unroll
               for (int p = 0; p < 4; ++p) {
-                if constexpr (!kSplit)
-                  sumsq[gi] = fmaf(v[gi][p].x, v[gi][p].x, fmaf(v[gi][p].y, v[gi][p].y, sumsq[gi]));
+                sumsq[gi] = fmaf(v[gi][p].x, v[gi][p].x, fmaf(v[gi][p].y, v[gi][p].y, sumsq[gi]));
                 const float2 nw = *reinterpret_cast<const float2*>(a.norm_w + k + 8 * p);
                 v[gi][p].x *= nw.x;
                 v[gi][p].y *= nw.y;
@@ -532,14 +520,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
     }
     __syncthreads();
+    if constexpr (kSplit) {  // the half's sum of squares, once (every block of a half has the same)
+      if (a.norm_w && unit == first_unit && blockIdx.x < 2 && threadIdx.x == 0) {
+        float q = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) q += sq[w][0];
+        a.ss_out[half] = q;
+      }
+    }
     {
       const int i = threadIdx.x, rl = i / NT, j = i % NT;  // (a thread per output element)
       const int64_t row = tile0 * 16 + rl;
       if (i < RT * 16 * NT && row < sg.rows && j < a.n) {
+        // (kSplit: the partial sum alone; the reader adds the halves and applies 1 / rms.)
         float* y = (half ? sg.y2 : sg.y) + int64_t(j) * sg.rows + row;
         const float out = reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
-                                                  a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act,
-                                                  half ? nullptr : sg.bias, row, a.accumulate, y, e);
+                                                  a.norm_w && !kSplit ? &sq[0][j] : nullptr, NT, a.cols, a.eps,
+                                                  a.act, sg.bias, row, a.accumulate, y, e);
         if constexpr (kOut) word_out[(tile0 & 1) * 16 + rl][j] = out;
       }
     }
@@ -739,11 +736,13 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
   }
   if (o.split_k) {
     // (A block's chunks start at a multiple of kWarps: warp w owns chunks w + kWarps m of a stage.)
-    if (n != 1 || glu || o.accumulate || o.frags_in || o.frags_out || a.chunks % (2 * kWarps) != 0)
+    if (n != 1 || glu || o.accumulate || o.frags_in || o.frags_out || a.chunks % (2 * kWarps) != 0 ||
+        (o.norm_w && !o.split_ss))
       return cudaErrorInvalidValue;
     for (int i = 0; i < a.n_segs; ++i)
-      if (!a.seg[i].y2) return cudaErrorInvalidValue;
+      if (!a.seg[i].y2 || a.seg[i].bias) return cudaErrorInvalidValue;
     a.split = true;
+    a.ss_out = o.split_ss;
   }
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
   return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);

@@ -144,13 +144,15 @@ struct GemvOpts {
   // cudaErrorInvalidValue otherwise.
   void* frags_out = nullptr;
   const void* frags_in = nullptr;
-  // Split-K (Q8_0 / Q4_0, one token, no up, no accumulate, no fragments; chunks per row a
-  // multiple of 16: Q4_0 cols % 1024, Q8_0 cols % 512): each product is computed as two column
-  // halves by different blocks, so a launch of 1.45 rounds of units (Llama-3-8B q / k / v) takes
-  // 2.9 of half the size. y gets the first half's partial product (+ bias), y2 the second's,
-  // both times the whole row's 1 / rms; the reader sums y + y2 (AttnRope::q2 / k2 / v2).
-  // Errors: cudaErrorInvalidValue otherwise, or without every y2.
+  // Split-K (Q8_0 / Q4_0, one token, no up, no bias, no accumulate, no fragments; chunks per
+  // row a multiple of 16: Q4_0 cols % 1024, Q8_0 cols % 512): each product is computed as two
+  // column halves by different blocks, so a launch of 1.45 rounds of units (Llama-3-8B q / k / v)
+  // takes 2.9 of half the size. y gets the first half's partial dot products of x (times the
+  // norm weight), y2 the second's, and with norm_w split_ss[0], [1] the halves' sums of x^2; the
+  // reader computes (y + y2) / rms (AttnRope::q2 / k2 / v2 / in_ss). Errors:
+  // cudaErrorInvalidValue otherwise, without every y2, or with norm_w and no split_ss.
   bool split_k = false;
+  float* split_ss = nullptr;
 };
 /// Bytes of the activation fragments of a quantized GEMV input of `cols` values (a multiple of
 /// 32), one token: per 32-value word, 8 16-byte words of f16 hi and lo parts in the MMA's
@@ -384,10 +386,15 @@ struct AttnRope {
   const float* k = nullptr;
   const float* v = nullptr;
   // The second partials of a split-K q / k / v GEMV (GemvOpts::split_k; shaped as q, k, v), or
-  // null: the kernel reads q + q2, k + k2, v + v2.
+  // null: the kernel reads (q + q2) / rms, (k + k2) / rms, (v + v2) / rms, the rms of the input
+  // RMSNorm from in_ss[0] + in_ss[1] (sum of x^2 over in_cols values; GemvOpts::split_ss) and
+  // in_eps, or 1 without in_ss.
   const float* q2 = nullptr;
   const float* k2 = nullptr;
   const float* v2 = nullptr;
+  const float* in_ss = nullptr;
+  int64_t in_cols = 0;
+  float in_eps = 0.0f;
   const float* q_norm = nullptr;  // [head_dim] or null
   const float* k_norm = nullptr;
   float eps = 0.0f;

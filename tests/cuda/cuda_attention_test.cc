@@ -405,9 +405,10 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
       {DType::kQ8_0, DType::kF16, 32, 8, 128, true, false, false, true, 4096, 576, true},
       {DType::kQ8_0, DType::kQ8_0, 16, 8, 128, false, true, false, true, 2048, 100, true},   // Qwen3-like
       {DType::kQ4_0, DType::kQ8_0, 16, 8, 128, false, true, false, true, 2048, 0, true},     // first token
-      {DType::kQ4_0, DType::kF16, 12, 2, 64, false, false, false, true, 1024, 255, true},    // 16 chunks, last row
+      {DType::kQ4_0, DType::kF16, 12, 2, 64, false, false, false, true, 1024, 1023, true},   // 8 chunks a half, last row
       {DType::kQ4_0, DType::kF16, 12, 2, 64, false, false, true, true, 1024, 255, false},    // bias (Qwen2): composed
-      {DType::kQ8_0, DType::kF16, 12, 2, 64, true, false, true, false, 1024, 37, true},      // no input norm
+      {DType::kQ8_0, DType::kF16, 12, 2, 64, true, false, false, false, 1024, 37, true},     // no input norm
+      {DType::kQ8_0, DType::kF32, 32, 8, 128, true, false, false, true, 4096, 576, false},   // f32 cache: composed
       {DType::kQ4_0, DType::kF16, 12, 4, 128, true, false, false, true, 1536, 9, false},     // 24 chunks: composed
   };
   for (const Case& c : cases) {
@@ -447,12 +448,14 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
     // Q8_0 step away from the reference's.)
     const bool q8 = c.cache == DType::kQ8_0;
     EXPECT_LT(nerr(out), q8 ? 2e-3 : 5e-4);
+    // The step's own rows (the op's result; the rows before it were written by kv_write).
     const int64_t rows = c.pos + 1;
-    for (Dual* cache : {&kc, &vc}) {
-      const auto want = cache_values(c.cache, bytes_of(*cpu_, cache->c), rows * kw);
-      const auto got = cache_values(c.cache, bytes_of(*gpu_, cache->g), rows * kw);
-      EXPECT_LT(rel_err(got, want), q8 ? 1e-2 : 1e-3);
-    }
+    auto step_row = [&](Backend& b, const Tensor& t) {
+      const auto all = cache_values(c.cache, bytes_of(b, t), rows * kw);
+      return std::vector<float>(all.end() - kw, all.end());
+    };
+    for (Dual* cache : {&kc, &vc})
+      EXPECT_LT(rel_err(step_row(*gpu_, cache->g), step_row(*cpu_, cache->c)), q8 ? 1e-2 : 1e-3);
     // The split off: the same call composes (matmuls, rope_kv_attention) to within the caches'
     // rounding of the step's rows.
     cuda_probe::set_qkv_split(*gpu_, false);
@@ -461,6 +464,8 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
     EXPECT_EQ(cuda_probe::qkv_split_launches(*gpu_) - split0, c.split ? 1 : 0);
     const auto a = floats(*gpu_, out.g), b = floats(*gpu_, out2.g);
     EXPECT_LT(rel_err(a, b), q8 ? 2e-3 : 5e-4);
+    EXPECT_LT(rel_err(step_row(*gpu_, kc.g), step_row(*gpu_, kc2.g)), q8 ? 1e-2 : 1e-3);
+    EXPECT_LT(rel_err(step_row(*gpu_, vc.g), step_row(*gpu_, vc2.g)), q8 ? 1e-2 : 1e-3);
   }
 }
 

@@ -403,7 +403,8 @@ bool CudaBackend::qkv_split_attention(const Tensor& x, const InputNorm& norm, st
   // sums of squares.
   auto at4 = [](int64_t n) { return int64_t(cuda::align_up(uint64_t(n), 4)); };
   const int64_t k_at = at4(q_n), v_at = k_at + at4(k_n), ss_at = v_at + at4(v_n);
-  if (failed() || !use_device()) return true;
+  // (The device made current for the scratch without counting an op: the GEMV's launch counts it.)
+  if (failed() || !note(make_current(), "cudaSetDevice")) return true;
   float* p2 = static_cast<float*>(scratch(kQkvParts, uint64_t(ss_at + 2) * sizeof(float)));
   if (!p2) return true;  // (the sticky error)
   float* const y2[3] = {p2, p2 + k_at, p2 + v_at};

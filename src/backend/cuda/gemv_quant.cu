@@ -83,7 +83,7 @@ struct QArgs {
   QSeg seg[kGemvMaxOuts];
   int n_segs;
   int64_t cols;
-  int64_t units;         // RT tiles each, over all segments (seg.block_end counts units)
+  int64_t units;         // RT tiles each, over all segments (seg.block_end counts units); kSplit: twice, halves
   int64_t chunks;        // per row (cuda_util.h)
   int64_t stage_chunks;  // chunks whose activation fragments fit in one stage
   int slots;             // pair slots of each warp's weight ring: Shape::kMaxSlots or 2
@@ -225,7 +225,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
     const int rl = int(threadIdx.x) / NT, j = int(threadIdx.x) % NT;
     const int64_t row = tile0 * 16 + rl;
     if (int(threadIdx.x) >= RT * 16 * NT || row >= sg.rows || j >= a.n) return EpilogueIn{};
-    return load_epilogue(sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
+    return load_epilogue(kSplit ? nullptr : sg.bias, row, kSplit ? false : a.accumulate,
+                         sg.y + int64_t(j) * sg.rows + row);
   };
 
   // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
@@ -536,7 +537,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
         float* y = (half ? sg.y2 : sg.y) + int64_t(j) * sg.rows + row;
         const float out = reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
                                                   a.norm_w && !kSplit ? &sq[0][j] : nullptr, NT, a.cols, a.eps,
-                                                  a.act, sg.bias, row, a.accumulate, y, e);
+                                                  a.act, kSplit ? nullptr : sg.bias, row, kSplit ? false : a.accumulate,
+                                                  y, e);
         if constexpr (kOut) word_out[(tile0 & 1) * 16 + rl][j] = out;
       }
     }
@@ -649,7 +651,9 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
     if (per_sm == 0) SHOAL_TRY_LAUNCH(per_sm_at(a.slots, per_sm));
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * d.sms);
   }
-  if constexpr (kSplit) grid &= ~int64_t(1);  // even: a block's half is its parity (units >= 2)
+  // Even: a block's half is its parity (units >= 2; blocks never wait for each other, so two
+  // blocks are fine where one slot is resident).
+  if constexpr (kSplit) grid = std::max<int64_t>(grid & ~int64_t(1), 2);
   SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT, kFrags, kSplit>, unsigned(grid), kThreads, smem, stream, a));
   return cudaGetLastError();
 }

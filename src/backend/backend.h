@@ -254,8 +254,9 @@ class Backend {
   /// A layer's attention from its input: matmuls(x, norm, qkv), where qkv holds exactly the q, k
   /// and v products in that order, then rope_kv_attention(*qkv[0].y, *qkv[1].y, *qkv[2].y,
   /// q_norm, ...). Backends may fuse RoPE and the cache write into the products instead (CUDA);
-  /// q and k are then left rotated, or (as rope_kv_attention) raw. Errors are bugs (SHOAL_CHECK),
-  /// as in those two ops.
+  /// q and k are then left rotated, or (as rope_kv_attention) raw, or (CUDA's split-K products of
+  /// one quantized token) q, k and v hold partial products: only the caches and out are results.
+  /// Errors are bugs (SHOAL_CHECK), as in those two ops.
   virtual void qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
                              const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                              const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,

@@ -324,7 +324,7 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
       {16, 4, 64, 64, true, false, DType::kF16, 3072, false, true, 300, 77, true},     // default rows
       {32, 8, 128, 128, false, false, DType::kF16, 4096, false, true, 1024, 576, false},  // rotate_half: composed
       {16, 8, 128, 128, true, true, DType::kF16, 2048, false, true, 1024, 100, false},    // q / k norms: composed
-      {32, 8, 128, 128, true, false, DType::kQ8_0, 4096, false, true, 1024, 576, false},  // quantized: composed
+      {32, 8, 128, 128, true, false, DType::kQ8_0, 4096, false, true, 1024, 576, false},  // quantized: split K
   };
   for (const Case& c : cases) {
     const int64_t qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim, d = c.d_model;
@@ -382,6 +382,90 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
     }
     const std::pair<Dual*, Dual*> same[] = {{&q, &q2}, {&k, &k2}, {&v, &v2}, {&kc, &kc2}, {&vc, &vc2}, {&out, &out2}};
     for (const auto& [a, b] : same) EXPECT_EQ(bytes_of(*gpu_, a->g), bytes_of(*gpu_, b->g));
+  }
+}
+
+TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
+  // One token of Q4_0 / Q8_0 q / k / v weights: the GEMV splits K in two column halves and
+  // rope_kv_attention sums the partials and applies the input norm's 1 / rms as it reads q, k
+  // and v (qkv_split_attention), where the halves are whole 16-chunk stages, there is no bias and
+  // the fused attention applies; else the ops compose.
+  // Against the reference backend's composition (out and both caches; caches NaN but the rows
+  // written before), and against the same call with the split off.
+  struct Case {
+    DType weight, cache;
+    int n_heads, n_kv_heads, head_dim;
+    bool interleaved, qk_norms, bias, input_norm;
+    int64_t d_model;
+    int32_t pos;
+    bool split;
+  };
+  const std::vector<Case> cases = {
+      {DType::kQ4_0, DType::kF16, 32, 8, 128, true, false, false, true, 4096, 576, true},     // Llama-3-8B
+      {DType::kQ8_0, DType::kF16, 32, 8, 128, true, false, false, true, 4096, 576, true},
+      {DType::kQ8_0, DType::kQ8_0, 16, 8, 128, false, true, false, true, 2048, 100, true},   // Qwen3-like
+      {DType::kQ4_0, DType::kQ8_0, 16, 8, 128, false, true, false, true, 2048, 0, true},     // first token
+      {DType::kQ4_0, DType::kF16, 12, 2, 64, false, false, false, true, 1024, 1023, true},   // 8 chunks a half, last row
+      {DType::kQ4_0, DType::kF16, 12, 2, 64, false, false, true, true, 1024, 255, false},    // bias (Qwen2): composed
+      {DType::kQ8_0, DType::kF16, 12, 2, 64, true, false, false, false, 1024, 37, true},     // no input norm
+      {DType::kQ8_0, DType::kF32, 32, 8, 128, true, false, false, true, 4096, 576, false},   // f32 cache: composed
+      {DType::kQ4_0, DType::kF16, 12, 4, 128, true, false, false, true, 1536, 9, false},     // 24 chunks: composed
+  };
+  for (const Case& c : cases) {
+    const int64_t qw = int64_t(c.n_heads) * c.head_dim, kw = int64_t(c.n_kv_heads) * c.head_dim, d = c.d_model;
+    SCOPED_TRACE(fmt::format("{} weights, {} cache, heads {}/{} dim {} norms {} bias {} input norm {} d_model {} pos {}",
+                             dtype_name(c.weight), dtype_name(c.cache), c.n_heads, c.n_kv_heads, c.head_dim,
+                             c.qk_norms, c.bias, c.input_norm, d, c.pos));
+    const int64_t n_ctx = 1024;
+    auto [kc, vc, kc2, vc2] = caches(c.cache, n_ctx, kw, c.pos);
+    Dual x = make_f32({1, d}, randn(d));
+    Dual nw = make_f32({d}, randn(d, 0.5f));
+    Dual wq = make_weight(c.weight, {qw, d}, 0.05f), wk = make_weight(c.weight, {kw, d}, 0.05f);
+    Dual wv = make_weight(c.weight, {kw, d}, 0.05f);
+    Dual bq = make_f32({qw}, randn(qw)), bk = make_f32({kw}, randn(kw)), bv = make_f32({kw}, randn(kw));
+    Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
+    Dual pos = make_i32({c.pos});
+    Dual freq = make_f32({c.head_dim / 2}, inv_freq(c.head_dim, 1000000.0));
+    Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});
+    Dual h = output(DType::kF32, {1, d}), out = output(DType::kF32, {1, qw}), out2 = output(DType::kF32, {1, qw});
+    const RopeSpec rs{c.n_heads, c.head_dim, c.head_dim, c.interleaved, 1.0f};
+    const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
+    auto call = [&](Backend& b, Dual& kcache, Dual& vcache, Dual& o) {
+      const bool g = &b == gpu_.get();
+      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
+      const std::array<MatmulOut, 3> qkv{MatmulOut{t(wq), t(q), c.bias ? t(bq) : nullptr},
+                                         MatmulOut{t(wk), t(k), c.bias ? t(bk) : nullptr},
+                                         MatmulOut{t(wv), t(v), c.bias ? t(bv) : nullptr}};
+      const InputNorm norm{c.input_norm ? t(nw) : nullptr, 1e-5f, t(h)};
+      b.qkv_attention(*t(x), norm, qkv, c.qk_norms ? t(qn) : nullptr, c.qk_norms ? t(kn) : nullptr, 1e-6f, *t(pos),
+                      *t(freq), rs, *t(kcache), *t(vcache), as, *t(o));
+    };
+    const int64_t split0 = cuda_probe::qkv_split_launches(*gpu_);
+    call(*cpu_, kc, vc, out);
+    call(*gpu_, kc, vc, out);
+    EXPECT_EQ(cuda_probe::qkv_split_launches(*gpu_) - split0, c.split ? 1 : 0);
+    // (As QkvAttentionRopeAndCacheWriteInTheProducts: the step's k / v rows may land one f16 or
+    // Q8_0 step away from the reference's.)
+    const bool q8 = c.cache == DType::kQ8_0;
+    EXPECT_LT(nerr(out), q8 ? 2e-3 : 5e-4);
+    // The step's own rows (the op's result; the rows before it were written by kv_write).
+    const int64_t rows = c.pos + 1;
+    auto step_row = [&](Backend& b, const Tensor& t) {
+      const auto all = cache_values(c.cache, bytes_of(b, t), rows * kw);
+      return std::vector<float>(all.end() - kw, all.end());
+    };
+    for (Dual* cache : {&kc, &vc})
+      EXPECT_LT(rel_err(step_row(*gpu_, cache->g), step_row(*cpu_, cache->c)), q8 ? 1e-2 : 1e-3);
+    // The split off: the same call composes (matmuls, rope_kv_attention) to within the caches'
+    // rounding of the step's rows.
+    cuda_probe::set_qkv_split(*gpu_, false);
+    call(*gpu_, kc2, vc2, out2);
+    cuda_probe::set_qkv_split(*gpu_, true);
+    EXPECT_EQ(cuda_probe::qkv_split_launches(*gpu_) - split0, c.split ? 1 : 0);
+    const auto a = floats(*gpu_, out.g), b = floats(*gpu_, out2.g);
+    EXPECT_LT(rel_err(a, b), q8 ? 2e-3 : 5e-4);
+    EXPECT_LT(rel_err(step_row(*gpu_, kc.g), step_row(*gpu_, kc2.g)), q8 ? 1e-2 : 1e-3);
+    EXPECT_LT(rel_err(step_row(*gpu_, vc.g), step_row(*gpu_, vc2.g)), q8 ? 1e-2 : 1e-3);
   }
 }
 

@@ -473,7 +473,9 @@ bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims) {
 
 cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,
                               const AttnArgs& a, void* scratch, float* out, cudaStream_t stream) {
-  if (!rope_kv_attention_supported(a, r.rot_dims) || !r.k || !r.v || (r.rot_dims > 0 && !r.inv_freq))
+  if (!rope_kv_attention_supported(a, r.rot_dims) || !r.k || !r.v || (r.rot_dims > 0 && !r.inv_freq) ||
+      !r.q2 != !r.k2 || !r.k2 != !r.v2 || (r.in_ss && (!r.q2 || r.in_cols <= 0)) || reinterpret_cast<uintptr_t>(r.v) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(r.v2) % 8 != 0)  // (v rows read as float2)
     return cudaErrorInvalidValue;
   return run_attention(q, k_cache, v_cache, pos, a, scratch, out, stream, &r);
 }

@@ -38,6 +38,7 @@
 #include "backend/cuda/attention_mma.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace shoal::cuda {
@@ -123,9 +124,12 @@ struct DecodeSmem {
 
 // R: the rope prologue (P.rope; rope_kv_attention). Q8: Q8_0 caches (staged as they are,
 // converted per tile into f16 integer tiles and scales: attention_mma.cuh; the rope prologue
-// quantizes the step's rows as kv_write does).
-template <int D, bool R, bool Q8>
+// quantizes the step's rows as kv_write does). kParts (with R): q, k and v are the sums of the
+// two partials of a split-K GEMV, times the input RMSNorm's 1 / rms (AttnRope::q2 / k2 / v2 /
+// in_ss): a separate instance, so the others carry none of it.
+template <int D, bool R, bool Q8, bool kParts = false>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Params P) {
+  static_assert(!kParts || R, "partials: the rope prologue reads them");
   constexpr int S = kStages;
   constexpr int DP = attn_mma::pitch<D>(), DT = D / 8, NB = attn_mma::q8_blocks<D>(), AT = attn_mma::q8_stage_at<D>();
   using Sm = DecodeSmem<D, Q8>;
@@ -257,10 +261,25 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     // 7 - w ... are loaded in the loops below, one row at a time (one rope_row copy: v18). Then
     // the q rows are normed and rotated into rs.q, each k row into rs.kv, and k / v are stored in
     // the caches and, in the n_early tiles, in the tiles.
+    // kParts: each value is (first partial + second partial) / rms (the GEMV's input RMSNorm).
+    float in_inv = 1.0f;
+    if constexpr (kParts)
+      if (P.rope.in_ss) in_inv = inv_rms(P.rope.in_ss[0] + P.rope.in_ss[1], P.rope.in_cols, P.rope.in_eps);
     float qv[DJ];
     auto load_q = [&](int r) {
+      if constexpr (kParts) {
+        float q2[DJ];
 #pragma unroll
-      for (int j = 0; j < DJ; ++j) qv[j] = P.q[row_out(r) + lane + 32 * j];
+        for (int j = 0; j < DJ; ++j) {
+          qv[j] = P.q[row_out(r) + lane + 32 * j];
+          q2[j] = P.rope.q2[row_out(r) + lane + 32 * j];
+        }
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) qv[j] = (qv[j] + q2[j]) * in_inv;
+      } else {
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) qv[j] = P.q[row_out(r) + lane + 32 * j];
+      }
     };
     if (row_token(warp) < n_tokens) load_q(warp);
     auto kv_pos = [&](int t) {  // the cache row of token t if among this block's keys, else -1
@@ -271,8 +290,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
     float2 vv[D / 64];                   // f16 caches: values 2 lane + 64 i, + 1
     [[maybe_unused]] float vq[DJ];       // Q8: value lane of each 32-value block
     auto load_kv = [&](int t) {
-      const float* kr = P.rope.k + int64_t(t) * width + int64_t(kvh) * D;
-      const float* vr = P.rope.v + int64_t(t) * width + int64_t(kvh) * D;
+      const int64_t at = int64_t(t) * width + int64_t(kvh) * D;
+      const float *kr = P.rope.k + at, *vr = P.rope.v + at;
 #pragma unroll
       for (int j = 0; j < DJ; ++j) kv[j] = kr[lane + 32 * j];
       if constexpr (Q8) {
@@ -281,6 +300,27 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(const Pa
       } else {
 #pragma unroll
         for (int i = 0; i < D / 64; ++i) vv[i] = *reinterpret_cast<const float2*>(vr + 2 * lane + 64 * i);
+      }
+      if constexpr (kParts) {
+        const float *kr2 = P.rope.k2 + at, *vr2 = P.rope.v2 + at;
+        float k2[DJ];
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) k2[j] = kr2[lane + 32 * j];
+        if constexpr (Q8) {
+          float v2[DJ];
+#pragma unroll
+          for (int j = 0; j < DJ; ++j) v2[j] = vr2[lane + 32 * j];
+#pragma unroll
+          for (int j = 0; j < DJ; ++j) vq[j] = (vq[j] + v2[j]) * in_inv;
+        } else {
+          float2 v2[D / 64];
+#pragma unroll
+          for (int i = 0; i < D / 64; ++i) v2[i] = *reinterpret_cast<const float2*>(vr2 + 2 * lane + 64 * i);
+#pragma unroll
+          for (int i = 0; i < D / 64; ++i) vv[i] = make_float2((vv[i].x + v2[i].x) * in_inv, (vv[i].y + v2[i].y) * in_inv);
+        }
+#pragma unroll
+        for (int j = 0; j < DJ; ++j) kv[j] = (kv[j] + k2[j]) * in_inv;
       }
     };
     const int t0 = kWarps - 1 - warp;
@@ -523,9 +563,9 @@ constexpr size_t smem_bytes() {
   return DecodeSmem<D, Q8>::kBytes;
 }
 
-template <int D, bool R, bool Q8 = false>
+template <int D, bool R, bool Q8 = false, bool kParts = false>
 cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
-  const auto kernel = attention_decode_mma_kernel<D, R, Q8>;
+  const auto kernel = attention_decode_mma_kernel<D, R, Q8, kParts>;
   if (const cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<D, Q8>()));
       e != cudaSuccess)
@@ -554,9 +594,9 @@ cudaError_t launch_decode(const Params& P, cudaStream_t stream) {
 }
 
 // The launch for the head size (64 or 128: use_decode_mma admits no other).
-template <bool R, bool Q8>
+template <bool R, bool Q8, bool kParts = false>
 cudaError_t launch_head(const Params& P, int head_dim, cudaStream_t stream) {
-  return head_dim == 64 ? launch_decode<64, R, Q8>(P, stream) : launch_decode<128, R, Q8>(P, stream);
+  return head_dim == 64 ? launch_decode<64, R, Q8, kParts>(P, stream) : launch_decode<128, R, Q8, kParts>(P, stream);
 }
 
 }  // namespace
@@ -605,8 +645,12 @@ cudaError_t attention_decode_mma(const float* q, const void* k_cache, const void
                                  cudaStream_t stream, const AttnRope* rope) {
   if (rope && a.n_tokens > kGemvMaxTokens) return cudaErrorInvalidValue;  // (RopeSmem holds kGemvMaxTokens)
   const Params P = Params::of(q, k_cache, v_cache, pos, a, plan, part_o, part_ml, out, rope ? *rope : AttnRope{});
-  if (a.cache == CacheKind::kQ8_0)
+  const bool parts = rope && rope->q2;
+  if (a.cache == CacheKind::kQ8_0) {
+    if (parts) return launch_head<true, true, true>(P, a.head_dim, stream);
     return rope ? launch_head<true, true>(P, a.head_dim, stream) : launch_head<false, true>(P, a.head_dim, stream);
+  }
+  if (parts) return launch_head<true, false, true>(P, a.head_dim, stream);
   return rope ? launch_head<true, false>(P, a.head_dim, stream) : launch_head<false, false>(P, a.head_dim, stream);
 }
 

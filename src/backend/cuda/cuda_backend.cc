@@ -97,9 +97,9 @@ Status CudaBackend::init(int device) {
   // Programmatic dependent launch (sm_90+) hides launch gaps between the kernels of a step;
   // thread-block clusters (sm_90+) let decode attention merge its splits in one kernel.
   // Hopper runs quantized prefill products on gemm_quant (wgmma). SHOAL_CUDA_PDL=0 /
-  // SHOAL_CUDA_CLUSTERS=0 / SHOAL_CUDA_FRAGS=0 (set_fragment_handoff) / SHOAL_CUDA_QGEMM=0 turn
-  // them off (for comparisons), and SHOAL_CUDA_BF16_AS_F16=0 keeps BF16 weights as they are
-  // (settle_weights, set_bf16_as_f16).
+  // SHOAL_CUDA_CLUSTERS=0 / SHOAL_CUDA_FRAGS=0 (set_fragment_handoff) / SHOAL_CUDA_QKV_SPLIT=0
+  // (set_qkv_split) / SHOAL_CUDA_QGEMM=0 turn them off (for comparisons), and
+  // SHOAL_CUDA_BF16_AS_F16=0 keeps BF16 weights as they are (settle_weights, set_bf16_as_f16).
   const auto off = [](const char* name) {
     const char* v = std::getenv(name);
     return v && std::string_view(v) == "0";
@@ -108,6 +108,7 @@ Status CudaBackend::init(int device) {
   cuda::set_pdl(sm90 && !off("SHOAL_CUDA_PDL"));
   cuda::set_clusters(sm90 && !off("SHOAL_CUDA_CLUSTERS"));
   frags_ = !off("SHOAL_CUDA_FRAGS");
+  qkv_split_ = !off("SHOAL_CUDA_QKV_SPLIT");
   qgemm_available_ = cuda::gemm_quant_available();  // (the current device: set above)
   qgemm_ = qgemm_available_ && !off("SHOAL_CUDA_QGEMM");
   bf16_as_f16_ = !off("SHOAL_CUDA_BF16_AS_F16");

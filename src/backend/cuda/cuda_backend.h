@@ -130,6 +130,12 @@ class CudaBackend final : public Backend {
   uint64_t rope_epilogue_launches() const { return rope_epilogues_; }
   /// GEMV launches so far that took their input as fragments from the GEMV before (for tests).
   uint64_t fragment_handoffs() const { return frag_handoffs_; }
+  /// Decode qkv_attention calls so far whose quantized q / k / v GEMV split K in two halves, summed
+  /// by rope_kv_attention (qkv_split_attention; for tests).
+  uint64_t qkv_split_launches() const { return qkv_splits_; }
+  /// Whether qkv_split_attention may run (on unless SHOAL_CUDA_QKV_SPLIT=0 at creation; for tests
+  /// and comparisons).
+  void set_qkv_split(bool on) { qkv_split_ = on; }
   /// Prefill qkv_attention calls so far whose RoPE + KV-write kernel summed q / k / v from their
   /// stacked GEMM's partial products (qkv_parts_attention; for tests).
   uint64_t qkv_part_ropes() const { return qkv_part_ropes_; }
@@ -203,7 +209,8 @@ class CudaBackend final : public Backend {
     kGemmInput2,  // the next input, written while kGemmInput's is still read (and in turn)
     kGemmOut,
     kGemmUp,
-    kFrags,  // GEMV activation fragments (GemvOpts::frags_out / frags_in)
+    kFrags,     // GEMV activation fragments (GemvOpts::frags_out / frags_in)
+    kQkvParts,  // the second halves' partials of a split-K q / k / v GEMV (qkv_split_attention)
     kScratchCount
   };
 
@@ -299,6 +306,26 @@ class CudaBackend final : public Backend {
                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                            const AttentionSpec& attn, Tensor& out);
+  /// qkv_attention for one token of Q8_0 / Q4_0 q / k / v weights where rope_kv_attention fuses:
+  /// the GEMV splits K in two column halves (cuda::GemvOpts::split_k: Llama-3-8B's 384 tiles of
+  /// units take 2.9 rounds of half units instead of 1.45 of whole ones), and rope_kv_attention
+  /// sums each half's partials and applies the input norm's 1 / rms as it reads q, k and v (no
+  /// bias). False where that does not apply (nothing run); true otherwise, also on error (sticky).
+  bool qkv_split_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                           const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                           const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                           const AttentionSpec& attn, Tensor& out);
+  /// Whether rope_kv_attention runs the fused kernel for these arguments (else it composes the
+  /// plain ops); after_cache_write: the op just before wrote these caches.
+  bool rope_attention_fusable(const cuda::AttnArgs& a, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                              const RopeSpec& spec, const AttentionSpec& attn, bool after_cache_write) const;
+  /// rope_kv_attention; with `parts` q, k and v are first partials, and parts' q2 / k2 / v2 /
+  /// in_ss / in_cols / in_eps (cuda::AttnRope) the rest (then the fused kernel must apply:
+  /// SHOAL_CHECK).
+  void rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                               float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
+                               Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out,
+                               const cuda::AttnRope* parts);
   /// The gate / up products of a prefill GLU (o.up set) for combine_glu / glu_parts: one GEMM
   /// over both where stack_glu says so (up = gate + rows, ld = 2 rows), else two (ld 0). False on
   /// error (sticky).
@@ -380,8 +407,9 @@ class CudaBackend final : public Backend {
   uint64_t early_epilogues_ = 0, rope_epilogues_ = 0, frag_handoffs_ = 0, qgemm_launches_ = 0, half_inputs_ = 0,
            stacked_products_ = 0, qkv_part_ropes_ = 0, glu_part_ffns_ = 0, split_handoffs_ = 0, q8_mma_attention_ = 0,
            scratch_allocs_ = 0, qgemm_split_launches_ = 0, qgemm_two_block_launches_ = 0,
-           qgemm_wide_launches_ = 0, decode_kernel_batches_ = 0;
+           qgemm_wide_launches_ = 0, decode_kernel_batches_ = 0, qkv_splits_ = 0;
   bool frags_ = true;
+  bool qkv_split_ = true;
   bool half_prefill_ = false;     // BackendOptions::half_prefill
   bool qgemm_available_ = false;  // cuda::gemm_quant_available() on this device
   cuda::QuantGemmSplit qsplit_;   // gemm_quant's split-K scratch (with qgemm_available_)
@@ -413,9 +441,12 @@ class CudaBackend final : public Backend {
   /// SHOAL_CHECKs that op `prev` (the op before decode attention) was not an advance_decode
   /// writing `pos`.
   void check_pos_not_just_advanced(const Tensor& pos, uint64_t prev) const;
-  /// matmuls(), with the RoPE / KV cache epilogue when `rope` is given (qkv_attention).
+  /// matmuls(), with the RoPE / KV cache epilogue when `rope` is given (qkv_attention), or split K
+  /// with the second halves' partials at y2[i] of outs[i] and the halves' sums of squares at
+  /// split_ss when `y2` is given (qkv_split_attention: one GEMV launch, which the caller checked;
+  /// cuda::GemvOpts::split_k).
   void launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
-                      const cuda::GemvRope* rope);
+                      const cuda::GemvRope* rope, float* const* y2 = nullptr, float* split_ss = nullptr);
   /// Whether qkv_attention can fuse RoPE and the cache write into the GEMV (its conditions).
   bool rope_in_products(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv, const Tensor* q_norm,
                         const Tensor* k_norm, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,

@@ -220,9 +220,25 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   wrote({&out});
 }
 
+bool CudaBackend::rope_attention_fusable(const cuda::AttnArgs& a, const Tensor& v, const Tensor* q_norm,
+                                         const Tensor* k_norm, const RopeSpec& spec, const AttentionSpec& attn,
+                                         bool after_cache_write) const {
+  const int64_t hd = attn.head_dim;
+  return cuda::rope_kv_attention_supported(a, spec.rot_dims) && spec.head_dim == hd && spec.n_heads == attn.n_heads &&
+         (!q_norm || q_norm->n_elements() == hd) && (!k_norm || k_norm->n_elements() == hd) && !after_cache_write &&
+         reinterpret_cast<uintptr_t>(v.data) % 8 == 0;  // (v rows read as float2)
+}
+
 void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                                     float eps, const Tensor& pos, const Tensor& inv_freq, const RopeSpec& spec,
                                     Tensor& k_cache, Tensor& v_cache, const AttentionSpec& attn, Tensor& out) {
+  rope_kv_attention_parts(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out, nullptr);
+}
+
+void CudaBackend::rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                                          const Tensor* k_norm, float eps, const Tensor& pos, const Tensor& inv_freq,
+                                          const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                                          const AttentionSpec& attn, Tensor& out, const cuda::AttnRope* parts) {
   const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out, attn_keys_);
   check_pos_not_just_advanced(pos, ops_);
   const int64_t hd = attn.head_dim, width = int64_t(attn.n_kv_heads) * hd;
@@ -230,10 +246,8 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   // these caches (that kernel may still be running). ops_ counts up to the previous op here.
   const bool after_cache_write =
       kv_written_.op == ops_ && (kv_written_.k == k_cache.data || kv_written_.v == v_cache.data);
-  const bool fusable = cuda::rope_kv_attention_supported(a, spec.rot_dims) && spec.head_dim == hd &&
-                       spec.n_heads == attn.n_heads && (!q_norm || q_norm->n_elements() == hd) &&
-                       (!k_norm || k_norm->n_elements() == hd) && !after_cache_write &&
-                       reinterpret_cast<uintptr_t>(v.data) % 8 == 0;  // (v rows read as float2)
+  const bool fusable = rope_attention_fusable(a, v, q_norm, k_norm, spec, attn, after_cache_write);
+  SHOAL_CHECK(fusable || !parts, "rope_kv_attention: q / k / v partials need the fused kernel");
   if (!fusable) {
     Backend::rope_kv_attention(q, k, v, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
     return;
@@ -252,6 +266,14 @@ void CudaBackend::rope_kv_attention(Tensor& q, Tensor& k, const Tensor& v, const
   r.rot_dims = spec.rot_dims;
   r.interleaved = spec.interleaved;
   r.attn_factor = spec.attn_factor;
+  if (parts) {
+    r.q2 = parts->q2;
+    r.k2 = parts->k2;
+    r.v2 = parts->v2;
+    r.in_ss = parts->in_ss;
+    r.in_cols = parts->in_cols;
+    r.in_eps = parts->in_eps;
+  }
   if (failed() || !use_device()) return;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;
@@ -336,7 +358,8 @@ void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::spa
                                 const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                                 const AttentionSpec& attn, Tensor& out) {
   if (!rope_in_products(x, norm, qkv, q_norm, k_norm, pos, inv_freq, spec, k_cache, v_cache, attn)) {
-    if (!qkv_parts_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out))
+    if (!qkv_split_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out) &&
+        !qkv_parts_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out))
       Backend::qkv_attention(x, norm, qkv, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn, out);
     return;
   }
@@ -357,6 +380,49 @@ void CudaBackend::qkv_attention(const Tensor& x, const InputNorm& norm, std::spa
   attention(*qkv[0].y, k_cache, v_cache, pos, attn, out);
 }
 
+bool CudaBackend::qkv_split_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
+                                      const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
+                                      const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
+                                      const AttentionSpec& attn, Tensor& out) {
+  if (!qkv_split_ || x.rows() != 1 || qkv.size() != 3) return false;
+  for (const MatmulOut& o : qkv)  // (no bias: the reader applies 1 / rms to the partials' sum)
+    if (!o.w || !o.y || o.up || o.bias || o.accumulate || o.w->dtype != qkv[0].w->dtype || o.w->cols() != x.cols())
+      return false;
+  const DType wt = qkv[0].w->dtype;
+  // Halves of whole stages: 16 chunks of 64 (Q4_0) / 32 (Q8_0) columns (cuda::GemvOpts::split_k).
+  if ((wt != DType::kQ4_0 && wt != DType::kQ8_0) || x.cols() % (wt == DType::kQ4_0 ? 1024 : 512) != 0) return false;
+  if (!gemv_launches(x, norm, qkv, gemv_max_tokens(qkv))) return false;
+  Tensor& q = *qkv[0].y;
+  const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, pos, attn, out, attn_keys_);
+  // (rope_kv_attention follows the GEMV, which writes no cache: not after a cache write.)
+  if (!rope_attention_fusable(a, *qkv[2].y, q_norm, k_norm, spec, attn, false)) return false;
+  check_matmul_args(x, norm, qkv);
+  check_matmul_shapes(x, norm, qkv);
+  const int64_t q_n = q.n_elements(), k_n = qkv[1].y->n_elements(), v_n = qkv[2].y->n_elements();
+  // The partials of k and v start 16-byte aligned (v's rows are read as float2), then the halves'
+  // sums of squares.
+  auto at4 = [](int64_t n) { return int64_t(cuda::align_up(uint64_t(n), 4)); };
+  const int64_t k_at = at4(q_n), v_at = k_at + at4(k_n), ss_at = v_at + at4(v_n);
+  // (The device made current for the scratch without counting an op: the GEMV's launch counts it.)
+  if (failed() || !note(make_current(), "cudaSetDevice")) return true;
+  float* p2 = static_cast<float*>(scratch(kQkvParts, uint64_t(ss_at + 2) * sizeof(float)));
+  if (!p2) return true;  // (the sticky error)
+  float* const y2[3] = {p2, p2 + k_at, p2 + v_at};
+  launch_matmuls(x, norm, qkv, nullptr, y2, norm.w ? p2 + ss_at : nullptr);
+  if (failed()) return true;
+  cuda::AttnRope parts;
+  parts.q2 = y2[0];
+  parts.k2 = y2[1];
+  parts.v2 = y2[2];
+  parts.in_ss = norm.w ? p2 + ss_at : nullptr;
+  parts.in_cols = x.cols();
+  parts.in_eps = norm.eps;
+  rope_kv_attention_parts(q, *qkv[1].y, *qkv[2].y, q_norm, k_norm, eps, pos, inv_freq, spec, k_cache, v_cache, attn,
+                          out, &parts);
+  ++qkv_splits_;
+  return true;
+}
+
 void CudaBackend::check_matmul_args(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs) {
   SHOAL_CHECK(!norm.w || norm.h != nullptr, "matmuls: a norm needs its output tensor h");
   SHOAL_CHECK(!norm.w || norm.h->data != x.data, "matmuls: h must not alias x");
@@ -368,7 +434,7 @@ void CudaBackend::check_matmul_args(const Tensor& x, const InputNorm& norm, std:
 }
 
 void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> outs,
-                                 const cuda::GemvRope* rope) {
+                                 const cuda::GemvRope* rope, float* const* y2, float* split_ss) {
   const int64_t n = x.rows();
   check_matmul_args(x, norm, outs);
   const int64_t gemv_most = gemv_max_tokens(outs);
@@ -386,6 +452,8 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
   opts.norm_w = norm.w ? f32(*norm.w) : nullptr;
   opts.eps = norm.eps;
   opts.rope = rope;
+  opts.split_k = y2 != nullptr;
+  opts.split_ss = split_ss;
   const MatmulOut* launched[cuda::kGemvMaxOuts];
   const Tensor* ys[cuda::kGemvMaxOuts];
   int count = 0;
@@ -412,7 +480,7 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
     const bool take = frags_ && quant && n == 1 && !opts.norm_w && !g[0].up && frags_written_.op == ops_ &&
                       frags_written_.y == xs && frags_written_.cols == x.cols() &&
                       (kind != WKind::kQ4_0 || x.cols() % 64 == 0);
-    opts.frags_in = take ? frags_written_.data : nullptr;
+    opts.frags_in = take && !opts.split_k ? frags_written_.data : nullptr;
     opts.frags_out = nullptr;
     if (frags_ && quant && n == 1 && count == 1 && g[0].up && g[0].w.rows % 32 == 0) {
       opts.frags_out = scratch(kFrags, uint64_t(cuda::gemv_frag_bytes(g[0].w.rows)));
@@ -442,7 +510,8 @@ void CudaBackend::launch_matmuls(const Tensor& x, const InputNorm& norm, std::sp
                       opts.accumulate != o.accumulate || (o.up && opts.act != act_of(o.act))))
       flush();
     if (o.up) ups[count] = weight_ref(*o.up);
-    g[count] = cuda::GemvOut{wr, o.up ? &ups[count] : nullptr, o.bias ? f32(*o.bias) : nullptr, f32(*o.y)};
+    g[count] = cuda::GemvOut{wr, o.up ? &ups[count] : nullptr, o.bias ? f32(*o.bias) : nullptr, f32(*o.y),
+                             y2 ? y2[&o - outs.data()] : nullptr};
     launched[count] = &o;
     opts.accumulate = o.accumulate;
     opts.act = act_of(o.act);

@@ -351,6 +351,12 @@ void set_fragment_handoff(Backend& b, bool on) {
   if (CudaBackend* cb = as_cuda(b)) cb->set_fragment_handoff(on);
 }
 
+int64_t qkv_split_launches(Backend& b) { return counter(b, &CudaBackend::qkv_split_launches); }
+
+void set_qkv_split(Backend& b, bool on) {
+  if (CudaBackend* cb = as_cuda(b)) cb->set_qkv_split(on);
+}
+
 int64_t quant_gemm_launches(Backend& b) { return counter(b, &CudaBackend::quant_gemm_launches); }
 int64_t quant_gemm_split_launches(Backend& b) { return counter(b, &CudaBackend::quant_gemm_split_launches); }
 int64_t quant_gemm_two_block_launches(Backend& b) {

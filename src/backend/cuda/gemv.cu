@@ -427,7 +427,7 @@ cudaError_t run(const GemvOut* outs, int count, const float* x, int n, const Gem
   if (a.n_segs == 0) return cudaSuccess;
   if (kind == WKind::kQ8_0 || kind == WKind::kQ4_0)
     return o.rope ? cudaErrorInvalidValue : gemv_quant(outs, count, x, n, o, stream);
-  if (o.frags_in || o.frags_out) return cudaErrorInvalidValue;  // (quantized weights only)
+  if (o.frags_in || o.frags_out || o.split_k) return cudaErrorInvalidValue;  // (quantized weights only)
   const int vals = vals_per_vector(kind);
   a.cols = cols;
   a.nvec = cols / vals;

@@ -75,6 +75,7 @@ struct QSeg {
   int64_t rows, tiles;
   const float* bias;  // [rows] or null
   float* y;           // [n, rows]
+  float* y2;          // kSplit: the second column half's partial [rows]
   unsigned block_end;
 };
 
@@ -82,7 +83,7 @@ struct QArgs {
   QSeg seg[kGemvMaxOuts];
   int n_segs;
   int64_t cols;
-  int64_t units;         // RT tiles each, over all segments (seg.block_end counts units)
+  int64_t units;         // RT tiles each, over all segments (seg.block_end counts units); kSplit: twice, halves
   int64_t chunks;        // per row (cuda_util.h)
   int64_t stage_chunks;  // chunks whose activation fragments fit in one stage
   int slots;             // pair slots of each warp's weight ring: Shape::kMaxSlots or 2
@@ -100,6 +101,8 @@ struct QArgs {
   const float* inv_in;
   uint4* frag_out;
   float* inv_out;
+  bool split;      // GemvOpts::split_k (host side: picks the kSplit instance)
+  float* ss_out;   // kSplit with norm_w: the halves' sums of squares [2] (GemvOpts::split_ss)
 };
 
 // The activation fragments of one lane column t of a 32-value word (a quant block) for one token
@@ -172,11 +175,16 @@ struct Shape {
 };
 
 // kFrags (one token, one tile per unit): a GLU (S == 2) writes its output as fragments too, with
-// units in word pairs (frag_out); a single product (S == 1) copies its input fragments (frag_in). Separate
-// instances, so the other kernels carry none of that code.
-template <bool kQ4, int S, int RT, int NT, bool kFrags = false>
+// units in word pairs (frag_out); a single product (S == 1) copies its input fragments (frag_in).
+// kSplit (GemvOpts::split_k; one token, one weight, one tile per unit, no bias): unit u is half
+// u & 1 of the columns of tile unit u >> 1; the grid is even, so a block keeps one half
+// (blockIdx.x & 1) and builds only its fragments. It stores the partial sums as they are (no
+// 1 / rms), and blocks 0 and 1 store their half's sum of squares (the RMSNorm's) for the reader.
+// Separate instances, so the other kernels carry none of that code.
+template <bool kQ4, int S, int RT, int NT, bool kFrags = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
   static_assert(!kFrags || (RT == 1 && NT == 1), "fragment handoffs: one token, one tile per unit");
+  static_assert(!kSplit || (S == 1 && RT == 1 && NT == 1 && !kFrags), "split-K: one token, one weight, one tile");
   constexpr bool kOut = kFrags && S == 2, kIn = kFrags && S == 1;
   using Sh = Shape<kQ4, S, RT, NT>;
   using Scale = typename Sh::Scale;
@@ -191,9 +199,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   __shared__ float word_out[kOut ? 32 : 1][NT];  // a word's outputs (frag_out): tiles 2w, 2w + 1
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  // The block's columns: chunks [c_begin, c_end) (kSplit: one half, by the block's parity).
+  const int half = kSplit ? int(blockIdx.x & 1u) : 0;
+  const int64_t c_begin = kSplit ? half * (a.chunks / 2) : 0, c_end = kSplit ? c_begin + a.chunks / 2 : a.chunks;
 
-  // The unit (RT tiles of one segment) u.
-  auto unit_of = [&](int64_t u, QSeg& sg, int64_t& tile0) {
+  // The unit (RT tiles of one segment) u (kSplit: half u & 1 of tile unit u >> 1).
+  auto unit_of = [&](int64_t u_in, QSeg& sg, int64_t& tile0) {
+    const int64_t u = kSplit ? u_in >> 1 : u_in;
     int64_t base = 0;
     sg = a.seg[0];
 #pragma unroll
@@ -213,7 +225,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
     const int rl = int(threadIdx.x) / NT, j = int(threadIdx.x) % NT;
     const int64_t row = tile0 * 16 + rl;
     if (int(threadIdx.x) >= RT * 16 * NT || row >= sg.rows || j >= a.n) return EpilogueIn{};
-    return load_epilogue(sg.bias, row, a.accumulate, sg.y + int64_t(j) * sg.rows + row);
+    return load_epilogue(kSplit ? nullptr : sg.bias, row, kSplit ? false : a.accumulate,
+                         sg.y + int64_t(j) * sg.rows + row);
   };
 
   // The warp's weight stream: chunks warp, warp + 8, ... (m_chunks of them) of each of the
@@ -223,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   // fragments are built and partial sums reduced. (A 4-slot ring holds a warp's whole share of
   // a one-tile unit of 4096 Q4_0 columns, so the Llama-3-8B wo and q/k/v blocks have all their
   // first unit's weights loading before the previous kernel ends; Q8_0 half of it.)
-  const int m_chunks = warp < a.chunks ? int((a.chunks - warp + kWarps - 1) / kWarps) : 0;
+  const int m_chunks = warp < c_end - c_begin ? int((c_end - c_begin - warp + kWarps - 1) / kWarps) : 0;
   constexpr int kPairLoads = 2 * kLoads;
   uint4* ring_w = smem + warp * slots * kPairLoads * 32 + lane;  // + ((slot * 2 + h) * kLoads + load) * 32
   Scale* ring_s = ring_s_all + warp * slots * kPairLoads * 32 + lane;
@@ -248,8 +261,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 #pragma unroll
       for (int r = 0; r < RT; ++r) {
         const int64_t tile = min(tile0 + r, sg.tiles - 1);  // spare tiles redo the last; not stored
-        pw[s * RT + r] = sg.w[s] + (tile * a.chunks + warp) * 32 + lane;
-        psc[s * RT + r] = static_cast<const Scale*>(sg.s[s]) + (tile * a.chunks + warp) * 8 + g;
+        pw[s * RT + r] = sg.w[s] + (tile * a.chunks + c_begin + warp) * 32 + lane;
+        psc[s * RT + r] = static_cast<const Scale*>(sg.s[s]) + (tile * a.chunks + c_begin + warp) * 8 + g;
       }
     p_left = m_chunks;
   };
@@ -294,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
   int inv_j[kSets];
 #pragma unroll
   for (int q = 0; q < kSets; ++q) inv_j[q] = min(4 * q + t, NT - 1);
-  const bool single_stage = a.stage_chunks >= a.chunks;
+  const bool single_stage = a.stage_chunks >= c_end - c_begin;
   bool built = false;  // the fragments of the only stage are in shared memory
   int parity = 0, c_slot = 0;
   for (int64_t unit = first_unit; unit < a.units; unit = next_unit(unit)) {
@@ -312,8 +325,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc[s][r][q][i] = 0.0f;
 
-    for (int64_t c0 = 0; c0 < a.chunks; c0 += a.stage_chunks) {
-      const int64_t c1 = min(c0 + a.stage_chunks, a.chunks);
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += a.stage_chunks) {
+      const int64_t c1 = min(c0 + a.stage_chunks, c_end);
       if (kIn && (!built || !single_stage)) {
         // This warp's chunks of [c0, c1) as the GEMV before wrote them (frags_out): c0 + warp +
         // kWarps m, each kE fragment words and kEI 1 / scales, in the layout of `frag` and
@@ -508,13 +521,24 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
       }
     }
     __syncthreads();
+    if constexpr (kSplit) {  // the half's sum of squares, once (every block of a half has the same)
+      if (a.norm_w && unit == first_unit && blockIdx.x < 2 && threadIdx.x == 0) {
+        float q = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) q += sq[w][0];
+        a.ss_out[half] = q;
+      }
+    }
     {
       const int i = threadIdx.x, rl = i / NT, j = i % NT;  // (a thread per output element)
       const int64_t row = tile0 * 16 + rl;
       if (i < RT * 16 * NT && row < sg.rows && j < a.n) {
+        // (kSplit: the partial sum alone; the reader adds the halves and applies 1 / rms.)
+        float* y = (half ? sg.y2 : sg.y) + int64_t(j) * sg.rows + row;
         const float out = reduce_store<S, kWarps>(&red[parity][0][0][rl][j], S * RT * 16 * NT, RT * 16 * NT,
-                                                  a.norm_w ? &sq[0][j] : nullptr, NT, a.cols, a.eps, a.act, sg.bias,
-                                                  row, a.accumulate, sg.y + int64_t(j) * sg.rows + row, e);
+                                                  a.norm_w && !kSplit ? &sq[0][j] : nullptr, NT, a.cols, a.eps,
+                                                  a.act, kSplit ? nullptr : sg.bias, row, kSplit ? false : a.accumulate,
+                                                  y, e);
         if constexpr (kOut) word_out[(tile0 & 1) * 16 + rl][j] = out;
       }
     }
@@ -551,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) 
 // Dynamic shared memory the kernel may use on this device (the opt-in limit less its static
 // arrays, at most kSmemBytes); raises the kernel's limit to that once per device, so launches of
 // different shapes never lower it for each other.
-template <bool kQ4, int S, int RT, int NT, bool kFrags>
+template <bool kQ4, int S, int RT, int NT, bool kFrags, bool kSplit>
 cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
   static std::mutex mu;
   static std::map<int, int64_t> known;
@@ -561,10 +585,10 @@ cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
     return cudaSuccess;
   }
   cudaFuncAttributes attr{};
-  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT, kFrags>); e != cudaSuccess)
+  if (cudaError_t e = cudaFuncGetAttributes(&attr, gemv_quant_kernel<kQ4, S, RT, NT, kFrags, kSplit>); e != cudaSuccess)
     return e;
   const int64_t b = std::min<int64_t>(kSmemBytes, int64_t(d.smem_optin) - int64_t(attr.sharedSizeBytes));
-  if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT, kFrags>,
+  if (cudaError_t e = cudaFuncSetAttribute(gemv_quant_kernel<kQ4, S, RT, NT, kFrags, kSplit>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(b));
       e != cudaSuccess)
     return e;
@@ -573,14 +597,16 @@ cudaError_t stage_budget(const DeviceLimits& d, int64_t& budget) {
   return cudaSuccess;
 }
 
-template <bool kQ4, int S, int RT, int NT, bool kFrags = false>
+template <bool kQ4, int S, int RT, int NT, bool kFrags = false, bool kSplit = false>
 cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   using Sh = Shape<kQ4, S, RT, NT>;
   DeviceLimits d;
   int64_t budget = 0;
   SHOAL_TRY_LAUNCH(device_limits(d));
-  SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT, kFrags>(d, budget)));
+  SHOAL_TRY_LAUNCH((stage_budget<kQ4, S, RT, NT, kFrags, kSplit>(d, budget)));
   a.units = assign_seg_blocks(a.seg, a.n_segs, RT, [](const QSeg& s) { return s.tiles; });
+  const int64_t chunks = kSplit ? a.chunks / 2 : a.chunks;  // a block's chunks per row
+  if constexpr (kSplit) a.units *= 2;  // (seg.block_end stays in tile units: unit_of takes u >> 1)
   const int64_t per_chunk = Sh::kChunkBytes + 4 * NT * Sh::kWords;  // fragments and their scales
   // Stages of a multiple of 16 chunks: a warp's pairs (c, c + 8) never straddle two. The
   // deepest ring that leaves one stage for the whole row; else 2 slots and the largest stage.
@@ -588,17 +614,17 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   // sm_80 from ~4.6k columns, and on sm_90 for Q8_0 gate+up rows of 2.5-3k columns at 3-4
   // tokens or 5.6-6k at 2).
   auto stage_for = [&](int slots) {
-    return std::min(div_up(a.chunks, 2 * kWarps), (budget - Sh::ring_bytes(slots)) / per_chunk / (2 * kWarps)) * 2 *
+    return std::min(div_up(chunks, 2 * kWarps), (budget - Sh::ring_bytes(slots)) / per_chunk / (2 * kWarps)) * 2 *
            kWarps;
   };
   auto smem_at = [&](int slots) { return size_t(Sh::ring_bytes(slots) + stage_for(slots) * per_chunk); };
   auto per_sm_at = [&](int slots, int& blocks) {
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_quant_kernel<kQ4, S, RT, NT, kFrags>, kThreads,
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_quant_kernel<kQ4, S, RT, NT, kFrags, kSplit>, kThreads,
                                                          smem_at(slots));
   };
   a.slots = Sh::kMaxSlots;
   a.stage_chunks = stage_for(a.slots);
-  bool shallower = a.stage_chunks < a.chunks;
+  bool shallower = a.stage_chunks < chunks;
   int per_sm = 0;  // resident blocks per SM at a.slots, once known
   if constexpr (Sh::kMaxSlots == 3) {
     if (!shallower) {
@@ -616,7 +642,7 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
   // (At least 16 chunks: ring and fragments of the largest shape, Q4_0 gate+up at 8 tokens,
   // take ~81 KiB, within the 99 KiB per block of every supported device.)
   if (a.stage_chunks < 2 * kWarps) return cudaErrorInvalidConfiguration;
-  const int64_t stages = div_up(a.chunks, a.stage_chunks);
+  const int64_t stages = div_up(chunks, a.stage_chunks);
   const size_t smem = smem_at(a.slots);
   // One stage: each block builds the activation fragments once and loops over units, as many
   // blocks as are resident at once. Several stages: one unit per block (with pairs, one word).
@@ -625,7 +651,10 @@ cudaError_t launch_quant(QArgs a, cudaStream_t stream) {
     if (per_sm == 0) SHOAL_TRY_LAUNCH(per_sm_at(a.slots, per_sm));
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * d.sms);
   }
-  SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT, kFrags>, unsigned(grid), kThreads, smem, stream, a));
+  // Even: a block's half is its parity (units >= 2; blocks never wait for each other, so two
+  // blocks are fine where one slot is resident).
+  if constexpr (kSplit) grid = std::max<int64_t>(grid & ~int64_t(1), 2);
+  SHOAL_TRY_LAUNCH(launch(gemv_quant_kernel<kQ4, S, RT, NT, kFrags, kSplit>, unsigned(grid), kThreads, smem, stream, a));
   return cudaGetLastError();
 }
 
@@ -637,6 +666,8 @@ cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
       // SMs twice over; not for gate+up, whose two weights already double the loads.
       const int ov = gemv_rows_override();
       if (a.frag_in || a.frag_out) return launch_quant<kQ4, S, 1, 1, true>(a, stream);
+      if constexpr (S == 1)
+        if (a.split) return launch_quant<kQ4, S, 1, 1, false, true>(a, stream);
       if constexpr (S == 1)
         if (ov == 32 || (ov != 16 && tiles >= 512)) return launch_quant<kQ4, S, 2, 1>(a, stream);
       return launch_quant<kQ4, S, 1, 1>(a, stream);
@@ -679,6 +710,7 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
     sg.tiles = div_up(g.w.rows, 16);
     sg.bias = g.bias;
     sg.y = g.y;
+    sg.y2 = g.y2;
     tiles += sg.tiles;
   }
   if (a.n_segs == 0) return cudaSuccess;
@@ -705,6 +737,16 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
       return cudaErrorInvalidValue;
     a.frag_out = static_cast<uint4*>(o.frags_out);
     a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * kFragWords);
+  }
+  if (o.split_k) {
+    // (A block's chunks start at a multiple of kWarps: warp w owns chunks w + kWarps m of a stage.)
+    if (n != 1 || glu || o.accumulate || o.frags_in || o.frags_out || a.chunks % (2 * kWarps) != 0 ||
+        (o.norm_w && !o.split_ss))
+      return cudaErrorInvalidValue;
+    for (int i = 0; i < a.n_segs; ++i)
+      if (!a.seg[i].y2 || a.seg[i].bias) return cudaErrorInvalidValue;
+    a.split = true;
+    a.ss_out = o.split_ss;
   }
   if (q4) return glu ? dispatch<true, 2>(a, tiles, stream) : dispatch<true, 1>(a, tiles, stream);
   return glu ? dispatch<false, 2>(a, tiles, stream) : dispatch<false, 1>(a, tiles, stream);

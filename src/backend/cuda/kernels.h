@@ -106,6 +106,7 @@ struct GemvOut {
   const WeightRef* up = nullptr;
   const float* bias = nullptr;  // [w.rows] or null (not with up)
   float* y = nullptr;           // f32 [n, w.rows]
+  float* y2 = nullptr;          // GemvOpts::split_k: the second column half's partial [w.rows]
 };
 /// RoPE and the KV cache write as the epilogue of a q / k / v launch of gemv_multi() (one token,
 /// outs[0..2] = q, k, v; plain weights): q and k are rotated by pos[0] * inv_freq in interleaved
@@ -143,6 +144,15 @@ struct GemvOpts {
   // cudaErrorInvalidValue otherwise.
   void* frags_out = nullptr;
   const void* frags_in = nullptr;
+  // Split-K (Q8_0 / Q4_0, one token, no up, no bias, no accumulate, no fragments; chunks per
+  // row a multiple of 16: Q4_0 cols % 1024, Q8_0 cols % 512): each product is computed as two
+  // column halves by different blocks, so a launch of 1.45 rounds of units (Llama-3-8B q / k / v)
+  // takes 2.9 of half the size. y gets the first half's partial dot products of x (times the
+  // norm weight), y2 the second's, and with norm_w split_ss[0], [1] the halves' sums of x^2; the
+  // reader computes (y + y2) / rms (AttnRope::q2 / k2 / v2 / in_ss). Errors:
+  // cudaErrorInvalidValue otherwise, without every y2, or with norm_w and no split_ss.
+  bool split_k = false;
+  float* split_ss = nullptr;
 };
 /// Bytes of the activation fragments of a quantized GEMV input of `cols` values (a multiple of
 /// 32), one token: per 32-value word, 8 16-byte words of f16 hi and lo parts in the MMA's
@@ -375,6 +385,16 @@ cudaError_t kv_write(void* k_cache, void* v_cache, CacheKind kind, int64_t n_ctx
 struct AttnRope {
   const float* k = nullptr;
   const float* v = nullptr;
+  // The second partials of a split-K q / k / v GEMV (GemvOpts::split_k; shaped as q, k, v), or
+  // null: the kernel reads (q + q2) / rms, (k + k2) / rms, (v + v2) / rms, the rms of the input
+  // RMSNorm from in_ss[0] + in_ss[1] (sum of x^2 over in_cols values; GemvOpts::split_ss) and
+  // in_eps, or 1 without in_ss.
+  const float* q2 = nullptr;
+  const float* k2 = nullptr;
+  const float* v2 = nullptr;
+  const float* in_ss = nullptr;
+  int64_t in_cols = 0;
+  float in_eps = 0.0f;
   const float* q_norm = nullptr;  // [head_dim] or null
   const float* k_norm = nullptr;
   float eps = 0.0f;
@@ -442,8 +462,9 @@ bool rope_kv_attention_supported(const AttnArgs& a, int rot_dims);
 /// the caches, the step's own rows also straight into the kernel's tiles. Saves the prologue
 /// kernel and its wait on the decode path. pos, inv_freq, the norm weights and the caches' older
 /// rows are read before the PDL wait (launch.cuh), so the kernel just before must write none of
-/// them; r.v rows are read as float2 (8-byte aligned). Errors: cudaErrorInvalidValue where
-/// rope_kv_attention_supported() is false.
+/// them; r.v rows are read as float2 (8-byte aligned). With r.q2 / k2 / v2 (all or none) q, k
+/// and v are each the sum of two partials. Errors: cudaErrorInvalidValue where
+/// rope_kv_attention_supported() is false, for a misaligned v / v2 or some partials missing.
 cudaError_t rope_kv_attention(const float* q, const AttnRope& r, void* k_cache, void* v_cache, const int32_t* pos,
                               const AttnArgs& a, void* scratch, float* out, cudaStream_t stream);
 

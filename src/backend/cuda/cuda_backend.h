@@ -306,7 +306,8 @@ class CudaBackend final : public Backend {
                            const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,
                            const Tensor& inv_freq, const RopeSpec& spec, Tensor& k_cache, Tensor& v_cache,
                            const AttentionSpec& attn, Tensor& out);
-  /// qkv_attention for one token of Q8_0 / Q4_0 q / k / v weights where rope_kv_attention fuses:
+  /// qkv_attention for one token of Q8_0 q / k / v weights where rope_kv_attention fuses (Q4_0's
+  /// step measured slower with it: docs/cuda.md, v58):
   /// the GEMV splits K in two column halves (cuda::GemvOpts::split_k: Llama-3-8B's 384 tiles of
   /// units take 2.9 rounds of half units instead of 1.45 of whole ones), and rope_kv_attention
   /// sums each half's partials and applies the input norm's 1 / rms as it reads q, k and v (no

@@ -666,7 +666,7 @@ cudaError_t dispatch(const QArgs& a, int64_t tiles, cudaStream_t stream) {
       // SMs twice over; not for gate+up, whose two weights already double the loads.
       const int ov = gemv_rows_override();
       if (a.frag_in || a.frag_out) return launch_quant<kQ4, S, 1, 1, true>(a, stream);
-      if constexpr (S == 1)
+      if constexpr (S == 1 && !kQ4)
         if (a.split) return launch_quant<kQ4, S, 1, 1, false, true>(a, stream);
       if constexpr (S == 1)
         if (ov == 32 || (ov != 16 && tiles >= 512)) return launch_quant<kQ4, S, 2, 1>(a, stream);
@@ -739,8 +739,9 @@ cudaError_t gemv_quant(const GemvOut* outs, int count, const float* x, int n, co
     a.inv_out = reinterpret_cast<float*>(a.frag_out + a.seg[0].rows / 32 * kFragWords);
   }
   if (o.split_k) {
-    // (A block's chunks start at a multiple of kWarps: warp w owns chunks w + kWarps m of a stage.)
-    if (n != 1 || glu || o.accumulate || o.frags_in || o.frags_out || a.chunks % (2 * kWarps) != 0 ||
+    // (Q8_0 only. A block's chunks start at a multiple of kWarps: warp w owns chunks w + kWarps m of
+    // a stage.)
+    if (q4 || n != 1 || glu || o.accumulate || o.frags_in || o.frags_out || a.chunks % (2 * kWarps) != 0 ||
         (o.norm_w && !o.split_ss))
       return cudaErrorInvalidValue;
     for (int i = 0; i < a.n_segs; ++i)

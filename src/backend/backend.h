@@ -255,7 +255,7 @@ class Backend {
   /// and v products in that order, then rope_kv_attention(*qkv[0].y, *qkv[1].y, *qkv[2].y,
   /// q_norm, ...). Backends may fuse RoPE and the cache write into the products instead (CUDA);
   /// q and k are then left rotated, or (as rope_kv_attention) raw, or (CUDA's split-K products of
-  /// one quantized token) q, k and v hold partial products: only the caches and out are results.
+  /// one Q8_0 token) q, k and v hold partial products: only the caches and out are results.
   /// Errors are bugs (SHOAL_CHECK), as in those two ops.
   virtual void qkv_attention(const Tensor& x, const InputNorm& norm, std::span<const MatmulOut> qkv,
                              const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& pos,

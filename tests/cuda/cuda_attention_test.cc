@@ -44,6 +44,25 @@ class CudaAttentionTest : public CudaVsRef {
     }
     return c;
   }
+  // One token's random q / k / v inputs for qkv_attention: x [1, d], the input norm's weight [d],
+  // weights of type t ([qw, d], [kw, d], [kw, d]), biases and the q / k norms' weights [head_dim].
+  struct QkvInputs {
+    Dual x, nw, wq, wk, wv, bq, bk, bv, qn, kn;
+  };
+  QkvInputs qkv_inputs(DType t, int64_t d, int64_t qw, int64_t kw, int head_dim) {
+    QkvInputs in;
+    in.x = make_f32({1, d}, randn(d));
+    in.nw = make_f32({d}, randn(d, 0.5f));
+    in.wq = make_weight(t, {qw, d}, 0.05f);
+    in.wk = make_weight(t, {kw, d}, 0.05f);
+    in.wv = make_weight(t, {kw, d}, 0.05f);
+    in.bq = make_f32({qw}, randn(qw));
+    in.bk = make_f32({kw}, randn(kw));
+    in.bv = make_f32({kw}, randn(kw));
+    in.qn = make_f32({head_dim}, randn(head_dim));
+    in.kn = make_f32({head_dim}, randn(head_dim));
+    return in;
+  }
 };
 
 // Positions first, first + 1, ... of n tokens.
@@ -333,12 +352,9 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
                              c.bias, c.pos));
     // Two sets of caches: the op under test (kc, vc) and the CUDA composition (kc2, vc2).
     auto [kc, vc, kc2, vc2] = caches(DType::kF16, c.n_ctx, kw, c.pos);
-    Dual x = make_f32({1, d}, randn(d));
-    Dual nw = make_f32({d}, randn(d, 0.5f));
-    Dual wq = make_weight(c.weight, {qw, d}, 0.05f), wk = make_weight(c.weight, {kw, d}, 0.05f);
-    Dual wv = make_weight(c.weight, {kw, d}, 0.05f);
-    Dual bq = make_f32({qw}, randn(qw)), bk = make_f32({kw}, randn(kw)), bv = make_f32({kw}, randn(kw));
-    Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
+    QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim);
+    Dual &x = in.x, &nw = in.nw, &wq = in.wq, &wk = in.wk, &wv = in.wv, &bq = in.bq, &bk = in.bk, &bv = in.bv;
+    Dual &qn = in.qn, &kn = in.kn;
     Dual pos = make_i32({c.pos});
     Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 500000.0));
     Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});
@@ -388,8 +404,9 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
 TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
   // One token of Q8_0 q / k / v weights: the GEMV splits K in two column halves and
   // rope_kv_attention sums the partials and applies the input norm's 1 / rms as it reads q, k
-  // and v (qkv_split_attention), where the halves are whole 16-chunk stages, there is no bias and
-  // the fused attention applies; else (and for Q4_0 weights) the ops compose.
+  // and v (qkv_split_attention), where rows are a multiple of 16 chunks (halves of a multiple of
+  // 8), there is no bias and the fused attention applies; else (and for Q4_0 weights) the ops
+  // compose.
   // Against the reference backend's composition (out and both caches; caches NaN but the rows
   // written before), and against the same call with the split off.
   struct Case {
@@ -418,12 +435,9 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
                              c.qk_norms, c.bias, c.input_norm, d, c.pos));
     const int64_t n_ctx = 1024;
     auto [kc, vc, kc2, vc2] = caches(c.cache, n_ctx, kw, c.pos);
-    Dual x = make_f32({1, d}, randn(d));
-    Dual nw = make_f32({d}, randn(d, 0.5f));
-    Dual wq = make_weight(c.weight, {qw, d}, 0.05f), wk = make_weight(c.weight, {kw, d}, 0.05f);
-    Dual wv = make_weight(c.weight, {kw, d}, 0.05f);
-    Dual bq = make_f32({qw}, randn(qw)), bk = make_f32({kw}, randn(kw)), bv = make_f32({kw}, randn(kw));
-    Dual qn = make_f32({c.head_dim}, randn(c.head_dim)), kn = make_f32({c.head_dim}, randn(c.head_dim));
+    QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim);
+    Dual &x = in.x, &nw = in.nw, &wq = in.wq, &wk = in.wk, &wv = in.wv, &bq = in.bq, &bk = in.bk, &bv = in.bv;
+    Dual &qn = in.qn, &kn = in.kn;
     Dual pos = make_i32({c.pos});
     Dual freq = make_f32({c.head_dim / 2}, inv_freq(c.head_dim, 1000000.0));
     Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});

@@ -130,7 +130,7 @@ class CudaBackend final : public Backend {
   uint64_t rope_epilogue_launches() const { return rope_epilogues_; }
   /// GEMV launches so far that took their input as fragments from the GEMV before (for tests).
   uint64_t fragment_handoffs() const { return frag_handoffs_; }
-  /// Decode qkv_attention calls so far whose quantized q / k / v GEMV split K in two halves, summed
+  /// Decode qkv_attention calls so far whose Q8_0 q / k / v GEMV split K in two halves, summed
   /// by rope_kv_attention (qkv_split_attention; for tests).
   uint64_t qkv_split_launches() const { return qkv_splits_; }
   /// Whether qkv_split_attention may run (on unless SHOAL_CUDA_QKV_SPLIT=0 at creation; for tests

@@ -389,8 +389,8 @@ bool CudaBackend::qkv_split_attention(const Tensor& x, const InputNorm& norm, st
     if (!o.w || !o.y || o.up || o.bias || o.accumulate || o.w->dtype != qkv[0].w->dtype || o.w->cols() != x.cols())
       return false;
   // Q8_0 only: on an H100 the split took a Llama-3-8B Q8_0 step from 3.311-3.316 to 3.268-3.277 ms
-  // and a Q4_0 step from 2.187-2.190 to 2.205-2.206 (docs/cuda.md, v58). Halves of whole stages:
-  // 16 chunks of 32 columns (cuda::GemvOpts::split_k).
+  // and a Q4_0 step from 2.187-2.190 to 2.205-2.206 (docs/cuda.md, v58). Rows of a multiple of 16
+  // chunks of 32 columns, so each half is a multiple of 8 (cuda::GemvOpts::split_k).
   if (qkv[0].w->dtype != DType::kQ8_0 || x.cols() % 512 != 0) return false;
   if (!gemv_launches(x, norm, qkv, gemv_max_tokens(qkv))) return false;
   Tensor& q = *qkv[0].y;

@@ -87,7 +87,7 @@ int64_t recorded_graphs(Backend& b);
 int64_t scratch_allocations(Backend& b);
 /// Turns those fragment handoffs on or off for b's ops from now on (no-op if b is not CUDA).
 void set_fragment_handoff(Backend& b, bool on);
-/// Decode qkv_attention calls of the CUDA backend b so far whose one-token quantized q / k / v
+/// Decode qkv_attention calls of the CUDA backend b so far whose one-token Q8_0 q / k / v
 /// GEMV split K in two halves, summed by rope_kv_attention; -1 if b is not a CUDA backend. For tests.
 int64_t qkv_split_launches(Backend& b);
 /// Turns that split on or off for b's ops from now on (no-op if b is not CUDA).

@@ -176,7 +176,7 @@ struct Shape {
 
 // kFrags (one token, one tile per unit): a GLU (S == 2) writes its output as fragments too, with
 // units in word pairs (frag_out); a single product (S == 1) copies its input fragments (frag_in).
-// kSplit (GemvOpts::split_k; one token, one weight, one tile per unit, no bias): unit u is half
+// kSplit (GemvOpts::split_k; Q8_0 only, one token, one weight, one tile per unit, no bias): unit u is half
 // u & 1 of the columns of tile unit u >> 1; the grid is even, so a block keeps one half
 // (blockIdx.x & 1) and builds only its fragments. It stores the partial sums as they are (no
 // 1 / rms), and blocks 0 and 1 store their half's sum of squares (the RMSNorm's) for the reader.
@@ -184,7 +184,8 @@ struct Shape {
 template <bool kQ4, int S, int RT, int NT, bool kFrags = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 2) gemv_quant_kernel(const QArgs a) {
   static_assert(!kFrags || (RT == 1 && NT == 1), "fragment handoffs: one token, one tile per unit");
-  static_assert(!kSplit || (S == 1 && RT == 1 && NT == 1 && !kFrags), "split-K: one token, one weight, one tile");
+  static_assert(!kSplit || (S == 1 && RT == 1 && NT == 1 && !kFrags && !kQ4),
+                "split-K: Q8_0, one token, one weight, one tile");
   constexpr bool kOut = kFrags && S == 2, kIn = kFrags && S == 1;
   using Sh = Shape<kQ4, S, RT, NT>;
   using Scale = typename Sh::Scale;

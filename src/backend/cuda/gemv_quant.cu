@@ -176,8 +176,8 @@ struct Shape {
 
 // kFrags (one token, one tile per unit): a GLU (S == 2) writes its output as fragments too, with
 // units in word pairs (frag_out); a single product (S == 1) copies its input fragments (frag_in).
-// kSplit (GemvOpts::split_k; Q8_0 only, one token, one weight, one tile per unit, no bias): unit u is half
-// u & 1 of the columns of tile unit u >> 1; the grid is even, so a block keeps one half
+// kSplit (GemvOpts::split_k; Q8_0 only, one token, one weight, one tile per unit, no bias): unit
+// u is half u & 1 of the columns of tile unit u >> 1; the grid is even, so a block keeps one half
 // (blockIdx.x & 1) and builds only its fragments. It stores the partial sums as they are (no
 // 1 / rms), and blocks 0 and 1 store their half's sum of squares (the RMSNorm's) for the reader.
 // Separate instances, so the other kernels carry none of that code.

@@ -145,12 +145,12 @@ struct GemvOpts {
   void* frags_out = nullptr;
   const void* frags_in = nullptr;
   // Split-K (Q8_0 only, one token, no up, no bias, no accumulate, no fragments; chunks per row a
-  // multiple of 16: cols % 512): each product is computed as two
-  // column halves by different blocks, so a launch of 1.45 rounds of units (Llama-3-8B q / k / v)
-  // takes 2.9 of half the size. y gets the first half's partial dot products of x (times the
-  // norm weight), y2 the second's, and with norm_w split_ss[0], [1] the halves' sums of x^2; the
-  // reader computes (y + y2) / rms (AttnRope::q2 / k2 / v2 / in_ss). Errors:
-  // cudaErrorInvalidValue otherwise, without every y2, or with norm_w and no split_ss.
+  // multiple of 16: cols % 512): each product is computed as two column halves by different
+  // blocks, so a launch of 1.45 rounds of units (Llama-3-8B q / k / v) takes 2.9 of half the
+  // size. y gets the first half's partial dot products of x (times the norm weight), y2 the
+  // second's, and with norm_w split_ss[0], [1] the halves' sums of x^2; the reader computes
+  // (y + y2) / rms (AttnRope::q2 / k2 / v2 / in_ss). Errors: cudaErrorInvalidValue otherwise,
+  // without every y2, or with norm_w and no split_ss.
   bool split_k = false;
   float* split_ss = nullptr;
 };

@@ -48,6 +48,13 @@ class CudaAttentionTest : public CudaVsRef {
   // weights of type t ([qw, d], [kw, d], [kw, d]), biases and the q / k norms' weights [head_dim].
   struct QkvInputs {
     Dual x, nw, wq, wk, wv, bq, bk, bv, qn, kn;
+    // The q / k / v products into yq, yk, yv on the CUDA (g) or the reference backend, with the
+    // biases if `bias`.
+    std::array<MatmulOut, 3> products(bool g, Dual& yq, Dual& yk, Dual& yv, bool bias) {
+      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
+      return {MatmulOut{t(wq), t(yq), bias ? t(bq) : nullptr}, MatmulOut{t(wk), t(yk), bias ? t(bk) : nullptr},
+              MatmulOut{t(wv), t(yv), bias ? t(bv) : nullptr}};
+    }
   };
   QkvInputs qkv_inputs(DType t, int64_t d, int64_t qw, int64_t kw, int head_dim) {
     QkvInputs in;
@@ -353,8 +360,7 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
     // Two sets of caches: the op under test (kc, vc) and the CUDA composition (kc2, vc2).
     auto [kc, vc, kc2, vc2] = caches(DType::kF16, c.n_ctx, kw, c.pos);
     QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim);
-    Dual &x = in.x, &nw = in.nw, &wq = in.wq, &wk = in.wk, &wv = in.wv, &bq = in.bq, &bk = in.bk, &bv = in.bv;
-    Dual &qn = in.qn, &kn = in.kn;
+    Dual &x = in.x, &nw = in.nw, &qn = in.qn, &kn = in.kn;
     Dual pos = make_i32({c.pos});
     Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 500000.0));
     Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});
@@ -362,16 +368,10 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
     Dual h = output(DType::kF32, {1, d}), out = output(DType::kF32, {1, qw}), out2 = output(DType::kF32, {1, qw});
     const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
-    auto products = [&](bool g, Dual& yq, Dual& yk, Dual& yv) {
-      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
-      return std::array<MatmulOut, 3>{MatmulOut{t(wq), t(yq), c.bias ? t(bq) : nullptr},
-                                      MatmulOut{t(wk), t(yk), c.bias ? t(bk) : nullptr},
-                                      MatmulOut{t(wv), t(yv), c.bias ? t(bv) : nullptr}};
-    };
     const int64_t fused0 = cuda_probe::rope_epilogue_launches(*gpu_);
     for (Backend* b : {cpu_.get(), gpu_.get()}) {
       const bool g = b == gpu_.get();
-      const auto qkv = products(g, q, k, v);
+      const auto qkv = in.products(g, q, k, v, c.bias);
       const InputNorm norm{c.input_norm ? (g ? &nw.g : &nw.c) : nullptr, 1e-5f, g ? &h.g : &h.c};
       b->qkv_attention(g ? x.g : x.c, norm, qkv, c.qk_norms ? (g ? &qn.g : &qn.c) : nullptr,
                        c.qk_norms ? (g ? &kn.g : &kn.c) : nullptr, 1e-6f, g ? pos.g : pos.c, g ? freq.g : freq.c, rs,
@@ -391,7 +391,7 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
     if (!c.fused) continue;
     // The same values as the CUDA ops one after another.
     {
-      const auto qkv = products(true, q2, k2, v2);
+      const auto qkv = in.products(true, q2, k2, v2, c.bias);
       gpu_->matmuls(x.g, InputNorm{c.input_norm ? &nw.g : nullptr, 1e-5f, &h.g}, qkv);
       gpu_->rope_kv_write(q2.g, k2.g, v2.g, nullptr, nullptr, 1e-6f, pos.g, freq.g, rs, c.n_kv_heads, kc2.g, vc2.g);
       gpu_->attention(q2.g, kc2.g, vc2.g, pos.g, as, out2.g);
@@ -436,8 +436,7 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
     const int64_t n_ctx = 1024;
     auto [kc, vc, kc2, vc2] = caches(c.cache, n_ctx, kw, c.pos);
     QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim);
-    Dual &x = in.x, &nw = in.nw, &wq = in.wq, &wk = in.wk, &wv = in.wv, &bq = in.bq, &bk = in.bk, &bv = in.bv;
-    Dual &qn = in.qn, &kn = in.kn;
+    Dual &x = in.x, &nw = in.nw, &qn = in.qn, &kn = in.kn;
     Dual pos = make_i32({c.pos});
     Dual freq = make_f32({c.head_dim / 2}, inv_freq(c.head_dim, 1000000.0));
     Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});
@@ -447,9 +446,7 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
     auto call = [&](Backend& b, Dual& kcache, Dual& vcache, Dual& o) {
       const bool g = &b == gpu_.get();
       auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
-      const std::array<MatmulOut, 3> qkv{MatmulOut{t(wq), t(q), c.bias ? t(bq) : nullptr},
-                                         MatmulOut{t(wk), t(k), c.bias ? t(bk) : nullptr},
-                                         MatmulOut{t(wv), t(v), c.bias ? t(bv) : nullptr}};
+      const auto qkv = in.products(g, q, k, v, c.bias);
       const InputNorm norm{c.input_norm ? t(nw) : nullptr, 1e-5f, t(h)};
       b.qkv_attention(*t(x), norm, qkv, c.qk_norms ? t(qn) : nullptr, c.qk_norms ? t(kn) : nullptr, 1e-6f, *t(pos),
                       *t(freq), rs, *t(kcache), *t(vcache), as, *t(o));

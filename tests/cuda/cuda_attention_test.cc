@@ -45,9 +45,12 @@ class CudaAttentionTest : public CudaVsRef {
     return c;
   }
   // One token's random q / k / v inputs for qkv_attention: x [1, d], the input norm's weight [d],
-  // weights of type t ([qw, d], [kw, d], [kw, d]), biases and the q / k norms' weights [head_dim].
+  // weights of type t ([qw, d], [kw, d], [kw, d]), biases and the q / k norms' weights [head_dim],
+  // the token's position; and its f32 outputs: q [1, qw], k and v [1, kw], the normed input h
+  // [1, d], two attention outputs out and out2 [1, qw].
   struct QkvInputs {
-    Dual x, nw, wq, wk, wv, bq, bk, bv, qn, kn;
+    Dual x, nw, wq, wk, wv, bq, bk, bv, qn, kn, pos;
+    Dual q, k, v, h, out, out2;
     // The q / k / v products into yq, yk, yv on the CUDA (g) or the reference backend, with the
     // biases if `bias`.
     std::array<MatmulOut, 3> products(bool g, Dual& yq, Dual& yk, Dual& yv, bool bias) {
@@ -56,7 +59,7 @@ class CudaAttentionTest : public CudaVsRef {
               MatmulOut{t(wv), t(yv), bias ? t(bv) : nullptr}};
     }
   };
-  QkvInputs qkv_inputs(DType t, int64_t d, int64_t qw, int64_t kw, int head_dim) {
+  QkvInputs qkv_inputs(DType t, int64_t d, int64_t qw, int64_t kw, int head_dim, int32_t pos) {
     QkvInputs in;
     in.x = make_f32({1, d}, randn(d));
     in.nw = make_f32({d}, randn(d, 0.5f));
@@ -68,6 +71,13 @@ class CudaAttentionTest : public CudaVsRef {
     in.bv = make_f32({kw}, randn(kw));
     in.qn = make_f32({head_dim}, randn(head_dim));
     in.kn = make_f32({head_dim}, randn(head_dim));
+    in.pos = make_i32({pos});
+    in.q = output(DType::kF32, {1, qw});
+    in.k = output(DType::kF32, {1, kw});
+    in.v = output(DType::kF32, {1, kw});
+    in.h = output(DType::kF32, {1, d});
+    in.out = output(DType::kF32, {1, qw});
+    in.out2 = output(DType::kF32, {1, qw});
     return in;
   }
 };
@@ -359,13 +369,11 @@ TEST_F(CudaAttentionTest, QkvAttentionRopeAndCacheWriteInTheProducts) {
                              c.bias, c.pos));
     // Two sets of caches: the op under test (kc, vc) and the CUDA composition (kc2, vc2).
     auto [kc, vc, kc2, vc2] = caches(DType::kF16, c.n_ctx, kw, c.pos);
-    QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim);
-    Dual &x = in.x, &nw = in.nw, &qn = in.qn, &kn = in.kn;
-    Dual pos = make_i32({c.pos});
+    QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim, c.pos);
+    Dual &x = in.x, &nw = in.nw, &qn = in.qn, &kn = in.kn, &pos = in.pos;
+    Dual &q = in.q, &k = in.k, &v = in.v, &h = in.h, &out = in.out, &out2 = in.out2;
     Dual freq = make_f32({c.rot_dims / 2}, inv_freq(c.rot_dims, 500000.0));
-    Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});
     Dual q2 = output(DType::kF32, {1, qw}), k2 = output(DType::kF32, {1, kw}), v2 = output(DType::kF32, {1, kw});
-    Dual h = output(DType::kF32, {1, d}), out = output(DType::kF32, {1, qw}), out2 = output(DType::kF32, {1, qw});
     const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
     const int64_t fused0 = cuda_probe::rope_epilogue_launches(*gpu_);
@@ -435,12 +443,10 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
                              c.qk_norms, c.bias, c.input_norm, d, c.pos));
     const int64_t n_ctx = 1024;
     auto [kc, vc, kc2, vc2] = caches(c.cache, n_ctx, kw, c.pos);
-    QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim);
-    Dual &x = in.x, &nw = in.nw, &qn = in.qn, &kn = in.kn;
-    Dual pos = make_i32({c.pos});
+    QkvInputs in = qkv_inputs(c.weight, d, qw, kw, c.head_dim, c.pos);
+    Dual &x = in.x, &nw = in.nw, &qn = in.qn, &kn = in.kn, &pos = in.pos;
+    Dual &q = in.q, &k = in.k, &v = in.v, &h = in.h, &out = in.out, &out2 = in.out2;
     Dual freq = make_f32({c.head_dim / 2}, inv_freq(c.head_dim, 1000000.0));
-    Dual q = output(DType::kF32, {1, qw}), k = output(DType::kF32, {1, kw}), v = output(DType::kF32, {1, kw});
-    Dual h = output(DType::kF32, {1, d}), out = output(DType::kF32, {1, qw}), out2 = output(DType::kF32, {1, qw});
     const RopeSpec rs{c.n_heads, c.head_dim, c.head_dim, c.interleaved, 1.0f};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
     auto call = [&](Backend& b, Dual& kcache, Dual& vcache, Dual& o) {

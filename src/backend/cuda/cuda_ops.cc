@@ -256,7 +256,7 @@ void CudaBackend::rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v,
                   inv_freq.n_elements() == spec.rot_dims / 2 && k_cache.rows() == v_cache.rows(),
               "rope_kv_attention: k {} v {} for {} KV heads of {}, {} rope dims, caches {} / {}", k.shape_string(),
               v.shape_string(), attn.n_kv_heads, hd, spec.rot_dims, k_cache.shape_string(), v_cache.shape_string());
-  cuda::AttnRope r;
+  cuda::AttnRope r = parts ? *parts : cuda::AttnRope{};  // (parts: q2, k2, v2, in_ss, in_cols, in_eps)
   r.k = f32(k);
   r.v = f32(v);
   r.q_norm = q_norm ? f32(*q_norm) : nullptr;
@@ -266,14 +266,6 @@ void CudaBackend::rope_kv_attention_parts(Tensor& q, Tensor& k, const Tensor& v,
   r.rot_dims = spec.rot_dims;
   r.interleaved = spec.interleaved;
   r.attn_factor = spec.attn_factor;
-  if (parts) {
-    r.q2 = parts->q2;
-    r.k2 = parts->k2;
-    r.v2 = parts->v2;
-    r.in_ss = parts->in_ss;
-    r.in_cols = parts->in_cols;
-    r.in_eps = parts->in_eps;
-  }
   if (failed() || !use_device()) return;
   void* s = scratch(kAttnScratch, cuda::attention_scratch_bytes(a));
   if (!s) return;

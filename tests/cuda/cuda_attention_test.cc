@@ -54,9 +54,9 @@ class CudaAttentionTest : public CudaVsRef {
     // The q / k / v products into yq, yk, yv on the CUDA (g) or the reference backend, with the
     // biases if `bias`.
     std::array<MatmulOut, 3> products(bool g, Dual& yq, Dual& yk, Dual& yv, bool bias) {
-      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
-      return {MatmulOut{t(wq), t(yq), bias ? t(bq) : nullptr}, MatmulOut{t(wk), t(yk), bias ? t(bk) : nullptr},
-              MatmulOut{t(wv), t(yv), bias ? t(bv) : nullptr}};
+      return {MatmulOut{wq.on(g), yq.on(g), bias ? bq.on(g) : nullptr},
+              MatmulOut{wk.on(g), yk.on(g), bias ? bk.on(g) : nullptr},
+              MatmulOut{wv.on(g), yv.on(g), bias ? bv.on(g) : nullptr}};
     }
   };
   QkvInputs qkv_inputs(DType t, int64_t d, int64_t qw, int64_t kw, int head_dim, int32_t pos) {
@@ -451,11 +451,10 @@ TEST_F(CudaAttentionTest, QkvAttentionSplitKProductsForOneQuantizedToken) {
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
     auto call = [&](Backend& b, Dual& kcache, Dual& vcache, Dual& o) {
       const bool g = &b == gpu_.get();
-      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
       const auto qkv = in.products(g, q, k, v, c.bias);
-      const InputNorm norm{c.input_norm ? t(nw) : nullptr, 1e-5f, t(h)};
-      b.qkv_attention(*t(x), norm, qkv, c.qk_norms ? t(qn) : nullptr, c.qk_norms ? t(kn) : nullptr, 1e-6f, *t(pos),
-                      *t(freq), rs, *t(kcache), *t(vcache), as, *t(o));
+      const InputNorm norm{c.input_norm ? nw.on(g) : nullptr, 1e-5f, h.on(g)};
+      b.qkv_attention(*x.on(g), norm, qkv, c.qk_norms ? qn.on(g) : nullptr, c.qk_norms ? kn.on(g) : nullptr, 1e-6f,
+                      *pos.on(g), *freq.on(g), rs, *kcache.on(g), *vcache.on(g), as, *o.on(g));
     };
     const int64_t split0 = cuda_probe::qkv_split_launches(*gpu_);
     call(*cpu_, kc, vc, out);
@@ -537,10 +536,9 @@ TEST_F(CudaAttentionTest, PrefillQkvPartsSummedByTheRopeKernel) {
     const RopeSpec rs{c.n_heads, c.head_dim, c.rot_dims, c.interleaved, 1.0f};
     const AttentionSpec as{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), 0, 0.0f};
     auto products = [&](bool g, Dual& yq, Dual& yk, Dual& yv) {
-      auto t = [g](Dual& dl) -> Tensor* { return g ? &dl.g : &dl.c; };
-      return std::array<MatmulOut, 3>{MatmulOut{t(w[0]), t(yq), c.bias ? t(bq) : nullptr},
-                                      MatmulOut{t(w[1]), t(yk), c.bias ? t(bk) : nullptr},
-                                      MatmulOut{t(w[2]), t(yv), c.bias ? t(bv) : nullptr}};
+      return std::array<MatmulOut, 3>{MatmulOut{w[0].on(g), yq.on(g), c.bias ? bq.on(g) : nullptr},
+                                      MatmulOut{w[1].on(g), yk.on(g), c.bias ? bk.on(g) : nullptr},
+                                      MatmulOut{w[2].on(g), yv.on(g), c.bias ? bv.on(g) : nullptr}};
     };
     const Tensor* qnorm[2] = {c.qk_norms ? &qn.c : nullptr, c.qk_norms ? &qn.g : nullptr};
     const Tensor* knorm[2] = {c.qk_norms ? &kn.c : nullptr, c.qk_norms ? &kn.g : nullptr};

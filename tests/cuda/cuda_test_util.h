@@ -22,6 +22,8 @@ namespace shoal::test {
 /// The same tensor on the reference (c) and the CUDA (g) backend.
 struct Dual {
   Tensor c, g;
+  /// The CUDA tensor if `gpu`, else the reference one.
+  Tensor* on(bool gpu) { return gpu ? &g : &c; }
 };
 
 class CudaVsRef : public ::testing::Test {

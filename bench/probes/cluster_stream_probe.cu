@@ -5,7 +5,7 @@
 // streaming loads (8 per thread in flight); a CUDA graph of 64 launches, each on the next slice of
 // a 1 GiB buffer (no L2 hits), is replayed 5 times; the best replay gives us per launch (launch,
 // ramp and tail included, as a GEMV pays them). Also prints cudaOccupancyMaxActiveClusters per
-// configuration. Not built by CMake (a measurement, random-free data, no checks):
+// configuration. Not built by CMake (a measurement: constant data, no checks):
 //   nvcc -std=c++17 -O2 -arch=sm_90 bench/probes/cluster_stream_probe.cu -o cluster_stream_probe
 #include <cuda_runtime.h>
 

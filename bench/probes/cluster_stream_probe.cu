@@ -11,18 +11,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
-static void die_unless(bool ok, int code, int line) {
-  if (ok) return;
-  std::printf("CUDA error %d (%s) at line %d\n", code, cudaGetErrorString(cudaError_t(code)), line);
-  std::exit(1);
-}
-#define CK(x)                                       \
-  do {                                              \
-    const cudaError_t e_ = (x);                     \
-    die_unless(e_ == cudaSuccess, int(e_), __LINE__); \
-  } while (0)
+#include "probe_check.h"
 
 // Block b reads words [b * per, (b + 1) * per) of w (16-byte words); out keeps the loads alive.
 __global__ void stream_kernel(const uint4* __restrict__ w, int64_t per, uint32_t* out) {

@@ -17,17 +17,9 @@
 #include <string>
 #include <vector>
 
-// Exits with the failing line: CUDA runtime calls (CK) and cuBLAS calls (CB).
-static void die_unless(bool ok, const char* what, int code, int line) {
-  if (ok) return;
-  std::printf("%s error %d at line %d\n", what, code, line);
-  std::exit(1);
-}
-#define CK(x)                                                  \
-  do {                                                         \
-    const cudaError_t e_ = (x);                                \
-    die_unless(e_ == cudaSuccess, "CUDA", int(e_), __LINE__);  \
-  } while (0)
+#include "probe_check.h"
+
+// Exits with the failing line: CUDA runtime calls (CK, probe_check.h) and cuBLAS calls (CB).
 #define CB(x)                                                             \
   do {                                                                    \
     const cublasStatus_t e_ = (x);                                        \

@@ -6,6 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/mmap_file.h"
 #include "format/gguf.h"
@@ -133,6 +137,19 @@ TEST(FormatGguf, MissingFileIsNotFound) {
   auto r = open_model_file(fixture("models/no-such-model.gguf"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotFound);
+}
+
+// A named pipe as the model: refused at once as not a regular file (opening it blocked until a
+// writer came).
+TEST(FormatGguf, FifoIsRefusedWithoutWaiting) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() / ("shoal-fifo-" + std::to_string(::getpid()) + ".gguf");
+  std::filesystem::remove(p);
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  auto r = open_model_file(p.string());
+  std::filesystem::remove(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status().to_string();
 }
 
 }  // namespace

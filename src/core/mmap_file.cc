@@ -13,7 +13,9 @@
 namespace shoal {
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO opens at once (then fstat refuses it) instead of waiting for a writer;
+  // it changes nothing for the regular file that is mapped.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     return Status(err == ENOENT ? Code::kNotFound : Code::kIoError,

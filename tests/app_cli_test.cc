@@ -57,6 +57,35 @@ TEST(AppCli, AFullDiskFailsTheCommand) {
   EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
 }
 
+// -f drops one trailing newline (a text file's end of line, as llama.cpp's -f): the same prompt
+// tokens and text as -p; a second newline stays part of the prompt.
+TEST(AppCli, APromptFileLosesOneTrailingNewline) {
+  const std::string m = q(test::fixture("models/stories260K.gguf"));
+  const std::string run = test::shoal_bin() + " --log-level warn run -m " + m + " -n 8 --temp 0 --output-ids ";
+  const std::string one = ::testing::TempDir() + "app_cli_prompt_one.txt";
+  const std::string two = ::testing::TempDir() + "app_cli_prompt_two.txt";
+  std::ofstream(one, std::ios::binary) << "Once upon a time\n";
+  std::ofstream(two, std::ios::binary) << "Once upon a time\n\n";
+  const auto want = test::run_command(run + "-p 'Once upon a time' 2>&1");
+  const auto got = test::run_command(run + "-f " + q(one) + " 2>&1");
+  const auto kept = test::run_command(run + "-f " + q(two) + " 2>&1");
+  std::remove(one.c_str());
+  std::remove(two.c_str());
+  ASSERT_EQ(want.status, 0) << want.out;
+  EXPECT_EQ(got.status, 0);
+  EXPECT_EQ(got.out, want.out);
+  EXPECT_NE(kept.out, want.out);  // ("\n\n" keeps one newline: the ids of a prompt that ends in one)
+}
+
+TEST(AppCli, InspectTakesTheModelAsMOrPositional) {
+  const std::string m = q(test::fixture("models/stories260K.gguf"));
+  const auto pos = test::run_command(test::shoal_bin() + " inspect " + m + " 2>&1");
+  const auto flag = test::run_command(test::shoal_bin() + " inspect -m " + m + " 2>&1");
+  ASSERT_EQ(pos.status, 0) << pos.out;
+  EXPECT_EQ(flag.status, 0) << flag.out;
+  EXPECT_EQ(flag.out, pos.out);
+}
+
 TEST(AppCli, ADirectoryAsThePromptFileIsRefused) {
   const std::string dir = ::testing::TempDir();
   const auto r = test::run_command(test::shoal_bin() + " --log-level warn run -m " +

@@ -194,7 +194,8 @@ CommandFn add_inspect_command(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "inspect", "Show a model file's format, metadata, tokenizer summary and tensor table");
-  sub->add_option("model", opts->model, "a .gguf file, a .safetensors file or a Hugging Face checkpoint folder")
+  sub->add_option("-m,--model,model", opts->model,
+                  "a .gguf file, a .safetensors file or a Hugging Face checkpoint folder")
       ->required();
   sub->add_flag("--json", opts->json, "print one JSON object instead of text");
   return [opts]() -> int {

@@ -12,7 +12,10 @@ namespace shoal::app {
 
 Result<std::string> PromptFlags::text() const {
   if (prompt_file.empty()) return prompt;
-  return read_file(prompt_file);
+  SHOAL_ASSIGN_OR_RETURN(std::string text, read_file(prompt_file));
+  // One trailing newline is the file's end of line, not part of the prompt (as llama.cpp's -f).
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
 }
 
 GenerateOptions PromptFlags::generate_options() const {
@@ -24,7 +27,8 @@ GenerateOptions PromptFlags::generate_options() const {
 
 void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_help) {
   CLI::Option* prompt = cmd->add_option("-p,--prompt", f.prompt, prompt_help);
-  cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file")->excludes(prompt);
+  cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file (one trailing newline dropped)")
+      ->excludes(prompt);
   cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()
       ->transform(int_range(-1, 1 << 24));

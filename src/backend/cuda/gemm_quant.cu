@@ -72,6 +72,9 @@ constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the
 // scheduler only two such warps (H100, Llama-3-8B Q4_0 steps of 16 tokens 1.08x). Q8_0's stages
 // are 1.4x larger: two blocks of 8 were 2% slower than one of 12 (docs/cuda.md v51).
 constexpr int blocks_per_sm(bool q4, int n) { return q4 && n == 32 ? 2 : 1; }
+}  // namespace
+
+// (Outside the unnamed namespace: nvcc warns of each of its members that a kN leaves unused.)
 template <int kParts, int kN>
 struct Parts {
   static_assert(kParts == 1 || kParts == 2);
@@ -95,6 +98,8 @@ struct Parts {
   static constexpr unsigned kPartDesc = kTokens * 128 >> 4;  // the lo part's rows in descriptor units
   static constexpr int kExchangeBytes = 2 * 4 * kVals * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
 };
+
+namespace {
 
 struct QGemmArgs {
   // Tensor maps (TMA) of the activations x16 as [parts][n][k] f16 (boxes of parts x kTokens x 64

@@ -347,6 +347,26 @@ TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {
   EXPECT_EQ(good->wait_exit(10s), 0) << good->err();  // the host said bye; the worker leaves
 }
 
+// A worker refused while the first plan is made (another model) leaves a host with a -p prompt
+// waiting for another worker, instead of failing the prompt for want of one.
+TEST(PoolCli, AHostWaitsAgainWhenItsOnlyWorkerIsRefused) {
+  const std::string secret = "rewait-test-secret";
+  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen",
+                            "127.0.0.1:0", "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp",
+                            "0", "-t", "1", "-p", "Once upon a time"},
+                           {"SHOAL_SECRET=" + secret});
+  const std::string addr = host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto other = join(addr, "other-model", secret, {"-m", test::fixture("hf/llama/model-bf16.gguf")});
+  EXPECT_EQ(other->wait_exit(60s), 1);
+  EXPECT_TRUE(host->wait_err("a worker left the pool before its first plan", 10s)) << host->err();
+  EXPECT_EQ(host->wait_exit(1s), -1) << "the host gave up: " << host->err();
+  auto good = join(addr, "good", secret);
+  EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
+  EXPECT_EQ(host->out(), stories_text(0) + "\n");
+  EXPECT_EQ(good->wait_exit(10s), 0) << good->err();
+}
+
 TEST(PoolCli, HostAloneServesWithoutWorkers) {
   auto host = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
                             test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "0",

@@ -60,11 +60,20 @@ int host(const HostCmdOptions& o) {
     if (Status st = check_prompt_fits(ids->size(), host.n_ctx()); !st.ok()) return fail(st);
     prompt_ids = std::move(*ids);
   }
-  if (o.workers > 0) {
-    spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
-    if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
+  // The first plan is made with --workers workers that take their parts: one refused while it
+  // is planned (another model, a load that failed) leaves the host waiting for another.
+  for (;;) {
+    if (o.workers > 0) {
+      spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
+      if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
+    }
+    const Status st = host.ensure_plan();
+    if (o.workers == 0 || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) {
+      if (!st.ok()) spdlog::error("{}", st.to_string());  // retried per prompt
+      break;
+    }
+    spdlog::warn("a worker left the pool before its first plan{}", st.ok() ? "" : " (" + st.to_string() + ")");
   }
-  if (Status st = host.ensure_plan(); !st.ok()) spdlog::error("{}", st.to_string());  // retried per prompt
 
   const GenerateOptions go = o.gen.generate_options();
   auto answer = [&](std::span<const int32_t> ids) -> Status {

@@ -67,6 +67,17 @@ INSTANTIATE_TEST_SUITE_P(
                       IdsCase{"qwen3_greedy", "hf/qwen3", "hello world, this is a test", "--temp 0"}),
     [](const auto& i) { return i.param.name; });
 
+// More local workers than the room's 32 handshakes in flight, and more than two processes a core
+// on CI's machine (their heartbeats late while they load): every worker joins, and the ids are
+// those of one process.
+TEST(PoolCli, ALocalPoolOfMoreThan32ProcessesGivesTheIdsOfOne) {
+  const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
+                           " -p 'Once upon a time' -n 4 -c 64 -t 1 --temp 0 --output-ids";
+  const auto want = ids_of(test::run_command(base));
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(ids_of(test::run_command(base + " --hop-dtype f32 --pool 34")), want);
+}
+
 TEST(PoolCli, PrefillPrecisionIsAcceptedByRunAndTheLocalWorkers) {
   // --prefill-precision half is for GPUs (BackendOptions::half_prefill); a CPU computes in f32
   // whatever it says, so the ids stay those of one process. With --pool 2 the local worker gets

@@ -21,9 +21,13 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
   cmd->add_option("--hop-dtype", f.hop_dtype, "Hidden states between stages: f16 (half the bytes) or f32 (exact)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32"}));
-  cmd->add_option("--dead-after", f.dead_after_ms, "A peer silent this long (ms) counts as dead")
+  cmd->add_option("--dead-after", f.dead_after_ms,
+                  local_pool ? "A peer silent this long (ms) counts as dead (unset, a local pool of more than two "
+                               "processes a core takes it times ceil(processes / (2 x cores)))"
+                             : "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
-      ->transform(int_range(100, 3600000));
+      ->transform(int_range(100, 3600000))
+      ->each([&f](const std::string&) { f.dead_after_set = true; });
   cmd->add_option("--layers-local", f.layers_local, "Layers the host holds itself: N, or auto (the planner chooses)")
       ->capture_default_str();
   cmd->add_option("--split", f.split, "Force the plan: layer ranges for the host, then the workers (0-3,4-7,8-11)");
@@ -120,7 +124,14 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   const std::vector<pool::LocalPlacement> at = pool::local_placements(devices, size_t(std::max(1, p.pool)));
   ModelFlags host_flags = m;
   host_flags.device = at[0].device;
-  SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(host_flags, p));
+  PoolFlags pf = p;
+  // Processes that share few cores answer heartbeats late while they load: more than twice as
+  // many as cores get 2 s of silence per such multiple (64 on 2 cores: 32 s), unless set.
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+  if (!p.dead_after_set && p.pool > 2 * cores)
+    pf.dead_after_ms = std::min(3600000, p.dead_after_ms * ((p.pool + 2 * cores - 1) / (2 * cores)));
+  SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(host_flags, pf));
+  o.max_pending = size_t(p.pool) + 32;  // (the local workers join at once: none is refused)
   const int threads = m.threads > 0 ? m.threads : std::max(1, int(std::thread::hardware_concurrency()) / p.pool);
   o.threads = threads;
   o.tokenizer = tokenizer;
@@ -141,7 +152,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   w.warm_up = o.warm_up;
   const auto level = spdlog::level::to_string_view(spdlog::get_level());
   w.log_level = std::string(level.data(), level.size());
-  w.dead_after_ms = p.dead_after_ms;
+  w.dead_after_ms = pf.dead_after_ms;
   SHOAL_ASSIGN_OR_RETURN(lp->workers, pool::LocalWorkers::spawn(w));
   SHOAL_RETURN_IF_ERROR(
       lp->host->wait_for_workers(w.workers.size(), kLocalJoinTimeout, [&] { return lp->workers->check(); }));

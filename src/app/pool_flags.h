@@ -19,6 +19,7 @@ struct PoolFlags {
   int pool = 1;                      // --pool N: processes in the local pool (run/check)
   std::string hop_dtype = "f16";     // --hop-dtype
   int dead_after_ms = 2000;          // --dead-after
+  bool dead_after_set = false;       // --dead-after was given
   std::string layers_local = "auto"; // --layers-local N|auto
   std::string split;                 // --split 0-3,4-7
 };

@@ -78,6 +78,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   RoomOptions ro;
   ro.secret = o.secret;
   ro.handshake_timeout = o.hops.connect_timeout;
+  ro.max_pending = o.max_pending;
   Host* self = h.get();
   ro.on_refused = [self](const std::string& peer, const Status& why) { self->refuse(peer, why, /*log=*/false); };
   SHOAL_ASSIGN_OR_RETURN(h->room_, Room::open(std::move(listener), std::move(ro)));

@@ -56,6 +56,7 @@ struct HostOptions {
   uint64_t mem = 0;                      // bytes the host lends; 0: what its backend reports free
   int mem_share = 1;                     // with mem 0: lend free / mem_share (processes sharing one device)
   Millis probe_budget{200};
+  size_t max_pending = 32;               // handshakes in flight (RoomOptions::max_pending)
 };
 
 /// One stage of the current plan, for logs and tests.

@@ -60,19 +60,21 @@ int host(const HostCmdOptions& o) {
     if (Status st = check_prompt_fits(ids->size(), host.n_ctx()); !st.ok()) return fail(st);
     prompt_ids = std::move(*ids);
   }
-  // The first plan is made with --workers workers that take their parts: one refused while it
-  // is planned (another model, a load that failed) leaves the host waiting for another.
+  // A first plan that fails for want of a worker refused while it was made (another model, a
+  // load that failed) leaves a host with a -p prompt waiting for --workers workers again (one
+  // reading prompts from stdin plans again for each, as a worker may join meanwhile).
   for (;;) {
     if (o.workers > 0) {
       spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
       if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
     }
     const Status st = host.ensure_plan();
-    if (o.workers == 0 || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) {
-      if (!st.ok()) spdlog::error("{}", st.to_string());  // retried per prompt
+    if (st.ok()) break;
+    if (o.workers == 0 || prompt.empty() || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) {
+      spdlog::error("{}", st.to_string());  // retried per prompt
       break;
     }
-    spdlog::warn("a worker left the pool before its first plan{}", st.ok() ? "" : " (" + st.to_string() + ")");
+    spdlog::warn("a worker left the pool before its first plan ({})", st.to_string());
   }
 
   const GenerateOptions go = o.gen.generate_options();

@@ -64,7 +64,7 @@ Status write_stdout(std::string_view text) {
 
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
                           bool output_ids, const GenerateFn& generate) {
-  spdlog::info("prompt: {} tokens", ids.size());
+  spdlog::info("prompt: {} token{}", ids.size(), ids.size() == 1 ? "" : "s");
   StreamDecoder stream(tok);
   GenerateStats st;
   Status written;  // the first failed write stops the generation

@@ -256,7 +256,7 @@ Status Worker::load(const Assign& a) {
 
 Status Worker::handle_assign(const Assign& a) {
   stop_data("the stage takes a new plan");
-  spdlog::info("plan {}: layers {}-{} (stage {} of {}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer, a.stage,
+  spdlog::info("plan {}: layers {}-{} (stage {} of 0-{}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer, a.stage,
                a.n_stages - 1, a.next_hop);
   const auto t0 = std::chrono::steady_clock::now();
   Status loaded = load(a);

@@ -142,7 +142,8 @@ TEST(FormatGguf, MissingFileIsNotFound) {
 // A named pipe as the model: refused at once as not a regular file (opening it blocked until a
 // writer came).
 TEST(FormatGguf, FifoIsRefusedWithoutWaiting) {
-  const std::filesystem::path p = std::filesystem::temp_directory_path() / ("shoal-fifo-" + std::to_string(::getpid()) + ".gguf");
+  const std::filesystem::path p =
+      std::filesystem::temp_directory_path() / ("shoal-fifo-" + std::to_string(::getpid()) + ".gguf");
   std::filesystem::remove(p);
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
   auto r = open_model_file(p.string());

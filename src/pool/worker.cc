@@ -256,8 +256,8 @@ Status Worker::load(const Assign& a) {
 
 Status Worker::handle_assign(const Assign& a) {
   stop_data("the stage takes a new plan");
-  spdlog::info("plan {}: layers {}-{} (stage {} of 0-{}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer, a.stage,
-               a.n_stages - 1, a.next_hop);
+  spdlog::info("plan {}: layers {}-{} (stage {} of 0-{}), next hop {}", a.plan_epoch, a.first_layer, a.last_layer,
+               a.stage, a.n_stages - 1, a.next_hop);
   const auto t0 = std::chrono::steady_clock::now();
   Status loaded = load(a);
   if (stop_ || !control_->is_up()) return Status::Ok();  // asked to leave while loading: run() says why

@@ -10,6 +10,11 @@
 #include <fstream>
 #include <regex>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "pool/host_local.h"
 #include "pool_test_util.h"
 #include "test_util.h"
@@ -376,6 +381,42 @@ TEST(PoolCli, AHostWaitsAgainWhenItsOnlyWorkerIsRefused) {
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
   EXPECT_EQ(host->out(), stories_text(0) + "\n");
   EXPECT_EQ(good->wait_exit(10s), 0) << good->err();
+}
+
+// A port nothing listens on (bound to port 0, read, closed again).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  return ok ? ntohs(a.sin_port) : 0;
+}
+
+// A worker started before its host keeps trying (join --wait-host, 60 s by default), joins once
+// the host is up and serves its prompt.
+TEST(PoolCli, AWorkerStartedBeforeItsHostJoinsWhenItComes) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port), secret = "early-worker-secret";
+  auto early = join(addr, "early", secret);
+  ASSERT_TRUE(early->wait_err("the host is not up .*trying again for up to 60 s", 30s)) << early->err();
+  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen", addr,
+                            "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp", "0", "-t", "1",
+                            "-p", "Once upon a time"},
+                           {"SHOAL_SECRET=" + secret});
+  EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
+  EXPECT_EQ(host->out(), stories_text(0) + "\n");
+  EXPECT_EQ(early->wait_exit(10s), 0) << early->err();
+  // --wait-host 0: one try.
+  const auto once = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() + " join " + addr +
+                                      " --wait-host 0 -t 1 2>&1");
+  EXPECT_EQ(once.status, 1);
+  EXPECT_NE(once.out.find("joining the host"), std::string::npos) << once.out;
+  EXPECT_EQ(once.out.find("trying again"), std::string::npos) << once.out;
 }
 
 TEST(PoolCli, HostAloneServesWithoutWorkers) {

@@ -25,6 +25,7 @@ struct JoinOptions {
   std::string name;
   std::string data_listen;
   int dead_after_ms = 2000;
+  int wait_host_s = 60;
   bool no_progress = false;
   bool no_warmup = false;
 };
@@ -61,6 +62,7 @@ int join(const JoinOptions& o) {
   w.name = o.name;
   w.data_listen = o.data_listen;
   w.progress = !o.no_progress;
+  w.host_wait = pool::Millis(int64_t(o.wait_host_s) * 1000);
   w.hops.dead_after = pool::Millis(o.dead_after_ms);
   w.hops.ping_interval = pool::Millis(std::max(50, o.dead_after_ms / 4));
   pool::Worker worker(std::move(w), pool::tcp_network());
@@ -103,6 +105,10 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
       ->transform(int_range(100, 3600000));
+  cmd->add_option("--wait-host", o->wait_host_s,
+                  "Seconds to keep trying a host that is not up yet (refused or no answer); 0: try once")
+      ->capture_default_str()
+      ->transform(int_range(0, 86400));
   return [o] { return join(*o); };
 }
 

@@ -21,6 +21,7 @@ namespace shoal::pool {
 namespace {
 
 constexpr Millis kControlSlice{200};  // control-loop wake-up, to notice stop()
+constexpr Millis kRetryPause{1000};   // between tries to reach a host that is not up (host_wait)
 constexpr Millis kDataSlice{100};     // data-loop wake-up, to notice a new assignment
 constexpr Millis kWaitUpstream{24 * 3600 * 1000};  // the upstream hop comes when its stage is ready
 
@@ -123,6 +124,18 @@ Status Worker::join() {
 
   if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
   auto conn = net_.connect(opts_.host, opts_.hops.connect_timeout);
+  // A worker may start before its host: tried again every kRetryPause for opts_.host_wait.
+  const auto give_up = Clock::now() + opts_.host_wait;
+  for (bool told = false; !conn.ok() && conn.status().code() == Code::kUnavailable && Clock::now() < give_up;) {
+    if (!told) {
+      spdlog::info("the host is not up ({}); trying again for up to {} s", conn.status().message(),
+                   std::chrono::duration_cast<std::chrono::seconds>(opts_.host_wait).count());
+      told = true;
+    }
+    for (auto t = Clock::now(); Clock::now() - t < kRetryPause && !stop_;) std::this_thread::sleep_for(kControlSlice);
+    if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
+    conn = net_.connect(opts_.host, opts_.hops.connect_timeout);
+  }
   if (!conn.ok()) return conn.status().with_context("joining the host");
   SHOAL_RETURN_IF_ERROR(auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
                             .with_context("joining the host at " + opts_.host));

@@ -223,6 +223,8 @@ TEST(Planner, ForcedSplitInvalid) {
       {"1-11", "--split leaves layers 0-0 to nobody"},
       {"0-3,4-7", "--split leaves layers 8-11 to nobody"},
       {"0-4,4-11", "--split range 4-11 overlaps the range before it"},
+      {"0-3,8-11,4-7", "--split lists 8-11 before 4-7: the ranges go in layer order"},
+      {"4-11,0-3", "--split lists 4-11 before 0-3: the ranges go in layer order"},
       {"0-3,4-12", "--split range 4-12 is past the last layer 11"},
       {"0-3,7-4,8-11", "--split range 7-4 runs backwards"},
       {"0-1,2-3,4-5,6-11", "--split has 4 ranges but the pool has 3 devices"},

@@ -77,6 +77,16 @@ TEST(AppCli, APromptFileLosesOneTrailingNewline) {
   EXPECT_NE(kept.out, want.out);  // ("\n\n" keeps one newline: the ids of a prompt that ends in one)
 }
 
+TEST(AppCli, ABosWrittenInThePromptIsWarnedOf) {
+  const std::string run = test::shoal_bin() + " run -m " + q(test::fixture("models/stories260K.gguf")) +
+                          " -n 2 --temp 0 --output-ids 2>&1 >/dev/null -p ";
+  const auto twice = test::run_command(run + "'<s>Once upon a time'");
+  const auto once = test::run_command(run + "'Once upon a time'");
+  EXPECT_EQ(twice.status, 0) << twice.out;
+  EXPECT_NE(twice.out.find("starts with two now"), std::string::npos) << twice.out;
+  EXPECT_EQ(once.out.find("starts with two"), std::string::npos) << once.out;
+}
+
 TEST(AppCli, InspectTakesTheModelAsMOrPositional) {
   const std::string m = q(test::fixture("models/stories260K.gguf"));
   const auto pos = test::run_command(test::shoal_bin() + " inspect " + m + " 2>&1");

@@ -42,6 +42,9 @@ Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::stri
     if (tok.bos_id() < 0) return make_error(Code::kInvalidArgument, "the prompt is empty and the model has no BOS token");
     ids.push_back(tok.bos_id());
   }
+  // As llama.cpp: a prompt that writes the BOS token the model adds anyway starts with two.
+  if (ids.size() >= 2 && tok.bos_id() >= 0 && ids[0] == tok.bos_id() && ids[1] == tok.bos_id())
+    spdlog::warn("the prompt starts with the BOS token the model adds itself: it starts with two now");
   return ids;
 }
 

@@ -87,6 +87,19 @@ TEST(AppCli, ABosWrittenInThePromptIsWarnedOf) {
   EXPECT_EQ(once.out.find("starts with two"), std::string::npos) << once.out;
 }
 
+// -c 16 holds the 5 prompt tokens and 11 fed back, so 12 are generated (the last is not fed).
+TEST(AppCli, AContextThatFillsBeforeNIsWarnedOf) {
+  const std::string run = test::shoal_bin() + " run -m " + q(test::fixture("models/stories260K.gguf")) +
+                          " -p 'Once upon a time' --temp 0 -c 16 2>&1 >/dev/null -n ";
+  const auto short_ctx = test::run_command(run + "100");
+  EXPECT_EQ(short_ctx.status, 0) << short_ctx.out;
+  EXPECT_NE(short_ctx.out.find("the context is full: 12 of the 100 tokens asked were generated (raise -c)"),
+            std::string::npos)
+      << short_ctx.out;
+  const auto fits = test::run_command(run + "4");
+  EXPECT_EQ(fits.out.find("the context is full"), std::string::npos) << fits.out;
+}
+
 TEST(AppCli, InspectTakesTheModelAsMOrPositional) {
   const std::string m = q(test::fixture("models/stories260K.gguf"));
   const auto pos = test::run_command(test::shoal_bin() + " inspect " + m + " 2>&1");

@@ -97,6 +97,9 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
                st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
                st.decode_s, st.decode_s > 0 && st.n_generated > 1 ? (st.n_generated - 1) / st.decode_s : 0.0,
                st.hit_eog ? "; stopped at end of generation" : (st.hit_context ? "; context full" : ""));
+  if (st.hit_context && go.n_predict > 0 && int64_t(st.n_generated) < go.n_predict)
+    spdlog::warn("the context is full: {} of the {} tokens asked were generated (raise -c)", st.n_generated,
+                 go.n_predict);
   return Status::Ok();
 }
 

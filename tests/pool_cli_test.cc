@@ -72,15 +72,15 @@ INSTANTIATE_TEST_SUITE_P(
                       IdsCase{"qwen3_greedy", "hf/qwen3", "hello world, this is a test", "--temp 0"}),
     [](const auto& i) { return i.param.name; });
 
-// More local workers than the room's 32 handshakes in flight, and more than two processes a core
-// on CI's machine (their heartbeats late while they load): every worker joins, and the ids are
-// those of one process.
+// More local workers than the room's 32 handshakes in flight: every worker joins, and the ids are
+// those of one process. (--dead-after given: the default's scaling counts the machine's cores,
+// which a CPU quota may not show.)
 TEST(PoolCli, ALocalPoolOfMoreThan32ProcessesGivesTheIdsOfOne) {
   const std::string base = test::shoal_bin() + " --log-level warn run -m " + test::fixture("models/stories260K.gguf") +
                            " -p 'Once upon a time' -n 4 -c 64 -t 1 --temp 0 --output-ids";
   const auto want = ids_of(test::run_command(base));
   ASSERT_EQ(want.size(), 4u);
-  EXPECT_EQ(ids_of(test::run_command(base + " --hop-dtype f32 --pool 34")), want);
+  EXPECT_EQ(ids_of(test::run_command(base + " --hop-dtype f32 --dead-after 30000 --pool 34")), want);
 }
 
 TEST(PoolCli, PrefillPrecisionIsAcceptedByRunAndTheLocalWorkers) {
@@ -426,6 +426,21 @@ TEST(PoolCli, HostAloneServesWithoutWorkers) {
                            {"SHOAL_SECRET=alone"});
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
   EXPECT_EQ(host->out(), stories_text(0) + "\n");
+}
+
+// -f with a file of one newline is one (BOS-only) prompt, as `run` takes it, not stdin mode: the
+// host answers it and exits with stdin left open.
+TEST(PoolCli, HostTakesAPromptFileThatIsEmptyAsOnePrompt) {
+  const std::string path = ::testing::TempDir() + "pool_cli_newline_prompt.txt";
+  std::ofstream(path, std::ios::binary) << "\n";
+  auto host = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
+                            test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "0",
+                            "-f", path, "-n", "4", "--temp", "0", "-t", "1", "--output-ids"},
+                           {"SHOAL_SECRET=alone"});
+  const int status = host->wait_exit(60s);
+  std::remove(path.c_str());
+  EXPECT_EQ(status, 0) << host->err();
+  EXPECT_EQ(host->out().find('['), 0u) << host->out();
 }
 
 /// Child processes of `pid` (from /proc/PID/task/*/children).

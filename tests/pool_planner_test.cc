@@ -225,6 +225,8 @@ TEST(Planner, ForcedSplitInvalid) {
       {"0-4,4-11", "--split range 4-11 overlaps the range before it"},
       {"0-3,8-11,4-7", "--split lists 8-11 before 4-7: the ranges go in layer order"},
       {"4-11,0-3", "--split lists 4-11 before 0-3: the ranges go in layer order"},
+      {"0-3,2-5,4-11", "--split range 2-5 overlaps the range before it"},
+      {"0-5,2-3,6-11", "--split range 2-3 overlaps the range before it"},
       {"0-3,4-12", "--split range 4-12 is past the last layer 11"},
       {"0-3,7-4,8-11", "--split range 7-4 runs backwards"},
       {"0-1,2-3,4-5,6-11", "--split has 4 ranges but the pool has 3 devices"},

@@ -48,13 +48,16 @@ int host(const HostCmdOptions& o) {
   auto text = o.gen.text();
   if (!text.ok()) return fail(text.status());
   const std::string& prompt = *text;
+  // One prompt (-p, or -f: a file whose text may be empty, a BOS-only prompt as `run` takes it),
+  // else lines from stdin.
+  const bool one_prompt = !prompt.empty() || !o.gen.prompt_file.empty();
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;
   const HostSignals::Hold held(signals, host);
   const Tokenizer& tok = *host.tokenizer();
   std::vector<int32_t> prompt_ids;  // a -p prompt is checked before waiting for workers
-  if (!prompt.empty()) {
+  if (one_prompt) {
     auto ids = encode_prompt(tok, prompt);
     if (!ids.ok()) return fail(ids.status());
     if (Status st = check_prompt_fits(ids->size(), host.n_ctx()); !st.ok()) return fail(st);
@@ -70,7 +73,7 @@ int host(const HostCmdOptions& o) {
     }
     const Status st = host.ensure_plan();
     if (st.ok()) break;
-    if (o.workers == 0 || prompt.empty() || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) {
+    if (o.workers == 0 || !one_prompt || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) {
       spdlog::error("{}", st.to_string());  // retried per prompt
       break;
     }
@@ -82,7 +85,7 @@ int host(const HostCmdOptions& o) {
     return generate_to_stdout(tok, ids, go, o.gen.output_ids,
                               [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
   };
-  if (!prompt.empty()) {
+  if (one_prompt) {
     Status st = answer(prompt_ids);
     return st.ok() ? 0 : fail(st);
   }

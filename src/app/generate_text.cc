@@ -43,7 +43,7 @@ Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::stri
     ids.push_back(tok.bos_id());
   }
   // As llama.cpp: a prompt that writes the BOS token the model adds anyway starts with two.
-  if (ids.size() >= 2 && tok.bos_id() >= 0 && ids[0] == tok.bos_id() && ids[1] == tok.bos_id())
+  if (tok.add_bos() && ids.size() >= 2 && ids[0] == tok.bos_id() && ids[1] == tok.bos_id())
     spdlog::warn("the prompt starts with the BOS token the model adds itself: it starts with two now");
   return ids;
 }

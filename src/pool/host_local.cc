@@ -21,7 +21,7 @@ namespace shoal::pool {
 namespace {
 
 std::string describe_exit(int status) {
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "left the pool (exit status 0; its log above says why)";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "left the pool (exit status 0)";
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return "stopped";

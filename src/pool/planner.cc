@@ -278,8 +278,8 @@ Status check_split(const std::vector<LayerRange>& r, uint32_t L) {
                         r[i].last, L - 1);
     }
     const uint32_t want = i == 0 ? 0 : r[i - 1].last + 1;
-    // A later range that starts where this one should: the ranges are listed out of order.
-    for (size_t j = i + 1; j < r.size() && r[i].first != want; ++j) {
+    // A gap that a later range starts to fill: the ranges are listed out of order.
+    for (size_t j = i + 1; j < r.size() && r[i].first > want; ++j) {
       if (r[j].first == want) {
         return make_error(Code::kInvalidArgument,
                           "--split lists {}-{} before {}-{}: the ranges go in layer order (the host's first)",

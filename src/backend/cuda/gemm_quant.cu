@@ -74,7 +74,8 @@ constexpr int kThreads = 128 + 32 * kTiles;  // the producer warpgroup, then the
 constexpr int blocks_per_sm(bool q4, int n) { return q4 && n == 32 ? 2 : 1; }
 }  // namespace
 
-// (Outside the unnamed namespace: nvcc warns of each of its members that a kN leaves unused.)
+// (In a named namespace: in the unnamed one nvcc warns of each member that a kN leaves unused.)
+namespace qgemm {
 template <int kParts, int kN>
 struct Parts {
   static_assert(kParts == 1 || kParts == 2);
@@ -98,8 +99,11 @@ struct Parts {
   static constexpr unsigned kPartDesc = kTokens * 128 >> 4;  // the lo part's rows in descriptor units
   static constexpr int kExchangeBytes = 2 * 4 * kVals * 32 * 4;  // glu: up's values for the gate warps, 2 buffers
 };
+}  // namespace qgemm
 
 namespace {
+
+using qgemm::Parts;
 
 struct QGemmArgs {
   // Tensor maps (TMA) of the activations x16 as [parts][n][k] f16 (boxes of parts x kTokens x 64

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,7 +47,12 @@ Result<PoolFlags> local_pool_flags(const ModelFlags& m, const PoolFlags& p);
 struct LocalPool {
   std::unique_ptr<pool::LocalWorkers> workers;
   std::unique_ptr<pool::Host> host;
-  ~LocalPool() { host.reset(); }
+  // The host says bye first; its workers then leave by themselves (a signal only for one that
+  // has not within a second).
+  ~LocalPool() {
+    host.reset();
+    if (workers) workers->wait_exit(std::chrono::milliseconds(1000));
+  }
 };
 
 /// Starts the host on a random loopback port with a random secret, p.pool - 1 local workers

@@ -24,6 +24,7 @@ Result<std::unique_ptr<Link>> open_hop(Network& net, std::string_view address, s
   lo.name = name;
   lo.ping_interval = opts.ping_interval;
   lo.dead_after = opts.dead_after;
+  lo.bye_at_info = false;
   return std::make_unique<Link>(std::move(*conn), std::move(lo));
 }
 
@@ -58,6 +59,7 @@ void HopInbox::add(std::unique_ptr<Connection> conn) {
   lo.name = "hop from " + conn->peer();
   lo.ping_interval = opts_.ping_interval;
   lo.dead_after = opts_.dead_after;
+  lo.bye_at_info = false;
   auto link = std::make_unique<Link>(std::move(conn), std::move(lo));
   {
     std::lock_guard lock(mu_);

@@ -122,6 +122,19 @@ Status LocalWorkers::check() {
   return Status::Ok();
 }
 
+void LocalWorkers::wait_exit(std::chrono::milliseconds grace) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (;;) {
+    bool running = false;
+    for (size_t i = 0; i < pids_.size(); ++i) {
+      if (pids_[i] > 0 && waitpid(pids_[i], &statuses_[i], WNOHANG) == pids_[i]) pids_[i] = -1;
+      running = running || pids_[i] > 0;
+    }
+    if (!running || std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 LocalWorkers::~LocalWorkers() {
   for (pid_t p : pids_) {
     if (p > 0) kill(p, SIGTERM);

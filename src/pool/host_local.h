@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ class LocalWorkers {
 
   /// Ok while every worker process runs; kUnavailable naming the first one that exited and how.
   Status check();
+  /// Waits up to `grace` for every worker to exit by itself (after the host's bye), reaping them;
+  /// the destructor then signals only those still running.
+  void wait_exit(std::chrono::milliseconds grace);
   const std::vector<pid_t>& pids() const { return pids_; }
 
  private:

@@ -38,7 +38,7 @@ void Link::go_down(const Status& why, bool notify, bool orderly) {
   conn_->close();
   if (notify) {
     if (orderly) {
-      spdlog::info("{}", why.message());
+      spdlog::log(opts_.bye_at_info ? spdlog::level::info : spdlog::level::debug, "{}", why.message());
     } else {
       spdlog::warn("{}", why.to_string());
     }

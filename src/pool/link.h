@@ -26,6 +26,8 @@ struct LinkOptions {
   /// Say bye to a peer found silent, naming the silence, before closing (a frozen process reads
   /// it when it wakes). Off where the sends could be stalled behind full buffers (hops).
   bool bye_to_silent_peer = false;
+  /// An orderly bye is logged at info; hops log it at debug (their control links say why).
+  bool bye_at_info = true;
   /// Called once, from the link's thread, when the link goes down (not after close()).
   std::function<void(const Status&)> on_down;
 };

@@ -157,6 +157,7 @@ Status Worker::join() {
   lo.name = "the host at " + opts_.host;
   lo.ping_interval = opts_.hops.ping_interval;
   lo.dead_after = opts_.hops.dead_after;
+  lo.bye_at_info = false;  // (run() logs it: "leaving the pool: ...")
   control_ = std::make_unique<Link>(std::move(*conn), std::move(lo));
   spdlog::info("joined {} as '{}': {}, lends {}, {:.1f} GB/s, {:.1f} GFLOP/s; hops on {}", opts_.host, h.name,
                h.device_name, format_bytes(h.mem_lent), h.mem_gbps, h.matmul_gflops, data.to_string());
@@ -323,7 +324,7 @@ void Worker::serve(uint64_t epoch) {
     auto m = (*up)->recv(kDataSlice);
     if (!m.ok()) {
       if (m.status().code() == Code::kDeadlineExceeded) continue;
-      if (!data_stop_) spdlog::info("{}: the upstream hop closed: {}", label_, m.status().message());
+      if (!data_stop_) spdlog::debug("{}: the upstream hop closed: {}", label_, m.status().message());
       break;
     }
     if (m->type == MsgType::kFrame) {

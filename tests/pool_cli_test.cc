@@ -411,6 +411,12 @@ TEST(PoolCli, AWorkerStartedBeforeItsHostJoinsWhenItComes) {
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
   EXPECT_EQ(host->out(), stories_text(0) + "\n");
   EXPECT_EQ(early->wait_exit(10s), 0) << early->err();
+  // Stopped while it waits: not in the pool, so the status of an interrupted command.
+  auto stopped = join(addr, "stopped", secret);
+  ASSERT_TRUE(stopped->wait_err("the host is not up", 30s)) << stopped->err();
+  stopped->kill(SIGINT);
+  EXPECT_EQ(stopped->wait_exit(10s), 128 + SIGINT) << stopped->err();
+  EXPECT_NE(stopped->err().find("stopped before it joined the host"), std::string::npos) << stopped->err();
   // --wait-host 0: one try.
   const auto once = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() + " join " + addr +
                                       " --wait-host 0 -t 1 2>&1");
@@ -441,6 +447,13 @@ TEST(PoolCli, HostTakesAPromptFileThatIsEmptyAsOnePrompt) {
   std::remove(path.c_str());
   EXPECT_EQ(status, 0) << host->err();
   EXPECT_EQ(host->out().find('['), 0u) << host->out();
+  // -p '' likewise.
+  auto empty = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
+                             test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "0",
+                             "-p", "", "-n", "4", "--temp", "0", "-t", "1", "--output-ids"},
+                            {"SHOAL_SECRET=alone"});
+  EXPECT_EQ(empty->wait_exit(60s), 0) << empty->err();
+  EXPECT_EQ(empty->out(), host->out());
 }
 
 /// Child processes of `pid` (from /proc/PID/task/*/children).

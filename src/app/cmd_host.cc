@@ -48,9 +48,9 @@ int host(const HostCmdOptions& o) {
   auto text = o.gen.text();
   if (!text.ok()) return fail(text.status());
   const std::string& prompt = *text;
-  // One prompt (-p, or -f: a file whose text may be empty, a BOS-only prompt as `run` takes it),
-  // else lines from stdin.
-  const bool one_prompt = !prompt.empty() || !o.gen.prompt_file.empty();
+  // One prompt (-p or -f, whose text may be empty: a BOS-only prompt, as `run` takes it), else
+  // lines from stdin.
+  const bool one_prompt = o.gen.prompt_set || !o.gen.prompt_file.empty();
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;

@@ -34,13 +34,13 @@ int join(const JoinOptions& o) {
   if (Status st = check_one_device(o.device); !st.ok()) return fail(st);
   // SIGINT / SIGTERM: leave the pool in order (the host hears a bye, not a silence). Watched
   // before any thread starts.
-  std::mutex mu;  // running, stop_asked
+  std::mutex mu;  // running, stop_signal
   pool::Worker* running = nullptr;
-  bool stop_asked = false;
+  int stop_signal = 0;
   SignalWatch signals([&](int sig) {
     spdlog::info("{}: leaving the pool", signal_name(sig));
     std::lock_guard lock(mu);
-    stop_asked = true;
+    if (stop_signal == 0) stop_signal = sig;
     if (running) running->stop();
   });
   auto secret = room_secret(o.secret);
@@ -69,12 +69,20 @@ int join(const JoinOptions& o) {
   {
     std::lock_guard lock(mu);
     running = &worker;
-    if (stop_asked) worker.stop();
+    if (stop_signal != 0) worker.stop();
   }
   const Status st = worker.run();
+  int sig = 0;
   {
     std::lock_guard lock(mu);
     running = nullptr;
+    sig = stop_signal;
+  }
+  // A worker that left the pool on a signal exits 0 (it served); one stopped before it got in, as
+  // an interrupted command does.
+  if (sig != 0 && !worker.joined()) {
+    spdlog::warn("stopped before it joined the host at {}", o.host);
+    return 128 + sig;
   }
   return st.ok() ? 0 : fail(st);
 }

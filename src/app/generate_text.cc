@@ -26,7 +26,8 @@ GenerateOptions PromptFlags::generate_options() const {
 }
 
 void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_help) {
-  CLI::Option* prompt = cmd->add_option("-p,--prompt", f.prompt, prompt_help);
+  CLI::Option* prompt =
+      cmd->add_option("-p,--prompt", f.prompt, prompt_help)->each([&f](const std::string&) { f.prompt_set = true; });
   cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file (one trailing newline dropped)")
       ->excludes(prompt);
   cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")

@@ -18,6 +18,7 @@ namespace shoal::app {
 /// What `shoal run` and `shoal host` share: the prompt, how much to generate, sampling, output form.
 struct PromptFlags {
   std::string prompt;
+  bool prompt_set = false;  // -p was given (its text may be empty)
   std::string prompt_file;
   int n_predict = -1;
   SamplingParams sampling;

@@ -86,7 +86,8 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::spawn(const LocalWorkerOptio
     std::vector<std::string> args = {"shoal", "--log-level", o.log_level, "join", o.host,
                                      "-m", o.model, "--device", at.device, "--name", fmt::format("local-{}", i + 1),
                                      "--dead-after", std::to_string(o.dead_after_ms),
-                                     "--mem-share", std::to_string(at.mem_share), "--no-progress"};
+                                     "--mem-share", std::to_string(at.mem_share), "--no-progress",
+                                     "--wait-host", "0"};  // (the host is up: one try, full timeouts)
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (o.half_prefill) args.insert(args.end(), {"--prefill-precision", "half"});
     if (!o.warm_up) args.push_back("--no-warmup");

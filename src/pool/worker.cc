@@ -22,6 +22,7 @@ namespace {
 
 constexpr Millis kControlSlice{200};  // control-loop wake-up, to notice stop()
 constexpr Millis kRetryPause{1000};   // between tries to reach a host that is not up (host_wait)
+constexpr Millis kRetryConnect{2000}; // a connect while waiting for the host (a live one answers in ms)
 constexpr Millis kDataSlice{100};     // data-loop wake-up, to notice a new assignment
 constexpr Millis kWaitUpstream{24 * 3600 * 1000};  // the upstream hop comes when its stage is ready
 
@@ -122,23 +123,29 @@ Status Worker::join() {
   SHOAL_ASSIGN_OR_RETURN(room_, Room::open(std::move(listener), std::move(ro)));
   accept_thread_ = std::thread([this] { accept_loop(); });
 
-  if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
-  auto conn = net_.connect(opts_.host, opts_.hops.connect_timeout);
-  // A worker may start before its host: tried again every kRetryPause for opts_.host_wait.
+  // A worker may start before its host: a host that refuses the connection, or does not answer it
+  // or the handshake, is tried again kRetryPause later for opts_.host_wait, each connect then
+  // bounded by kRetryConnect (a stop() waits at most that long).
   const auto give_up = Clock::now() + opts_.host_wait;
-  for (bool told = false; !conn.ok() && conn.status().code() == Code::kUnavailable && Clock::now() < give_up;) {
+  const bool waiting = opts_.host_wait.count() > 0;
+  Result<std::unique_ptr<Connection>> conn = make_error(Code::kUnavailable, "not connected");
+  for (bool told = false;;) {
+    if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
+    conn = net_.connect(opts_.host, waiting ? std::min(opts_.hops.connect_timeout, kRetryConnect)
+                                            : opts_.hops.connect_timeout);
+    Status st = conn.ok() ? auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
+                                .with_context("joining the host at " + opts_.host)
+                          : conn.status().with_context("joining the host");
+    if (st.ok()) break;
+    const bool not_up = st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
+    if (!not_up || Clock::now() + kRetryPause >= give_up || stop_) return st;
     if (!told) {
-      spdlog::info("the host is not up ({}); trying again for up to {} s", conn.status().message(),
+      spdlog::info("the host is not up ({}); trying again for up to {} s", st.message(),
                    std::chrono::duration_cast<std::chrono::seconds>(opts_.host_wait).count());
       told = true;
     }
     for (auto t = Clock::now(); Clock::now() - t < kRetryPause && !stop_;) std::this_thread::sleep_for(kControlSlice);
-    if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
-    conn = net_.connect(opts_.host, opts_.hops.connect_timeout);
   }
-  if (!conn.ok()) return conn.status().with_context("joining the host");
-  SHOAL_RETURN_IF_ERROR(auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
-                            .with_context("joining the host at " + opts_.host));
   Hello h;
   h.role = PeerRole::kWorker;
   h.device_kind = backend_->kind() == shoal::DeviceKind::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu;

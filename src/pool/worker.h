@@ -76,6 +76,8 @@ class Worker {
   Status run();
   /// Makes run() return soon (any thread).
   void stop() { stop_ = true; }
+  /// Whether the worker got into the pool (its hello sent to the host) before run() returned.
+  bool joined() const { return control_ != nullptr; }
   WorkerState state() const;
 
  private:

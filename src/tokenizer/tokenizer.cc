@@ -118,7 +118,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_from_path(const std::string& p
   std::error_code ec;
   const fs::path p(path);
   if (fs::is_directory(p, ec)) return load_from_folder(p, nullptr);
-  if (!fs::is_regular_file(p, ec)) return make_error(Code::kNotFound, "'{}': no such file or folder", path);
+  if (!fs::exists(p, ec)) return make_error(Code::kNotFound, "'{}': no such file or folder", path);
+  if (!fs::is_regular_file(p, ec)) return make_error(Code::kInvalidArgument, "'{}' is not a regular file", path);
   if (p.filename() == "tokenizer.json") return load_from_folder(p.parent_path(), nullptr);
   SHOAL_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
   // A .gguf name or the GGUF magic: the GGUF parser's errors (truncated, bad magic) name the problem.

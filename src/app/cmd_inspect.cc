@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/common_options.h"
 #include "core/mmap_file.h"
 #include "format/model_file.h"
 
@@ -200,10 +201,7 @@ CommandFn add_inspect_command(CLI::App& app) {
   sub->add_flag("--json", opts->json, "print one JSON object instead of text");
   return [opts]() -> int {
     auto m = open_model_file(opts->model);
-    if (!m.ok()) {
-      fmt::print(stderr, "shoal inspect: {}\n", m.status().to_string());
-      return 1;
-    }
+    if (!m.ok()) return fail(m.status());
     if (opts->json) {
       fmt::print("{}\n", model_json(*m).dump(2, ' ', false, json::error_handler_t::replace));
     } else {

@@ -8,8 +8,8 @@
 #include <fmt/ranges.h>
 
 #include "app/commands.h"
+#include "app/common_options.h"
 #include "app/generate_text.h"
-#include "core/log.h"
 #include "core/mmap_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,28 +38,19 @@ CommandFn add_tokenize_command(CLI::App& app) {
 
   return [o, prompt, file]() -> int {
     if (prompt->count() == 0 && file->count() == 0) {
-      spdlog::error("tokenize: give the text with -p TEXT or -f FILE");
+      std::fprintf(stderr, "shoal: tokenize: give the text with -p TEXT or -f FILE\n");
       return 2;
     }
     std::string text = o->prompt;
     if (file->count() > 0) {
       auto r = read_file(o->file);
-      if (!r.ok()) {
-        spdlog::error("tokenize: {}", r.status().to_string());
-        return 1;
-      }
+      if (!r.ok()) return fail(r.status());
       text = std::move(r).value();
     }
     auto tok = load_tokenizer_from_path(o->model);
-    if (!tok.ok()) {
-      spdlog::error("tokenize: {}", tok.status().to_string());
-      return 1;
-    }
+    if (!tok.ok()) return fail(tok.status());
     const std::vector<int32_t> ids = (*tok)->encode(text, o->bos, o->special);
-    if (Status st = write_stdout(fmt::format("[{}]\n", fmt::join(ids, ", "))); !st.ok()) {
-      spdlog::error("tokenize: {}", st.to_string());
-      return 1;
-    }
+    if (Status st = write_stdout(fmt::format("[{}]\n", fmt::join(ids, ", "))); !st.ok()) return fail(st);
     return 0;
   };
 }

@@ -446,7 +446,12 @@ TEST(PoolCli, HostTakesAPromptFileThatIsEmptyAsOnePrompt) {
   const int status = host->wait_exit(60s);
   std::remove(path.c_str());
   EXPECT_EQ(status, 0) << host->err();
-  EXPECT_EQ(host->out().find('['), 0u) << host->out();
+  // The ids of `run` with an empty prompt (one process, no pool).
+  const auto want = test::run_command(test::shoal_bin() + " --log-level warn run -m " +
+                                      test::fixture("models/stories260K.gguf") +
+                                      " -p '' -n 4 --temp 0 -t 1 --output-ids");
+  ASSERT_EQ(want.status, 0) << want.out;
+  EXPECT_EQ(host->out(), want.out);
   // -p '' likewise.
   auto empty = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
                              test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "0",

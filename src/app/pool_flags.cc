@@ -132,7 +132,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
     pf.dead_after_ms = std::min(3600000, p.dead_after_ms * ((p.pool + 2 * cores - 1) / (2 * cores)));
   SHOAL_ASSIGN_OR_RETURN(pool::HostOptions o, host_options(host_flags, pf));
   o.max_pending = size_t(p.pool) + 32;  // (the local workers join at once: none is refused)
-  const int threads = m.threads > 0 ? m.threads : std::max(1, int(std::thread::hardware_concurrency()) / p.pool);
+  const int threads = m.threads > 0 ? m.threads : std::max(1, cores / p.pool);
   o.threads = threads;
   o.tokenizer = tokenizer;
   o.listen = "127.0.0.1:0";

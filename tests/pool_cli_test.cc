@@ -425,6 +425,20 @@ TEST(PoolCli, AWorkerStartedBeforeItsHostJoinsWhenItComes) {
   EXPECT_EQ(once.out.find("trying again"), std::string::npos) << once.out;
 }
 
+// A host name that does not resolve yet (a container not started, DNS not updated) is waited for
+// like a host that is not up, then named in the error.
+TEST(PoolCli, AWorkerWaitsForAHostNameThatDoesNotResolve) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() +
+                                   " join no-such-host.invalid:7000 --wait-host 3 -t 1 2>&1");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the host is not up (joining the host: cannot resolve 'no-such-host.invalid'"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("trying again for up to 3 s"), std::string::npos) << r.out;
+  EXPECT_GE(took, 2s) << r.out;  // it did wait (tries 1 s apart until the next would pass 3 s)
+}
+
 TEST(PoolCli, HostAloneServesWithoutWorkers) {
   auto host = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
                             test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "0",

@@ -114,7 +114,7 @@ CommandFn add_join_command(CLI::App& app) {
       ->capture_default_str()
       ->transform(int_range(100, 3600000));
   cmd->add_option("--wait-host", o->wait_host_s,
-                  "Seconds to keep trying a host that is not up yet (refused or no answer); 0: try once")
+                  "Seconds to keep trying a host that is not up yet (name not resolved, refused or no answer); 0: try once")
       ->capture_default_str()
       ->transform(int_range(0, 86400));
   return [o] { return join(*o); };

@@ -110,10 +110,36 @@ Status Worker::join() {
   SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*backend_, opts_.probe_budget));
   SHOAL_ASSIGN_OR_RETURN(Address host, parse_address(opts_.host));
   joined_host_ = host.host;
+
+  // A worker may start before its host (or before the host's name resolves): a host that cannot be
+  // resolved, refuses the connection, or does not answer it or the handshake, is tried again
+  // kRetryPause later for opts_.host_wait, each connect then bounded by kRetryConnect (a stop()
+  // waits at most that long).
+  const auto give_up = Clock::now() + opts_.host_wait;
+  const bool waiting = opts_.host_wait.count() > 0;
+  bool told = false;
+  const auto try_again = [&](const Status& st) {  // false: give up with st
+    const bool not_up = st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
+    if (!not_up || Clock::now() + kRetryPause >= give_up || stop_) return false;
+    if (!told) {
+      spdlog::info("the host is not up ({}); trying again for up to {} s", st.message(),
+                   std::chrono::duration_cast<std::chrono::seconds>(opts_.host_wait).count());
+      told = true;
+    }
+    for (auto t = Clock::now(); Clock::now() - t < kRetryPause && !stop_;) std::this_thread::sleep_for(kControlSlice);
+    return true;  // (the caller's loop sees a stop first)
+  };
+  const Status stopped = make_error(Code::kUnavailable, "the worker was stopped before it joined");
+
   std::string listen = opts_.data_listen;
-  if (listen.empty()) {
-    SHOAL_ASSIGN_OR_RETURN(std::string local, local_address_toward(host.host));
-    listen = Address{local, 0}.to_string();
+  while (listen.empty()) {
+    if (stop_) return stopped;
+    Result<std::string> local = local_address_toward(host.host);
+    if (local.ok()) {
+      listen = Address{*local, 0}.to_string();
+    } else if (!try_again(local.status().with_context("joining the host"))) {
+      return local.status().with_context("joining the host");
+    }
   }
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, net_.listen(listen));
   SHOAL_ASSIGN_OR_RETURN(Address data, parse_address(listener->address(), true));
@@ -123,28 +149,16 @@ Status Worker::join() {
   SHOAL_ASSIGN_OR_RETURN(room_, Room::open(std::move(listener), std::move(ro)));
   accept_thread_ = std::thread([this] { accept_loop(); });
 
-  // A worker may start before its host: a host that refuses the connection, or does not answer it
-  // or the handshake, is tried again kRetryPause later for opts_.host_wait, each connect then
-  // bounded by kRetryConnect (a stop() waits at most that long).
-  const auto give_up = Clock::now() + opts_.host_wait;
-  const bool waiting = opts_.host_wait.count() > 0;
   Result<std::unique_ptr<Connection>> conn = make_error(Code::kUnavailable, "not connected");
-  for (bool told = false;;) {
-    if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
+  for (;;) {
+    if (stop_) return stopped;
     conn = net_.connect(opts_.host, waiting ? std::min(opts_.hops.connect_timeout, kRetryConnect)
                                             : opts_.hops.connect_timeout);
     Status st = conn.ok() ? auth_client(**conn, opts_.secret, PeerRole::kWorker, opts_.hops.connect_timeout)
                                 .with_context("joining the host at " + opts_.host)
                           : conn.status().with_context("joining the host");
     if (st.ok()) break;
-    const bool not_up = st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
-    if (!not_up || Clock::now() + kRetryPause >= give_up || stop_) return st;
-    if (!told) {
-      spdlog::info("the host is not up ({}); trying again for up to {} s", st.message(),
-                   std::chrono::duration_cast<std::chrono::seconds>(opts_.host_wait).count());
-      told = true;
-    }
-    for (auto t = Clock::now(); Clock::now() - t < kRetryPause && !stop_;) std::this_thread::sleep_for(kControlSlice);
+    if (!try_again(st)) return st;
   }
   Hello h;
   h.role = PeerRole::kWorker;
@@ -158,7 +172,7 @@ Status Worker::join() {
   h.capabilities = kCapHopF32 | kCapHopF16 | (opts_.keep_rows ? kCapKeepRows : 0);
   h.name = printable_text(opts_.name, kMaxNameLen);
   h.device_name = printable_text(backend_->name(), kMaxNameLen);
-  if (stop_) return make_error(Code::kUnavailable, "the worker was stopped before it joined");
+  if (stop_) return stopped;
   SHOAL_RETURN_IF_ERROR((*conn)->send(encode(h)));
   LinkOptions lo;
   lo.name = "the host at " + opts_.host;

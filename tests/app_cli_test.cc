@@ -1,6 +1,7 @@
 // The command line's edges: a write to stdout that fails (a full disk: /dev/full) fails the
 // command with the cause on stderr instead of an exit status of 0, a prompt file that is a
-// directory is refused, a GGUF whose layer count disagrees with its tensors does not open, a word
+// directory is refused, a GGUF whose layer count disagrees with its tensors does not open (nor one
+// whose count is too large: the missing layer is named), a word
 // that names no command is named as such, --version prints the version, a failed run prints
 // nothing on stdout, `host` reads CRLF prompt lines as LF ones, integer flags are decimal integers
 // (named as such when they are not), and --log-level may follow the command's name.
@@ -143,6 +144,51 @@ TEST(AppCli, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
   EXPECT_EQ(m.status().code(), Code::kCorrupt);
   EXPECT_NE(m.status().message().find("layer 4, but the model has 4 layers"), std::string::npos)
       << m.status().to_string();
+}
+
+// A layer count larger than the tensors: the first missing tensor is named as the file names it,
+// and the error says the layer has no tensor at all (a Hugging Face checkpoint, then a GGUF).
+TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "hf_llama_one_layer_more";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(test::fixture(std::string("hf/llama/") + f), dir / f);
+  }
+  std::string config;
+  {
+    std::ifstream in(test::fixture("hf/llama/config.json"));
+    config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string key = "\"num_hidden_layers\": 3";  // the fixture's 3 layers (blk.0-2)
+  const size_t at = config.find(key);
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, key.size(), "\"num_hidden_layers\": 4");
+  std::ofstream(dir / "config.json") << config;
+  auto m = open_model(dir.string(), /*with_tokenizer=*/false);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const Status hf = m->weights.missing("blk.3.attn_norm.weight");
+  EXPECT_EQ(hf.code(), Code::kNotFound);
+  EXPECT_EQ(hf.message(), "tensor 'model.layers.3.input_layernorm.weight' (blk.3.attn_norm.weight) is missing from "
+                          "the model, which has no tensor of layer 3 at all (its layer count disagrees with its tensors)");
+  EXPECT_EQ(m->weights.missing("output_norm.weight").message(),
+            "tensor 'model.norm.weight' (output_norm.weight) is missing from the model");
+  // The command says the same.
+  const auto r = test::run_command(test::shoal_bin() + " --log-level warn run -m " + q(dir.string()) +
+                                   " -p Once -n 1 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("'model.layers.3.input_layernorm.weight' (blk.3.attn_norm.weight) is missing from the model, "
+                       "which has no tensor of layer 3"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+  // A GGUF keeps its own names; a tensor missing from a layer that has others is only named.
+  auto g = open_model(test::fixture("models/stories260K.gguf"), /*with_tokenizer=*/false);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->weights.missing("blk.5.attn_norm.weight").message(),
+            "tensor 'blk.5.attn_norm.weight' is missing from the model, which has no tensor of layer 5 at all (its "
+            "layer count disagrees with its tensors)");
+  EXPECT_EQ(g->weights.missing("blk.1.attn_q_norm.weight").message(),
+            "tensor 'blk.1.attn_q_norm.weight' is missing from the model");
 }
 
 TEST(AppCli, AWordThatNamesNoCommandIsNamed) {

@@ -88,28 +88,58 @@ const TensorInfo* WeightMap::find(std::string_view canonical) const {
   return it == map_.end() ? nullptr : it->second;
 }
 
-Status WeightMap::layers_within(int n_layers) const {
+namespace {
+
+// "blk.N.<suffix>" -> N and the suffix; -1 for any other name.
+int block_of(std::string_view name, std::string_view* suffix = nullptr) {
   constexpr std::string_view kBlk = "blk.";
+  if (!name.starts_with(kBlk)) return -1;
+  int layer = -1;
+  const char* end = name.data() + name.size();
+  const auto [p, ec] = std::from_chars(name.data() + kBlk.size(), end, layer);
+  if (ec != std::errc() || p == end || *p != '.') return -1;
+  if (suffix) *suffix = std::string_view(p + 1, size_t(end - (p + 1)));
+  return layer;
+}
+
+}  // namespace
+
+Status WeightMap::layers_within(int n_layers) const {
   int top = -1;
   const TensorInfo* top_info = nullptr;
   for (const auto& [name, info] : map_) {
-    if (!std::string_view(name).starts_with(kBlk)) continue;
-    int layer = -1;
-    const char* first = name.data() + kBlk.size();
-    const auto [p, ec] = std::from_chars(first, name.data() + name.size(), layer);
-    if (ec == std::errc() && p < name.data() + name.size() && *p == '.' && layer >= n_layers &&
-        (layer > top || (layer == top && info->name < top_info->name))) {
-      top = layer, top_info = info;
-    }
+    const int layer = block_of(name);
+    if (layer >= n_layers && (layer > top || (layer == top && info->name < top_info->name))) top = layer, top_info = info;
   }
   if (!top_info) return Status::Ok();
   return make_error(Code::kCorrupt, "tensor '{}' belongs to layer {}, but the model has {} layers (its layer count "
                     "disagrees with its tensors)", top_info->name, top, n_layers);
 }
 
+Status WeightMap::missing(std::string_view canonical) const {
+  std::string named = fmt::format("'{}'", canonical);
+  std::string_view suffix;
+  const int layer = block_of(canonical, &suffix);
+  if (hf_arch_) {  // the checkpoint's own name, as the rules of map_weights would have read it
+    for (const auto& r : hf_arch_->global_names) {
+      if (r.gguf == canonical) named = fmt::format("'{}' ({})", r.hf, canonical);
+    }
+    for (const auto& r : hf_arch_->layer_names) {
+      if (layer >= 0 && r.gguf == suffix) named = fmt::format("'model.layers.{}.{}' ({})", layer, r.hf, canonical);
+    }
+  }
+  bool layer_seen = false;
+  for (const auto& entry : map_) layer_seen = layer_seen || (layer >= 0 && block_of(entry.first) == layer);
+  if (layer >= 0 && !layer_seen) {
+    return make_error(Code::kNotFound, "tensor {} is missing from the model, which has no tensor of layer {} at all "
+                      "(its layer count disagrees with its tensors)", named, layer);
+  }
+  return make_error(Code::kNotFound, "tensor {} is missing from the model", named);
+}
+
 Result<const TensorInfo*> WeightMap::get(std::string_view canonical) const {
   const TensorInfo* t = find(canonical);
-  if (!t) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", canonical);
+  if (!t) return missing(canonical);
   return t;
 }
 
@@ -119,6 +149,7 @@ Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch) {
     for (const auto& t : f.index.tensors()) m.add(t.name, &t);
     return m;
   }
+  m.hf_arch_ = &arch;
   for (const auto& t : f.index.tensors()) {
     std::string_view name = t.name;
     // Qwen3.5-style checkpoints nest the text model under model.language_model.

@@ -53,6 +53,10 @@ class WeightMap {
   const TensorInfo* find(std::string_view canonical) const;
   /// Like find, but an error naming the missing tensor.
   Result<const TensorInfo*> get(std::string_view canonical) const;
+  /// The error for a required tensor the file lacks: kNotFound naming it as the file would (the
+  /// Hugging Face name first for a checkpoint) and, when the file has no tensor of its layer at
+  /// all, saying that the layer count disagrees with the tensors.
+  Status missing(std::string_view canonical) const;
   void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
   size_t size() const { return map_.size(); }
   /// Every layer tensor ("blk.N.*") belongs to a layer below n_layers. Errors: kCorrupt naming the
@@ -61,7 +65,9 @@ class WeightMap {
   Status layers_within(int n_layers) const;
 
  private:
+  friend Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch);
   std::unordered_map<std::string, const TensorInfo*> map_;
+  const ArchInfo* hf_arch_ = nullptr;  // a Hugging Face checkpoint's rules (names in errors)
 };
 
 /// Maps the file's tensors to canonical names (identity for GGUF). HF names that no rule covers

@@ -130,7 +130,7 @@ Status Slice::plan_weights(WeightLoader& loader, const WeightMap& weights) {
   auto add = [&](const Need& need) -> Status {
     const TensorInfo* t = weights.find(need.name);
     if (!t) {
-      if (need.required) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", need.name);
+      if (need.required) return weights.missing(need.name);
       return Status::Ok();
     }
     SHOAL_RETURN_IF_ERROR(check_shape(*t, need.shape));
@@ -579,7 +579,7 @@ Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMa
     for (const Need& need : layer_needs(cfg, l, scratch)) {
       const TensorInfo* t = weights.find(need.name);
       if (!t) {
-        if (need.required) return make_error(Code::kNotFound, "tensor '{}' is missing from the model", need.name);
+        if (need.required) return weights.missing(need.name);
         continue;
       }
       SHOAL_ASSIGN_OR_RETURN(DType dt, WeightLoader::backend_dtype(t->dtype, need.role, t->name));

@@ -108,6 +108,19 @@ TEST(AppCli, InspectTakesTheModelAsMOrPositional) {
   ASSERT_EQ(pos.status, 0) << pos.out;
   EXPECT_EQ(flag.status, 0) << flag.out;
   EXPECT_EQ(flag.out, pos.out);
+  // One of the two: neither is CLI11's missing-option error, both its excludes error.
+  const auto neither = test::run_command(test::shoal_bin() + " inspect 2>&1");
+  EXPECT_EQ(neither.status, 106);  // CLI11's RequiredError
+  EXPECT_NE(neither.out.find("model is required"), std::string::npos) << neither.out;
+  const auto both = test::run_command(test::shoal_bin() + " inspect " + m + " -m " + m + " 2>&1");
+  EXPECT_EQ(both.status, 108);  // CLI11's ExcludesError
+  EXPECT_NE(both.out.find("model excludes --model"), std::string::npos) << both.out;
+  // --help lists the model once.
+  const auto help = test::run_command(test::shoal_bin() + " inspect --help");
+  EXPECT_EQ(help.status, 0);
+  const size_t first = help.out.find("Hugging Face checkpoint folder");
+  ASSERT_NE(first, std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("Hugging Face checkpoint folder", first + 1), std::string::npos) << help.out;
 }
 
 TEST(AppCli, ADirectoryAsThePromptFileIsRefused) {

@@ -96,9 +96,7 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--secret", o->secret, "The room secret (default: $SHOAL_SECRET)");
   cmd->add_option("-m,--model", o->model, "This machine's copy of the model (default: the path the host sends)");
   cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: one per hardware thread)")
-      ->capture_default_str()
-      ->transform(int_range(0, 1024));  // (as the other commands: a thread each is not free)
+  add_threads_flag(cmd, o->threads);
   add_prefill_precision_flag(cmd, o->prefill_precision);
   add_no_warmup_flag(cmd, o->no_warmup);
   cmd->add_option("--mem", o->mem, "Memory lent to the pool, e.g. 8G (default: what the device has free)");

@@ -1,6 +1,7 @@
 // shoal run: generate text from a prompt (llama.cpp's llama-cli / llama-completion flags); with
 // --pool N as a pool of N local processes (the host and N-1 workers on loopback).
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,12 @@ int run(const RunOptions& o) {
     return st.ok() ? 0 : fail(st);
   }
   if (Status st = check_pool_flags_alone(o.pool); !st.ok()) return fail(st);
+  // SIGINT / SIGTERM: what was generated is flushed, the stop said on stderr, exit 128 + signo.
+  SignalWatch signals([](int sig) {
+    std::fflush(stdout);
+    spdlog::warn("{}: stopped", signal_name(sig));
+    std::_Exit(128 + sig);
+  });
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());
   auto loaded = load_local_model(o.model.model, *opts);

@@ -30,7 +30,7 @@ CommandFn add_tokenize_command(CLI::App& app) {
                   "merges.txt, or a tiktoken tokenizer.model (file or folder)")
       ->required();
   CLI::Option* prompt = cmd->add_option("-p,--prompt", o->prompt, "The text to tokenize");
-  CLI::Option* file = cmd->add_option("-f,--file", o->file, "Read the text from this file");
+  CLI::Option* file = cmd->add_option("-f,--file", o->file, "Read the text from this file (as it is); -: from stdin");
   prompt->excludes(file);
   cmd->add_flag("--bos", o->bos, "Add BOS (and EOS) where the model's tokenizer adds them");
   cmd->add_flag("--special", o->special,
@@ -43,7 +43,7 @@ CommandFn add_tokenize_command(CLI::App& app) {
     }
     std::string text = o->prompt;
     if (file->count() > 0) {
-      auto r = read_file(o->file);
+      auto r = read_text_input(o->file);
       if (!r.ok()) return fail(r.status());
       text = std::move(r).value();
     }

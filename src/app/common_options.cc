@@ -76,9 +76,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
                   "take a list, cuda:0,cuda:1: a local pool, process i (the host first) on entry i mod the "
                   "list's length; without --pool, one process per entry")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", f.threads, "CPU threads (0: one per hardware thread)")
-      ->capture_default_str()
-      ->transform(int_range(0, 1024));
+  add_threads_flag(cmd, f.threads);
   cmd->add_option("-c,--ctx-size", f.ctx, "Context length in tokens (0: the model's, at most 4096)")
       ->capture_default_str()
       ->transform(int_range(0, 1 << 24));
@@ -88,6 +86,18 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
       ->transform(int_range(1, 4096));
   add_prefill_precision_flag(cmd, f.prefill_precision);
   add_no_warmup_flag(cmd, f.no_warmup);
+}
+
+void add_threads_flag(CLI::App* cmd, int& threads) {
+  cmd->add_option("-t,--threads", threads, "CPU threads (0 or -1: one per hardware thread)")
+      ->capture_default_str()
+      ->transform(int_range(-1, 1024))
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            if (text == "-1") text = "0";  // llama.cpp's spelling of "all of them"
+            return std::string();
+          },
+          ""));
 }
 
 void add_no_warmup_flag(CLI::App* cmd, bool& no_warmup) {
@@ -149,9 +159,10 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
   cmd->add_option("--repeat-penalty", p.repeat_penalty, "Penalise tokens seen in the last --repeat-last-n (1: off)")
       ->capture_default_str()
       ->check(finite_range(1e-6, 1000));
-  cmd->add_option("--repeat-last-n", p.repeat_last_n, "How many recent tokens the repeat penalty looks at")
+  cmd->add_option("--repeat-last-n", p.repeat_last_n,
+                  "How many recent tokens the repeat penalty looks at (0: none; -1: the whole context)")
       ->capture_default_str()
-      ->transform(int_range(0, 1 << 24));
+      ->transform(int_range(-1, 1 << 24));
   // llama.cpp's convention: -1 (the default) asks for a random seed, and so does 4294967295
   // (kRandomSeed).
   cmd->add_option_function<std::string>(

@@ -25,6 +25,8 @@ struct ModelFlags {
 /// -m, --device, --threads/-t, -c/--ctx-size, --kv, -b/--batch-size, --prefill-precision,
 /// --no-warmup.
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv);
+/// -t/--threads into `threads`: 0 (the default) or -1, one thread per hardware thread.
+void add_threads_flag(CLI::App* cmd, int& threads);
 /// --prefill-precision exact|half (BackendOptions::half_prefill) into value.
 void add_prefill_precision_flag(CLI::App* cmd, std::string& value);
 /// --no-warmup (SliceOptions::warm_up off) into no_warmup.

@@ -10,9 +10,51 @@
 
 namespace shoal::app {
 
+std::string process_escapes(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char c = text[i + 1];
+    switch (c) {
+      case 'n': out += '\n'; ++i; break;
+      case 'r': out += '\r'; ++i; break;
+      case 't': out += '\t'; ++i; break;
+      case '\'': case '"': case '\\': out += c; ++i; break;
+      case 'x':
+        if (i + 3 < text.size() && hex(text[i + 2]) >= 0 && hex(text[i + 3]) >= 0) {
+          out += char(hex(text[i + 2]) * 16 + hex(text[i + 3]));
+          i += 3;
+          break;
+        }
+        [[fallthrough]];
+      default: out += '\\';  // kept, the next character taken as it is
+    }
+  }
+  return out;
+}
+
+Result<std::string> read_text_input(const std::string& path) {
+  if (path != "-") return read_file(path);
+  std::string text;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) text.append(buf, n);
+  if (std::ferror(stdin)) return make_error(Code::kIoError, "reading stdin: {}", std::strerror(errno));
+  return text;
+}
+
 Result<std::string> PromptFlags::text() const {
-  if (prompt_file.empty()) return prompt;
-  SHOAL_ASSIGN_OR_RETURN(std::string text, read_file(prompt_file));
+  if (prompt_file.empty()) return escape ? process_escapes(prompt) : prompt;
+  SHOAL_ASSIGN_OR_RETURN(std::string text, read_text_input(prompt_file));
   // One trailing newline is the file's end of line, not part of the prompt (as llama.cpp's -f).
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;
@@ -28,8 +70,12 @@ GenerateOptions PromptFlags::generate_options() const {
 void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_help) {
   CLI::Option* prompt =
       cmd->add_option("-p,--prompt", f.prompt, prompt_help)->each([&f](const std::string&) { f.prompt_set = true; });
-  cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file (one trailing newline dropped)")
+  cmd->add_option("-f,--file", f.prompt_file,
+                  "Read the prompt from a file, as it is but for one trailing newline; -: from stdin")
       ->excludes(prompt);
+  cmd->add_flag("-e,--escape,!--no-escape", f.escape,
+                "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp does; on by default, "
+                "--no-escape takes -p as it is");
   cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()
       ->transform(int_range(-1, 1 << 24));

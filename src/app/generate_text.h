@@ -20,19 +20,30 @@ struct PromptFlags {
   std::string prompt;
   bool prompt_set = false;  // -p was given (its text may be empty)
   std::string prompt_file;
+  bool escape = true;       // -p's escape sequences processed (-e, the default; --no-escape)
   int n_predict = -1;
   SamplingParams sampling;
   bool output_ids = false;
 
-  /// -p's text, or the contents of -f's file. Errors: kNotFound / kIoError reading the file.
+  /// -p's text (escape sequences processed unless --no-escape), or the contents of -f's file
+  /// ("-": stdin) less one trailing newline. Errors: kNotFound / kIoError reading the file.
   Result<std::string> text() const;
   /// n_predict and sampling as the generator takes them.
   GenerateOptions generate_options() const;
 };
 
-/// -p/--prompt (described by `prompt_help`), -f/--file (not with -p), -n/--n-predict, the sampling
-/// flags and --output-ids.
+/// -p/--prompt (described by `prompt_help`), -f/--file (not with -p), -e/--escape and --no-escape,
+/// -n/--n-predict, the sampling flags and --output-ids.
 void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_help);
+
+/// The bytes of the file at `path`, or of stdin to its end for "-". Errors: read_file's (kNotFound,
+/// kIoError...), kIoError reading stdin.
+Result<std::string> read_text_input(const std::string& path);
+
+/// `text` with llama.cpp's escape sequences replaced: \n, \r, \t, \', \", \\ and \xHH (two hex
+/// digits, one byte); a backslash before anything else stays as it is. Source: llama.cpp
+/// common/common.cpp, string_process_escapes.
+std::string process_escapes(std::string_view text);
 
 /// Token ids of a prompt: BOS added as the model asks, special-token text parsed; an empty
 /// prompt is just BOS. Errors: kInvalidArgument when it is empty and the model has no BOS.

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/argv_check.h"
 #include "app/commands.h"
 #include "app/generate_text.h"
 #include "core/log.h"
@@ -22,6 +23,9 @@ int main(int argc, char** argv) {
       ->transform(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"},
                                 CLI::ignore_case));
 
+  // An option given twice takes its last value, as llama.cpp does (an alias's flag overridden on
+  // the command line); inherited by every subcommand's options.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.fallthrough();  // global options after the command's name too (inherited by each subcommand)
 
   // Each add_* call adds one subcommand (the newest) and returns what runs it.
@@ -38,18 +42,28 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_host_command(app));
   reg(shoal::app::add_join_command(app));
 
-  // A first word that names no command (CLI11 would only say that one is required); the values
-  // of global options (--log-level X) are skipped.
+  // llama.cpp's flags that CLI11 would misread (-ngl as -n "gl", -hf as --help).
+  if (const auto e = shoal::app::foreign_flag_error(argc, argv)) {
+    std::fprintf(stderr, "shoal: %s\n", e->c_str());
+    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+  }
+  // A first word that names no command, or a command's option before any command (CLI11 would
+  // only say that a command is required); global options (--log-level X, --help) are skipped.
+  std::string names;
+  for (const auto& [name, fn] : commands) names += (names.empty() ? "" : ", ") + name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.starts_with("-")) {
-      const CLI::Option* opt = app.get_option_no_throw(a);
-      if (opt && opt->get_items_expected_min() > 0) ++i;
+      const CLI::Option* opt = app.get_option_no_throw(a.substr(0, a.find('=')));
+      if (!opt && a != "-h" && a != "--help") {
+        std::fprintf(stderr, "shoal: %s before a command: a command's options follow its name, shoal COMMAND %s ... "
+                     "(commands: %s; see shoal --help)\n", a.c_str(), a.c_str(), names.c_str());
+        return static_cast<int>(CLI::ExitCodes::ExtrasError);
+      }
+      if (opt && opt->get_items_expected_min() > 0 && a.find('=') == std::string::npos) ++i;
       continue;
     }
     if (app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == a; }).empty()) {
-      std::string names;
-      for (const auto& [name, fn] : commands) names += (names.empty() ? "" : ", ") + name;
       std::fprintf(stderr, "shoal: '%s' is not a command (commands: %s; see shoal --help)\n", a.c_str(), names.c_str());
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }

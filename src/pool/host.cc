@@ -61,7 +61,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   h->self_.hop_latency_s = 0;
   h->self_.is_host = true;
   SliceOptions so;
-  so.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
+  so.n_ctx = context_length(o.n_ctx, cfg.n_ctx_train);
   so.kv_dtype = o.kv_dtype;
   so.max_tokens = o.max_tokens;
   so.warm_up = o.warm_up;

@@ -30,11 +30,7 @@ Result<LocalModel> load_local_model(const std::string& path, const LocalModelOpt
   SHOAL_ASSIGN_OR_RETURN(m.backend, create_backend(opts.device, bo));
   SliceSpec spec{0, m.config.n_layers, true, true};
   SliceOptions so;
-  so.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(m.config.n_ctx_train > 0 ? m.config.n_ctx_train : 4096, 4096);
-  if (m.config.n_ctx_train > 0 && so.n_ctx > m.config.n_ctx_train) {
-    spdlog::warn("context of {} tokens is longer than the {} the model was trained on: quality may drop past it",
-                 so.n_ctx, m.config.n_ctx_train);
-  }
+  so.n_ctx = context_length(opts.n_ctx, m.config.n_ctx_train);
   so.kv_dtype = opts.kv_dtype;
   so.max_tokens = opts.max_tokens;
   so.warm_up = opts.warm_up;
@@ -45,6 +41,22 @@ Result<LocalModel> load_local_model(const std::string& path, const LocalModelOpt
   if (!slice.ok()) return slice.status().with_context("loading " + path);
   m.pipeline = std::make_unique<LocalPipeline>(std::move(*slice));
   return m;
+}
+
+int context_length(int requested, int n_ctx_train) {
+  constexpr int kDefaultCap = 4096;
+  if (requested <= 0) {
+    if (n_ctx_train <= 0) return kDefaultCap;
+    if (n_ctx_train > kDefaultCap) {
+      spdlog::info("context {} tokens of the model's {} (-c {} for all of them)", kDefaultCap, n_ctx_train, n_ctx_train);
+    }
+    return std::min(n_ctx_train, kDefaultCap);
+  }
+  if (n_ctx_train > 0 && requested > n_ctx_train) {
+    spdlog::warn("context of {} tokens is longer than the {} the model was trained on: quality may drop past it",
+                 requested, n_ctx_train);
+  }
+  return requested;
 }
 
 Result<DType> parse_kv_dtype(const std::string& name) {

@@ -46,4 +46,10 @@ Result<LocalModel> load_local_model(const std::string& path, const LocalModelOpt
 /// Parses a KV cache type name: f32, f16, q8_0 (or q8). Errors: kInvalidArgument.
 Result<DType> parse_kv_dtype(const std::string& name);
 
+/// The context length a process uses, in tokens: `requested` when > 0; otherwise the model's
+/// training context (n_ctx_train, 0 when unknown), at most 4096, so that a long-context model's
+/// KV cache does not take its full size unasked (the cap is logged with the -c that lifts it).
+/// Warns when `requested` is longer than the training context.
+int context_length(int requested, int n_ctx_train);
+
 }  // namespace shoal

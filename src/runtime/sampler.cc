@@ -27,9 +27,9 @@ bool Sampler::needs_full_logits(int max_device_k) const {
 }
 
 void Sampler::accept(int32_t id) {
-  if (params_.repeat_last_n <= 0) return;
+  if (params_.repeat_last_n == 0) return;
   history_.push_back(id);
-  while (int(history_.size()) > params_.repeat_last_n) history_.pop_front();
+  while (params_.repeat_last_n > 0 && int(history_.size()) > params_.repeat_last_n) history_.pop_front();
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {

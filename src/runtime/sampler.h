@@ -20,7 +20,7 @@ struct SamplingParams {
   float top_p = 0.95f;          // 1: off
   float min_p = 0.05f;          // 0: off; keeps tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1: off; CTRL-style (Keskar et al. 2019), as llama.cpp
-  int repeat_last_n = 64;       // how many recent tokens the penalty looks at
+  int repeat_last_n = 64;       // how many recent tokens the penalty looks at (0: none; -1: all, the context)
   uint64_t seed = kRandomSeed;
 };
 

@@ -111,7 +111,10 @@ Result<std::unique_ptr<Tokenizer>> load_from_folder(const fs::path& dir, const j
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelFile& model) {
   if (model.format == ModelFormat::kGguf) return make(tok::vocab_from_gguf(model.metadata, model.path));
-  return load_from_folder(fs::path(model.path), &model.hf_config);
+  // A checkpoint folder, or one .safetensors file whose side files sit beside it.
+  std::error_code ec;
+  const fs::path path(model.path);
+  return load_from_folder(fs::is_regular_file(path, ec) ? path.parent_path() : path, &model.hf_config);
 }
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_from_path(const std::string& path) {

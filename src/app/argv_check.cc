@@ -1,0 +1,71 @@
+#include "app/argv_check.h"
+
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace shoal::app {
+
+namespace {
+
+struct ForeignFlag {
+  std::string_view names;  // llama.cpp's spellings, ' '-separated
+  std::string_view what;   // its meaning there
+  std::string_view here;   // what Shoal does instead
+};
+
+constexpr std::string_view kNoDownload = "models are not downloaded: give a local .gguf file or checkpoint folder with -m";
+constexpr std::string_view kDevices =
+    "choose devices with --device (cuda:0, or a list cuda:0,cuda:1 on run / check: one process per device, the "
+    "layers split between them)";
+constexpr std::string_view kOnePrompt = "`run` answers one prompt (-p or -f); `shoal host` reads one prompt a line from stdin";
+
+// llama.cpp flags a llama.cpp user types that CLI11 would misread (multi-letter, one dash), or
+// that Shoal spells differently.
+constexpr ForeignFlag kFlags[] = {
+    {"-ngl --n-gpu-layers --gpu-layers", "layers to offload to the GPU",
+     "a process runs all of its layers on its --device (e.g. --device cuda:0); a model larger than one device "
+     "runs over a pool"},
+    {"-fa --flash-attn", "flash attention", "attention on cuda:N is always fused (flash-decoding); there is nothing to turn on"},
+    {"-hf -hfr --hf-repo -hff --hf-file -hft --hf-token -hfv -hffv -mu --model-url -dr --docker-repo",
+     "a model to download", kNoDownload},
+    {"-mg --main-gpu", "the main GPU", kDevices},
+    {"-sm --split-mode", "how to split the model over GPUs", kDevices},
+    {"-ts --tensor-split", "the share of each GPU", kDevices},
+    {"-dev", "the devices to use", kDevices},
+    {"-ctk --cache-type-k -ctv --cache-type-v", "the KV cache type", "the KV cache type is --kv f16, q8_0 or f32 (keys and values alike)"},
+    {"-nkvo --no-kv-offload", "the KV cache on the host", "a layer's KV cache stays on its layer's device"},
+    {"-ub --ubatch-size", "the physical batch", "the prompt step is -b / --batch-size"},
+    {"-tb --threads-batch", "threads for the prompt", "one thread count, -t / --threads, serves the prompt and the generation"},
+    {"-cnv --conversation -no-cnv --no-conversation -sys --system-prompt -st --single-turn", "chat mode", kOnePrompt},
+    {"-np --parallel -cb --cont-batching -nocb --no-cont-batching", "parallel requests", "requests are answered one at a time"},
+    {"-co --color", "coloured output", "the output is plain text"},
+    {"-ot --override-tensor -cmoe --cpu-moe -ncmoe --n-cpu-moe", "where given tensors are placed",
+     "a process holds whole layers on its --device; a pool splits by layers"},
+    {"-md --model-draft -ngld -devd -td -cd", "a draft model", "there is no draft model option"},
+    {"-lv --verbosity", "the log verbosity", "the log level is --log-level trace|debug|info|warn|error|off"},
+};
+
+}  // namespace
+
+std::optional<std::string> foreign_flag_error(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;  // the rest is positional
+    if (!a.starts_with("-")) continue;
+    for (const ForeignFlag& f : kFlags) {
+      for (size_t at = 0; at < f.names.size();) {
+        size_t end = f.names.find(' ', at);
+        if (end == std::string_view::npos) end = f.names.size();
+        if (f.names.substr(at, end - at) == a) {
+          return fmt::format("{} is llama.cpp's flag for {}; Shoal has no such option: {} (see shoal <command> --help)",
+                             a, f.what, f.here);
+        }
+        at = end + 1;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace shoal::app

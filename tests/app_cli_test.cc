@@ -160,7 +160,7 @@ TEST(AppCli, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
 }
 
 // A layer count larger than the tensors: the first missing tensor is named as the file names it,
-// and the error says the layer has no tensor at all (a Hugging Face checkpoint, then a GGUF).
+// and the error says where the tensors end (a Hugging Face checkpoint, then a GGUF).
 TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(::testing::TempDir()) / "hf_llama_one_layer_more";
@@ -184,7 +184,7 @@ TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
   const Status hf = m->weights.missing("blk.3.attn_norm.weight");
   EXPECT_EQ(hf.code(), Code::kNotFound);
   EXPECT_EQ(hf.message(), "tensor 'model.layers.3.input_layernorm.weight' (blk.3.attn_norm.weight) is missing from "
-                          "the model, which has no tensor of layer 3 at all (its layer count disagrees with its tensors)");
+                          "the model, whose tensors end at layer 2 (its layer count disagrees with its tensors)");
   EXPECT_EQ(m->weights.missing("output_norm.weight").message(),
             "tensor 'model.norm.weight' (output_norm.weight) is missing from the model");
   // The command says the same.
@@ -192,16 +192,30 @@ TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
                                    " -p Once -n 1 2>&1");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("'model.layers.3.input_layernorm.weight' (blk.3.attn_norm.weight) is missing from the model, "
-                       "which has no tensor of layer 3"), std::string::npos) << r.out;
+                       "whose tensors end at layer 2"), std::string::npos) << r.out;
   fs::remove_all(dir);
   // A GGUF keeps its own names; a tensor missing from a layer that has others is only named.
   auto g = open_model(test::fixture("models/stories260K.gguf"), /*with_tokenizer=*/false);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   EXPECT_EQ(g->weights.missing("blk.5.attn_norm.weight").message(),
-            "tensor 'blk.5.attn_norm.weight' is missing from the model, which has no tensor of layer 5 at all (its "
-            "layer count disagrees with its tensors)");
+            "tensor 'blk.5.attn_norm.weight' is missing from the model, whose tensors end at layer 4 (its layer count "
+            "disagrees with its tensors)");
   EXPECT_EQ(g->weights.missing("blk.1.attn_q_norm.weight").message(),
             "tensor 'blk.1.attn_q_norm.weight' is missing from the model");
+  // No layer tensor under a known name at all (stories260K's "blk." renamed "blq."): not the count.
+  std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int renamed = 0;
+  for (size_t at = bytes.find("blk."); at != std::string::npos; at = bytes.find("blk.", at + 4), ++renamed) bytes[at + 2] = 'q';
+  ASSERT_GT(renamed, 0);
+  const std::string path = ::testing::TempDir() + "stories_blq.gguf";
+  std::ofstream(path, std::ios::binary) << bytes;
+  auto none = open_model(path, /*with_tokenizer=*/false);
+  std::remove(path.c_str());
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_EQ(none->weights.missing("blk.0.attn_norm.weight").message(),
+            "tensor 'blk.0.attn_norm.weight' is missing from the model, which has no layer tensor that Shoal knows "
+            "(names of another architecture?)");
 }
 
 TEST(AppCli, AWordThatNamesNoCommandIsNamed) {

@@ -104,6 +104,7 @@ class Child {
       if (waitpid(pid_, &st, WNOHANG) == pid_) {
         exited_ = true;
         status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        signal_ = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
         break;
       }
       if (std::chrono::steady_clock::now() >= until) return -1;
@@ -111,6 +112,8 @@ class Child {
     }
     return status_;
   }
+  /// The signal that killed it (0: it exited, or wait_exit has not seen it end).
+  int term_signal() const { return signal_; }
 
  private:
   Child() = default;
@@ -149,6 +152,7 @@ class Child {
   int stdin_ = -1;
   bool exited_ = false;
   int status_ = -1;
+  int signal_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::string out_, err_;

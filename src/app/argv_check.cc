@@ -48,21 +48,60 @@ constexpr ForeignFlag kFlags[] = {
 
 }  // namespace
 
-std::optional<std::string> foreign_flag_error(int argc, const char* const* argv) {
+namespace {
+
+// The flag of kFlags that `a` names (the part before a '='), or nullptr.
+const ForeignFlag* llama_cpp_flag(std::string_view a) {
+  a = a.substr(0, a.find('='));
+  for (const ForeignFlag& f : kFlags) {
+    for (size_t at = 0; at < f.names.size();) {
+      size_t end = f.names.find(' ', at);
+      if (end == std::string_view::npos) end = f.names.size();
+      if (f.names.substr(at, end - at) == a) return &f;
+      at = end + 1;
+    }
+  }
+  return nullptr;
+}
+
+// "-xy...": one dash and two or more lowercase letters (CLI11 would read -x with the value "y...").
+bool letters_after_one_dash(std::string_view a) {
+  if (a.size() < 3 || a[0] != '-' || a[1] == '-') return false;
+  for (char c : a.substr(1)) {
+    if (c < 'a' || c > 'z') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> foreign_flag_error(const CLI::App& app, int argc, const char* const* argv) {
+  const CLI::App* cmd = &app;  // the command whose options follow
   for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
+    const std::string a = argv[i];
     if (a == "--") break;  // the rest is positional
-    if (!a.starts_with("-")) continue;
-    for (const ForeignFlag& f : kFlags) {
-      for (size_t at = 0; at < f.names.size();) {
-        size_t end = f.names.find(' ', at);
-        if (end == std::string_view::npos) end = f.names.size();
-        if (f.names.substr(at, end - at) == a) {
-          return fmt::format("{} is llama.cpp's flag for {}; Shoal has no such option: {} (see shoal <command> --help)",
-                             a, f.what, f.here);
+    if (!a.starts_with("-")) {
+      if (cmd == &app) {
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+          if (sub->get_name() == a) cmd = sub;
         }
-        at = end + 1;
       }
+      continue;
+    }
+    const std::string name = a.substr(0, a.find('='));
+    const CLI::Option* opt = cmd->get_option_no_throw(name);
+    if (!opt && cmd != &app) opt = app.get_option_no_throw(name);  // a global option after the command
+    if (opt) {
+      if (opt->get_items_expected_min() > 0 && name.size() == a.size()) ++i;  // its value, whatever it reads
+      continue;
+    }
+    if (const ForeignFlag* f = llama_cpp_flag(a)) {
+      return fmt::format("{} is llama.cpp's flag for {}; Shoal has no such option: {} (see shoal <command> --help)",
+                         name, f->what, f->here);
+    }
+    if (letters_after_one_dash(a)) {
+      return fmt::format("{} is not an option (one dash goes with one letter, as in -m MODEL; long options take two, "
+                         "as in --model; see shoal <command> --help)", a);
     }
   }
   return std::nullopt;

@@ -1,7 +1,6 @@
 // shoal run: generate text from a prompt (llama.cpp's llama-cli / llama-completion flags); with
 // --pool N as a pool of N local processes (the host and N-1 workers on loopback).
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -46,11 +45,11 @@ int run(const RunOptions& o) {
     return st.ok() ? 0 : fail(st);
   }
   if (Status st = check_pool_flags_alone(o.pool); !st.ok()) return fail(st);
-  // SIGINT / SIGTERM: what was generated is flushed, the stop said on stderr, exit 128 + signo.
+  // SIGINT / SIGTERM: the stop said on stderr (each token's text is flushed as it comes), then the
+  // process dies by the signal, as it would without the watch (a shell loop stops on Ctrl-C).
   SignalWatch signals([](int sig) {
-    std::fflush(stdout);
     spdlog::warn("{}: stopped", signal_name(sig));
-    std::_Exit(128 + sig);
+    die_by_signal(sig);
   });
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());

@@ -89,15 +89,17 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
 }
 
 void add_threads_flag(CLI::App* cmd, int& threads) {
+  // (CLI11 runs the last transform added first: the range check, which writes the number in its
+  // plain form, then -1, llama.cpp's spelling of "all of them", as 0.)
   cmd->add_option("-t,--threads", threads, "CPU threads (0 or -1: one per hardware thread)")
       ->capture_default_str()
-      ->transform(int_range(-1, 1024))
       ->transform(CLI::Validator(
           [](std::string& text) {
-            if (text == "-1") text = "0";  // llama.cpp's spelling of "all of them"
+            if (text == "-1") text = "0";
             return std::string();
           },
-          ""));
+          ""))
+      ->transform(int_range(-1, 1024));
 }
 
 void add_no_warmup_flag(CLI::App* cmd, bool& no_warmup) {

@@ -74,8 +74,8 @@ void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_h
                   "Read the prompt from a file, as it is but for one trailing newline; -: from stdin")
       ->excludes(prompt);
   cmd->add_flag("-e,--escape,!--no-escape", f.escape,
-                "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp does; on by default, "
-                "--no-escape takes -p as it is");
+                "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp does (a -f file is "
+                "read as it is); on by default, --no-escape takes -p as it is");
   cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()
       ->transform(int_range(-1, 1 << 24));

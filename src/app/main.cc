@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_join_command(app));
 
   // llama.cpp's flags that CLI11 would misread (-ngl as -n "gl", -hf as --help).
-  if (const auto e = shoal::app::foreign_flag_error(argc, argv)) {
+  if (const auto e = shoal::app::foreign_flag_error(app, argc, argv)) {
     std::fprintf(stderr, "shoal: %s\n", e->c_str());
     return static_cast<int>(CLI::ExitCodes::ExtrasError);
   }

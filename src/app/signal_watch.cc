@@ -26,6 +26,12 @@ constexpr std::chrono::milliseconds kRepeatWindow{500};
 [[noreturn]] void quit_now(int sig) {
   const std::string msg = std::string("shoal: ") + signal_name(sig) + " again: quitting now\n";
   (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+  die_by_signal(sig);
+}
+
+}  // namespace
+
+void die_by_signal(int sig) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);
@@ -36,8 +42,6 @@ constexpr std::chrono::milliseconds kRepeatWindow{500};
   raise(sig);
   std::_Exit(128 + sig);  // (not reached: the default action of both is to terminate)
 }
-
-}  // namespace
 
 SignalWatch::SignalWatch(std::function<void(int)> on_signal) {
   sigemptyset(&set_);

@@ -1,6 +1,6 @@
 // SIGINT and SIGTERM for the subcommands that take part in a pool (`shoal host`, `shoal join`,
 // `run` / `check --pool N`): they leave it in order (a BYE to every peer) instead of vanishing into
-// the peers' silence timeouts.
+// the peers' silence timeouts. A single-process `run` says it was stopped, then dies by the signal.
 #pragma once
 
 #include <signal.h>
@@ -61,6 +61,10 @@ class HostSignals {
   pool::Host* host_ = nullptr;
   SignalWatch watch_;  // last: its callback uses the members above
 };
+
+/// Ends the process by `sig`'s default action (a shell sees it killed by the signal): restores the
+/// default action, unblocks `sig` in the calling thread and raises it there.
+[[noreturn]] void die_by_signal(int sig);
 
 /// "SIGINT", "SIGTERM" (others: "a signal").
 const char* signal_name(int signo);

@@ -1,5 +1,6 @@
 #include "model/arch.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "core/log.h"
@@ -128,11 +129,15 @@ Status WeightMap::missing(std::string_view canonical) const {
       if (layer >= 0 && r.gguf == suffix) named = fmt::format("'model.layers.{}.{}' ({})", layer, r.hf, canonical);
     }
   }
-  bool layer_seen = false;
-  for (const auto& entry : map_) layer_seen = layer_seen || (layer >= 0 && block_of(entry.first) == layer);
-  if (layer >= 0 && !layer_seen) {
-    return make_error(Code::kNotFound, "tensor {} is missing from the model, which has no tensor of layer {} at all "
-                      "(its layer count disagrees with its tensors)", named, layer);
+  int top = -1;  // the highest layer with a tensor
+  for (const auto& entry : map_) top = std::max(top, block_of(entry.first));
+  if (layer >= 0 && top < 0) {
+    return make_error(Code::kNotFound, "tensor {} is missing from the model, which has no layer tensor that Shoal "
+                      "knows (names of another architecture?)", named);
+  }
+  if (layer > top) {
+    return make_error(Code::kNotFound, "tensor {} is missing from the model, whose tensors end at layer {} (its layer "
+                      "count disagrees with its tensors)", named, top);
   }
   return make_error(Code::kNotFound, "tensor {} is missing from the model", named);
 }

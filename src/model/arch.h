@@ -53,9 +53,9 @@ class WeightMap {
   const TensorInfo* find(std::string_view canonical) const;
   /// Like find, but an error naming the missing tensor.
   Result<const TensorInfo*> get(std::string_view canonical) const;
-  /// The error for a required tensor the file lacks: kNotFound naming it as the file would (the
-  /// Hugging Face name first for a checkpoint) and, when the file has no tensor of its layer at
-  /// all, saying that the layer count disagrees with the tensors.
+  /// The error for a required tensor the file lacks: kNotFound naming it (for a Hugging Face
+  /// checkpoint by its "model.layers.N." name first) and, for a layer past the last one that has
+  /// tensors, saying that the layer count disagrees with the tensors.
   Status missing(std::string_view canonical) const;
   void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
   size_t size() const { return map_.size(); }

@@ -113,8 +113,9 @@ Status Worker::join() {
 
   // A worker may start before its host (or before the host's name resolves): a host that cannot be
   // resolved, refuses the connection, or does not answer it or the handshake, is tried again
-  // kRetryPause later for opts_.host_wait, each connect then bounded by kRetryConnect (a stop()
-  // waits at most that long).
+  // kRetryPause later for opts_.host_wait, each connect then bounded by kRetryConnect. A stop()
+  // waits for the try in progress: at most kRetryConnect, or a name lookup's own timeout (the
+  // resolver's, ~5 s a server that does not answer).
   const auto give_up = Clock::now() + opts_.host_wait;
   const bool waiting = opts_.host_wait.count() > 0;
   bool told = false;

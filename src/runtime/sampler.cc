@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
-#include <unordered_set>
 
 #include "backend/sampling_math.h"
 #include "core/log.h"
@@ -29,15 +28,18 @@ bool Sampler::needs_full_logits(int max_device_k) const {
 void Sampler::accept(int32_t id) {
   if (params_.repeat_last_n == 0) return;
   history_.push_back(id);
-  while (params_.repeat_last_n > 0 && int(history_.size()) > params_.repeat_last_n) history_.pop_front();
+  ++seen_[id];
+  while (params_.repeat_last_n > 0 && int(history_.size()) > params_.repeat_last_n) {
+    if (auto it = seen_.find(history_.front()); it != seen_.end() && --it->second == 0) seen_.erase(it);
+    history_.pop_front();
+  }
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
   std::vector<Candidate> c(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) c[i] = {int32_t(i), logits[i]};
-  if (params_.repeat_penalty != 1.0f && !history_.empty()) {
-    std::unordered_set<int32_t> seen(history_.begin(), history_.end());
-    for (int32_t id : seen) {
+  if (params_.repeat_penalty != 1.0f) {
+    for (const auto& [id, count] : seen_) {
       if (id < 0 || size_t(id) >= c.size()) continue;
       float& l = c[size_t(id)].logit;
       l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;

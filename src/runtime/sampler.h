@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace shoal {
@@ -52,13 +53,17 @@ class Sampler {
   /// Records a token of the context (prompt or generated) for the repetition penalty.
   void accept(int32_t id);
   /// Forgets the recorded context (new conversation).
-  void reset_history() { history_.clear(); }
+  void reset_history() {
+    history_.clear();
+    seen_.clear();
+  }
 
  private:
   SamplingParams params_;
   uint64_t seed_;
   uint64_t draws_ = 0;
-  std::deque<int32_t> history_;
+  std::deque<int32_t> history_;               // the penalty's window, oldest first
+  std::unordered_map<int32_t, int> seen_;      // each id in history_ and how often (one pass a token)
 };
 
 }  // namespace shoal

@@ -46,10 +46,6 @@ constexpr ForeignFlag kFlags[] = {
     {"-lv --verbosity", "the log verbosity", "the log level is --log-level trace|debug|info|warn|error|off"},
 };
 
-}  // namespace
-
-namespace {
-
 // The flag of kFlags that `a` names (the part before a '='), or nullptr.
 const ForeignFlag* llama_cpp_flag(std::string_view a) {
   a = a.substr(0, a.find('='));

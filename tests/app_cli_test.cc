@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -216,6 +217,57 @@ TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
   EXPECT_EQ(none->weights.missing("blk.0.attn_norm.weight").message(),
             "tensor 'blk.0.attn_norm.weight' is missing from the model, which has no layer tensor that Shoal knows "
             "(names of another architecture?)");
+}
+
+// hf/llama copied to a temporary folder with `edit` applied to its config.json text.
+std::filesystem::path hf_llama_copy_with(const std::string& name, const std::function<void(std::string&)>& edit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(test::fixture(std::string("hf/llama/") + f), dir / f);
+  }
+  std::ifstream in(test::fixture("hf/llama/config.json"));
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  edit(config);
+  std::ofstream(dir / "config.json") << config;
+  return dir;
+}
+
+// Integers of config.json that would not fit an int, or are not integers, are refused by name.
+TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
+  const struct {
+    const char* value;
+    const char* says;
+  } cases[] = {
+      {"4294967297", "config.json: 'max_position_embeddings' = 4294967297 is outside [0, 2147483647]"},
+      {"1e5", "config.json: 'max_position_embeddings' = 100000.0 is not an integer"},
+      {"\"8192\"", "config.json: 'max_position_embeddings' = \"8192\" is not an integer"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.value);
+    const auto dir = hf_llama_copy_with("hf_llama_bad_int", [&](std::string& config) {
+      const std::string key = "\"max_position_embeddings\": 256";
+      const size_t at = config.find(key);
+      ASSERT_NE(at, std::string::npos);
+      config.replace(at, key.size(), std::string("\"max_position_embeddings\": ") + c.value);
+    });
+    auto m = open_model(dir.string(), /*with_tokenizer=*/false);
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), Code::kCorrupt);
+    EXPECT_EQ(m.status().message(), dir.string() + ": " + c.says);
+  }
+  // null is "not given" (as transformers writes head_dim: null): the default applies.
+  const auto dir = hf_llama_copy_with("hf_llama_null_kv", [](std::string& config) {
+    const std::string key = "\"head_dim\": 16";
+    config.replace(config.find(key), key.size(), "\"head_dim\": null");
+  });
+  auto m = open_model(dir.string(), /*with_tokenizer=*/false);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->config.layers[0].head_dim, 64 / 4);  // hidden_size / num_attention_heads of the fixture
 }
 
 TEST(AppCli, AWordThatNamesNoCommandIsNamed) {

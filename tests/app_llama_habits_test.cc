@@ -87,7 +87,14 @@ TEST(AppLlamaHabits, LlamaCppMultiLetterFlagsAreRefusedByName) {
   const auto eq = test::run_command(test::shoal_bin() + " run -m x --n-gpu-layers=99 2>&1");
   EXPECT_EQ(eq.status, 109);
   EXPECT_NE(eq.out.find("--n-gpu-layers is llama.cpp's flag"), std::string::npos) << eq.out;
-  // Other words of letters after one dash: CLI11 would read -mmp as -m "mp".
+  // Other words that start with two letters after one dash: CLI11 would read -mmp as -m "mp".
+  for (const char* w : {"-ngl99", "-top-k", "-phi", "-pHello"}) {
+    const auto r = test::run_command(test::shoal_bin() + " run -m x " + w + " 2>&1");
+    EXPECT_EQ(r.status, 109) << w;
+    EXPECT_NE(r.out.find(std::string(w) + " is not an option"), std::string::npos) << r.out;
+  }
+  const auto number = run_ids("-p Once -n5");  // a letter and its number stay one option
+  EXPECT_EQ(number.status, 0) << number.out;
   const auto other = test::run_command(test::shoal_bin() + " run -m x -mmp y.gguf 2>&1");
   EXPECT_EQ(other.status, 109);
   EXPECT_NE(other.out.find("-mmp is not an option (one dash goes with one letter"), std::string::npos) << other.out;
@@ -135,6 +142,16 @@ TEST(AppLlamaHabits, EscapeSequencesInThePromptAreProcessed) {
   expect_prompt("--no-escape -p 'Once\\nupon a\\ttime'", "Once\\nupon a\\ttime");
   expect_prompt("-e --no-escape -p 'Once\\nupon'", "Once\\nupon");
   EXPECT_NE(prompt_tokens("-p 'Once\\nupon a\\ttime'"), prompt_tokens("--no-escape -p 'Once\\nupon a\\ttime'"));
+}
+
+TEST(AppLlamaHabits, AnEmptyPromptFileNameIsAnError) {
+  const auto run = run_ids("-f ''");
+  EXPECT_EQ(run.status, 1) << run.out;
+  EXPECT_NE(run.out.find("cannot open ''"), std::string::npos) << run.out;
+  const auto host = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() + " --log-level warn host -m " + stories() +
+                                      " --listen 127.0.0.1:0 --workers 0 -n 2 -f '' </dev/null 2>&1");
+  EXPECT_EQ(host.status, 1) << host.out;
+  EXPECT_NE(host.out.find("cannot open ''"), std::string::npos) << host.out;
 }
 
 TEST(AppLlamaHabits, PromptFileDashReadsStdin) {
@@ -198,6 +215,13 @@ TEST(AppLlamaHabits, TheDefaultContextCapIsLogged) {
   EXPECT_EQ(capped.status, 0) << capped.out;
   EXPECT_NE(capped.out.find("context 4096 tokens of the model's 32768 (-c 32768 for all of them)"), std::string::npos)
       << capped.out;
+  // A model's context past what -c takes: the hint names the most -c takes.
+  config.replace(config.find("32768"), 5, "100000000");
+  std::ofstream(dir / "config.json") << config;
+  const auto huge = test::run_command(cmd + " 2>&1");
+  EXPECT_EQ(huge.status, 0) << huge.out;
+  EXPECT_NE(huge.out.find("context 4096 tokens of the model's 100000000 (-c 16777216 for the most -c takes)"),
+            std::string::npos) << huge.out;
   const auto asked = test::run_command(cmd + " -c 8192 2>&1");
   EXPECT_EQ(asked.status, 0) << asked.out;
   EXPECT_EQ(asked.out.find("-c 32768 for all"), std::string::npos) << asked.out;

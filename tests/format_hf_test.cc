@@ -10,6 +10,7 @@
 
 #include "format/model_file.h"
 #include "format/safetensors.h"
+#include "runtime/local_model.h"
 #include "test_util.h"
 
 namespace shoal {
@@ -209,6 +210,27 @@ TEST_F(ShardedTest, BadConfig) {
 
 TEST_F(ShardedTest, NoWeights) {
   expect_error(Code::kNotFound, "neither model.safetensors nor model.safetensors.index.json");
+}
+
+// The index names the folder; one shard alone is not the model; a lone file needs its config.
+TEST_F(ShardedTest, TheIndexFileOpensItsFolderAndOneShardIsNotAModel) {
+  index(kGoodMap);
+  auto m = open_model_file((dir_ / "model.safetensors.index.json").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->index.size(), 3u);
+  const std::string shard = (dir_ / "model-00001-of-00002.safetensors").string();
+  auto one = open_model(shard, /*with_tokenizer=*/false);
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(one.status().message(), "'" + shard + "' is one shard of the checkpoint in '" + dir_.string() +
+                                        "' (see its model.safetensors.index.json): give the folder");
+  fs::remove(dir_ / "model.safetensors.index.json");
+  fs::remove(dir_ / "config.json");
+  auto alone = open_model(shard, /*with_tokenizer=*/false);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.status().code(), Code::kNotFound);
+  EXPECT_NE(alone.status().message().find("has no config.json beside it"), std::string::npos) << alone.status().to_string();
+  EXPECT_TRUE(open_model_file(shard).ok());  // (inspect reads it as it is)
 }
 
 TEST_F(ShardedTest, NotAModel) {

@@ -60,13 +60,11 @@ const ForeignFlag* llama_cpp_flag(std::string_view a) {
   return nullptr;
 }
 
-// "-xy...": one dash and two or more lowercase letters (CLI11 would read -x with the value "y...").
-bool letters_after_one_dash(std::string_view a) {
-  if (a.size() < 3 || a[0] != '-' || a[1] == '-') return false;
-  for (char c : a.substr(1)) {
-    if (c < 'a' || c > 'z') return false;
-  }
-  return true;
+// "-xy...": one dash, then two ASCII letters (CLI11 would read -x with the value "y...", as -ngl99
+// for -n "gl99"; a number given with its letter, -n5, stays valid).
+bool word_after_one_dash(std::string_view a) {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  return a.size() >= 3 && a[0] == '-' && letter(a[1]) && letter(a[2]);
 }
 
 }  // namespace
@@ -92,12 +90,13 @@ std::optional<std::string> foreign_flag_error(const CLI::App& app, int argc, con
       continue;
     }
     if (const ForeignFlag* f = llama_cpp_flag(a)) {
-      return fmt::format("{} is llama.cpp's flag for {}; Shoal has no such option: {} (see shoal <command> --help)",
-                         name, f->what, f->here);
+      return fmt::format("{} is llama.cpp's flag for {}; Shoal has no such option: {} (see shoal {}--help)", name,
+                         f->what, f->here, cmd == &app ? "" : cmd->get_name() + " ");
     }
-    if (letters_after_one_dash(a)) {
-      return fmt::format("{} is not an option (one dash goes with one letter, as in -m MODEL; long options take two, "
-                         "as in --model; see shoal <command> --help)", a);
+    if (word_after_one_dash(name)) {
+      return fmt::format("{} is not an option (one dash goes with one letter, as in -m MODEL, the value after a space; "
+                         "long options take two, as in --model; see shoal {}--help)", a,
+                         cmd == &app ? "" : cmd->get_name() + " ");
     }
   }
   return std::nullopt;

@@ -50,7 +50,7 @@ int host(const HostCmdOptions& o) {
   const std::string& prompt = *text;
   // One prompt (-p or -f, whose text may be empty: a BOS-only prompt, as `run` takes it), else
   // lines from stdin.
-  const bool one_prompt = o.gen.prompt_set || !o.gen.prompt_file.empty();
+  const bool one_prompt = o.gen.prompt_set || o.gen.file_set;
   auto h = pool::Host::open(*opts, pool::tcp_network());
   if (!h.ok()) return fail(h.status());
   pool::Host& host = **h;

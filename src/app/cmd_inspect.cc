@@ -195,11 +195,11 @@ CommandFn add_inspect_command(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "inspect", "Show a model file's format, metadata, tokenizer summary and tensor table");
-  // The model as a positional or as -m (llama.cpp style), the flag kept out of --help so that the
-  // model is listed once; one of them is required (CLI11's error and exit status when neither).
+  // The model as a positional or as -m (llama.cpp style), described once; one of them is required
+  // (CLI11's error and exit status when neither).
   CLI::Option* positional = sub->add_option(
-      "model", opts->model, "a .gguf file, a .safetensors file or a Hugging Face checkpoint folder (or -m MODEL)");
-  CLI::Option* flag = sub->add_option("-m,--model", opts->model)->group("");
+      "model", opts->model, "a .gguf file, a .safetensors file or a Hugging Face checkpoint folder");
+  CLI::Option* flag = sub->add_option("-m,--model", opts->model, "the same, as a flag (one of the two)");
   sub->callback([opts, positional, flag] {
     if (positional->count() > 0 && flag->count() > 0) throw CLI::ExcludesError("model", "--model");
     if (opts->model.empty()) throw CLI::RequiredError("model");

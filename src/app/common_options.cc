@@ -79,7 +79,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
   add_threads_flag(cmd, f.threads);
   cmd->add_option("-c,--ctx-size", f.ctx, "Context length in tokens (0: the model's, at most 4096)")
       ->capture_default_str()
-      ->transform(int_range(0, 1 << 24));
+      ->transform(int_range(0, kMaxContext));
   cmd->add_option("--kv", f.kv, "KV cache type: f32, f16 or q8_0")->capture_default_str();
   cmd->add_option("-b,--batch-size", f.batch, "Prompt tokens processed per step (prefill chunk)")
       ->capture_default_str()

@@ -53,7 +53,7 @@ Result<std::string> read_text_input(const std::string& path) {
 }
 
 Result<std::string> PromptFlags::text() const {
-  if (prompt_file.empty()) return escape ? process_escapes(prompt) : prompt;
+  if (!file_set) return escape ? process_escapes(prompt) : prompt;
   SHOAL_ASSIGN_OR_RETURN(std::string text, read_text_input(prompt_file));
   // One trailing newline is the file's end of line, not part of the prompt (as llama.cpp's -f).
   if (!text.empty() && text.back() == '\n') text.pop_back();
@@ -72,7 +72,8 @@ void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_h
       cmd->add_option("-p,--prompt", f.prompt, prompt_help)->each([&f](const std::string&) { f.prompt_set = true; });
   cmd->add_option("-f,--file", f.prompt_file,
                   "Read the prompt from a file, as it is but for one trailing newline; -: from stdin")
-      ->excludes(prompt);
+      ->excludes(prompt)
+      ->each([&f](const std::string&) { f.file_set = true; });
   cmd->add_flag("-e,--escape,!--no-escape", f.escape,
                 "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp does (a -f file is "
                 "read as it is); on by default, --no-escape takes -p as it is");

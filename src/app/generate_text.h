@@ -20,6 +20,7 @@ struct PromptFlags {
   std::string prompt;
   bool prompt_set = false;  // -p was given (its text may be empty)
   std::string prompt_file;
+  bool file_set = false;    // -f was given (its name may be empty: an error, not "no file")
   bool escape = true;       // -p's escape sequences processed (-e, the default; --no-escape)
   int n_predict = -1;
   SamplingParams sampling;

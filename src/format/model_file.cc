@@ -65,6 +65,10 @@ Result<ModelFile> open_model_file(const std::string& path) {
     return make_error(Code::kNotFound, "model '{}' does not exist", path);
   }
   if (std::filesystem::is_directory(st)) return open_hf_checkpoint(path);
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  // A sharded checkpoint is its folder: its index names the folder's shards.
+  if (p.filename() == "model.safetensors.index.json") return open_hf_checkpoint(dir.string());
   SHOAL_ASSIGN_OR_RETURN(auto src, MmapSource::open(path));
   const uint8_t* d = src->file().data();
   if (src->size() >= 4 && d[0] == 'G' && d[1] == 'G' && d[2] == 'U' && d[3] == 'F') {

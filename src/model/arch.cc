@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 
 #include "core/log.h"
 #include "model/families.h"
@@ -208,6 +209,11 @@ std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key) {
   return f.metadata.get_float(arch_key(f, key));
 }
 
+Result<int64_t> gguf_int_or(const ModelFile& f, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
+  if (!f.metadata.find(arch_key(f, key))) return fallback;
+  return gguf_int(f, key, lo, hi);
+}
+
 Result<int64_t> gguf_int(const ModelFile& f, std::string_view key, int64_t lo, int64_t hi) {
   const std::string k = arch_key(f, key);
   auto v = f.metadata.get_int(k);
@@ -248,6 +254,13 @@ std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key
   auto it = j.find(std::string(key));
   if (it == j.end() || !it->is_number()) return std::nullopt;
   return it->get<double>();
+}
+
+Result<int64_t> hf_int_or(const nlohmann::json& j, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
+  auto it = j.find(std::string(key));
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) return make_error(Code::kCorrupt, "config.json: '{}' = {} is not an integer", key, it->dump());
+  return hf_int(j, key, lo, hi);
 }
 
 Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi) {
@@ -293,7 +306,9 @@ Status hf_rope(const nlohmann::json& j, RopeConfig& rope) {
     rope.scaling = RopeScaling::kLlama3;
     rope.low_freq_factor = float(hf_float_opt(*scaling, "low_freq_factor").value_or(1.0));
     rope.high_freq_factor = float(hf_float_opt(*scaling, "high_freq_factor").value_or(4.0));
-    rope.original_context = int(hf_int_opt(*scaling, "original_max_position_embeddings").value_or(8192));
+    SHOAL_ASSIGN_OR_RETURN(const int64_t original,
+                           hf_int_or(*scaling, "original_max_position_embeddings", 8192, 1, INT32_MAX));
+    rope.original_context = int(original);
   } else {
     return make_error(Code::kUnsupported, "config.json: rope scaling type '{}' is not supported", type);
   }

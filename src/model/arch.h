@@ -82,12 +82,18 @@ namespace arch_util {
 /// GGUF "<arch>.<key>" as an int; error naming the key if missing or out of [lo, hi].
 Result<int64_t> gguf_int(const ModelFile& f, std::string_view key, int64_t lo, int64_t hi);
 std::optional<int64_t> gguf_int_opt(const ModelFile& f, std::string_view key);
+/// GGUF "<arch>.<key>" as an int in [lo, hi], `fallback` when absent; error naming the key if it is
+/// outside (no silent wrap of a 64-bit value into an int).
+Result<int64_t> gguf_int_or(const ModelFile& f, std::string_view key, int64_t fallback, int64_t lo, int64_t hi);
 std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key);
 /// A per-layer value that GGUF stores either as one int or as an array of n_layers ints.
 Result<std::vector<int>> gguf_per_layer(const ModelFile& f, std::string_view key, int n_layers, int64_t lo, int64_t hi);
 /// config.json field as an int in [lo, hi]; error naming it.
 Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi);
 std::optional<int64_t> hf_int_opt(const nlohmann::json& j, std::string_view key);
+/// config.json field as an int in [lo, hi], `fallback` when absent or null; error naming it when
+/// it is something else (a float, a string) or outside.
+Result<int64_t> hf_int_or(const nlohmann::json& j, std::string_view key, int64_t fallback, int64_t lo, int64_t hi);
 std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key);
 /// Activation from an HF hidden_act string.
 Result<Activation> hf_activation(const std::string& name);

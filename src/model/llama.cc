@@ -2,6 +2,8 @@
 // Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim).
 // HF reference: transformers models/llama/modeling_llama.py, qwen2, qwen3.
 // GGUF keys: llama.cpp src/llama-model.cpp (LLM_ARCH_LLAMA, QWEN2, QWEN3).
+#include <cstdint>
+
 #include "core/log.h"
 #include "model/families.h"
 
@@ -64,12 +66,15 @@ Status from_gguf(const ModelFile& f, ModelConfig& cfg) {
   if (f.metadata.find(f.metadata.get_string("general.architecture").value_or("") + ".attention.head_count_kv")) {
     SHOAL_ASSIGN_OR_RETURN(kv_heads, gguf_per_layer(f, "attention.head_count_kv", cfg.n_layers, 1, 4096));
   }
-  const int head_dim = int(gguf_int_opt(f, "attention.key_length").value_or(d_model / heads[0]));
+  SHOAL_ASSIGN_OR_RETURN(const int64_t key_length, gguf_int_or(f, "attention.key_length", d_model / heads[0], 1, 1024));
+  const int head_dim = int(key_length);
   fill_layers(cfg, heads, kv_heads, head_dim, int(d_ff));
-  cfg.n_ctx_train = int(gguf_int_opt(f, "context_length").value_or(4096));
+  SHOAL_ASSIGN_OR_RETURN(const int64_t n_ctx_train, gguf_int_or(f, "context_length", 4096, 0, INT32_MAX));
+  cfg.n_ctx_train = int(n_ctx_train);
   cfg.norm_eps = float(gguf_float_opt(f, "attention.layer_norm_rms_epsilon").value_or(1e-5));
   cfg.rope.theta = float(gguf_float_opt(f, "rope.freq_base").value_or(10000.0));
-  cfg.rope.rot_dims = int(gguf_int_opt(f, "rope.dimension_count").value_or(head_dim));
+  SHOAL_ASSIGN_OR_RETURN(const int64_t rot_dims, gguf_int_or(f, "rope.dimension_count", head_dim, 0, 1024));
+  cfg.rope.rot_dims = int(rot_dims);
   gguf_rope_scaling(f, cfg.rope);
   cfg.qk_norm = tr.qk_norm;
   cfg.attn_bias = f.index.find("blk.0.attn_q.bias") != nullptr;
@@ -94,12 +99,14 @@ Status from_hf(const ModelFile& f, ModelConfig& cfg) {
   cfg.n_layers = int(n_layers);
   cfg.d_model = int(d_model);
   cfg.vocab_size = int(vocab);
-  const int kv = int(hf_int_opt(j, "num_key_value_heads").value_or(heads));
-  int head_dim = int(d_model / heads);
-  if (auto it = j.find("head_dim"); it != j.end() && it->is_number_integer()) head_dim = it->get<int>();
+  SHOAL_ASSIGN_OR_RETURN(const int64_t kv64, hf_int_or(j, "num_key_value_heads", heads, 1, 4096));
+  SHOAL_ASSIGN_OR_RETURN(const int64_t head_dim64, hf_int_or(j, "head_dim", d_model / heads, 1, 1024));
+  const int kv = int(kv64);
+  const int head_dim = int(head_dim64);
   fill_layers(cfg, std::vector<int>(size_t(n_layers), int(heads)), std::vector<int>(size_t(n_layers), kv), head_dim,
               int(d_ff));
-  cfg.n_ctx_train = int(hf_int_opt(j, "max_position_embeddings").value_or(4096));
+  SHOAL_ASSIGN_OR_RETURN(const int64_t n_ctx_train, hf_int_or(j, "max_position_embeddings", 4096, 0, INT32_MAX));
+  cfg.n_ctx_train = int(n_ctx_train);
   cfg.norm_eps = float(hf_float_opt(j, "rms_norm_eps").value_or(1e-6));
   SHOAL_RETURN_IF_ERROR(hf_rope(j, cfg.rope));
   cfg.rope.rot_dims = head_dim;

@@ -121,13 +121,15 @@ Status Worker::join() {
   bool told = false;
   const auto try_again = [&](const Status& st) {  // false: give up with st
     const bool not_up = st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
-    if (!not_up || Clock::now() + kRetryPause >= give_up || stop_) return false;
+    if (!not_up || Clock::now() >= give_up || stop_) return false;
     if (!told) {
       spdlog::info("the host is not up ({}); trying again for up to {} s", st.message(),
                    std::chrono::duration_cast<std::chrono::seconds>(opts_.host_wait).count());
       told = true;
     }
-    for (auto t = Clock::now(); Clock::now() - t < kRetryPause && !stop_;) std::this_thread::sleep_for(kControlSlice);
+    // The next try a pause later, the last one at the end of the wait.
+    const auto next = std::min(Clock::now() + kRetryPause, give_up);
+    while (Clock::now() < next && !stop_) std::this_thread::sleep_for(kControlSlice);
     return true;  // (the caller's loop sees a stop first)
   };
   const Status stopped = make_error(Code::kUnavailable, "the worker was stopped before it joined");

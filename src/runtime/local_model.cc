@@ -1,6 +1,7 @@
 #include "runtime/local_model.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/log.h"
 
@@ -8,6 +9,22 @@ namespace shoal {
 
 Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   LocalModel m;
+  // One .safetensors file runs as a model with its config.json beside it, but not as one shard of
+  // a sharded checkpoint (the others hold the rest of the layers).
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (p.extension() == ".safetensors" && fs::is_regular_file(p, ec)) {
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (fs::exists(dir / "model.safetensors.index.json", ec)) {
+      return make_error(Code::kInvalidArgument, "'{}' is one shard of the checkpoint in '{}' (see its "
+                        "model.safetensors.index.json): give the folder", path, dir.string());
+    }
+    if (!fs::exists(dir / "config.json", ec)) {
+      return make_error(Code::kNotFound, "'{}' has no config.json beside it (a Hugging Face checkpoint's folder "
+                        "holds its config.json, its weights and its tokenizer)", path);
+    }
+  }
   SHOAL_ASSIGN_OR_RETURN(ModelFile f, open_model_file(path));
   m.file = std::make_unique<ModelFile>(std::move(f));
   SHOAL_ASSIGN_OR_RETURN(m.arch, find_architecture(*m.file));
@@ -48,7 +65,8 @@ int context_length(int requested, int n_ctx_train) {
   if (requested <= 0) {
     if (n_ctx_train <= 0) return kDefaultCap;
     if (n_ctx_train > kDefaultCap) {
-      spdlog::info("context {} tokens of the model's {} (-c {} for all of them)", kDefaultCap, n_ctx_train, n_ctx_train);
+      spdlog::info("context {} tokens of the model's {} (-c {} for {})", kDefaultCap, n_ctx_train,
+                   std::min(n_ctx_train, kMaxContext), n_ctx_train <= kMaxContext ? "all of them" : "the most -c takes");
     }
     return std::min(n_ctx_train, kDefaultCap);
   }

@@ -52,4 +52,7 @@ Result<DType> parse_kv_dtype(const std::string& name);
 /// Warns when `requested` is longer than the training context.
 int context_length(int requested, int n_ctx_train);
 
+/// The longest context -c takes, in tokens (2^24).
+constexpr int kMaxContext = 1 << 24;
+
 }  // namespace shoal

@@ -123,7 +123,11 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_from_path(const std::string& p
   if (fs::is_directory(p, ec)) return load_from_folder(p, nullptr);
   if (!fs::exists(p, ec)) return make_error(Code::kNotFound, "'{}': no such file or folder", path);
   if (!fs::is_regular_file(p, ec)) return make_error(Code::kInvalidArgument, "'{}' is not a regular file", path);
-  if (p.filename() == "tokenizer.json") return load_from_folder(p.parent_path(), nullptr);
+  // tokenizer.json, or a checkpoint's weights (one .safetensors file, its shard index): the folder.
+  if (p.filename() == "tokenizer.json" || p.extension() == ".safetensors" ||
+      p.filename() == "model.safetensors.index.json") {
+    return load_from_folder(p.parent_path(), nullptr);
+  }
   SHOAL_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
   // A .gguf name or the GGUF magic: the GGUF parser's errors (truncated, bad magic) name the problem.
   if (p.extension() == ".gguf" ||

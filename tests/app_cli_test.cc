@@ -259,15 +259,18 @@ TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
     EXPECT_EQ(m.status().code(), Code::kCorrupt);
     EXPECT_EQ(m.status().message(), dir.string() + ": " + c.says);
   }
-  // null is "not given" (as transformers writes head_dim: null): the default applies.
+  // null is "not given" (as transformers writes head_dim: null): the default applies, here one KV
+  // head per head (the fixture: 4 heads, 2 KV heads).
   const auto dir = hf_llama_copy_with("hf_llama_null_kv", [](std::string& config) {
-    const std::string key = "\"head_dim\": 16";
-    config.replace(config.find(key), key.size(), "\"head_dim\": null");
+    const std::string key = "\"num_key_value_heads\": 2";
+    const size_t at = config.find(key);
+    ASSERT_NE(at, std::string::npos) << config;
+    config.replace(at, key.size(), "\"num_key_value_heads\": null");
   });
   auto m = open_model(dir.string(), /*with_tokenizer=*/false);
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_EQ(m->config.layers[0].head_dim, 64 / 4);  // hidden_size / num_attention_heads of the fixture
+  EXPECT_EQ(m->config.layers[0].n_kv_heads, 4);
 }
 
 TEST(AppCli, AWordThatNamesNoCommandIsNamed) {

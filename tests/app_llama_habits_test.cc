@@ -215,6 +215,9 @@ TEST(AppLlamaHabits, TheDefaultContextCapIsLogged) {
   EXPECT_EQ(capped.status, 0) << capped.out;
   EXPECT_NE(capped.out.find("context 4096 tokens of the model's 32768 (-c 32768 for all of them)"), std::string::npos)
       << capped.out;
+  const auto asked = test::run_command(cmd + " -c 8192 2>&1");
+  EXPECT_EQ(asked.status, 0) << asked.out;
+  EXPECT_EQ(asked.out.find("-c 32768 for all"), std::string::npos) << asked.out;
   // A model's context past what -c takes: the hint names the most -c takes.
   config.replace(config.find("32768"), 5, "100000000");
   std::ofstream(dir / "config.json") << config;
@@ -222,9 +225,6 @@ TEST(AppLlamaHabits, TheDefaultContextCapIsLogged) {
   EXPECT_EQ(huge.status, 0) << huge.out;
   EXPECT_NE(huge.out.find("context 4096 tokens of the model's 100000000 (-c 16777216 for the most -c takes)"),
             std::string::npos) << huge.out;
-  const auto asked = test::run_command(cmd + " -c 8192 2>&1");
-  EXPECT_EQ(asked.status, 0) << asked.out;
-  EXPECT_EQ(asked.out.find("-c 32768 for all"), std::string::npos) << asked.out;
   fs::remove_all(dir);
 }
 

@@ -222,8 +222,8 @@ TEST_F(ShardedTest, TheIndexFileOpensItsFolderAndOneShardIsNotAModel) {
   auto one = open_model(shard, /*with_tokenizer=*/false);
   ASSERT_FALSE(one.ok());
   EXPECT_EQ(one.status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(one.status().message(), "'" + shard + "' is one shard of the checkpoint in '" + dir_.string() +
-                                        "' (see its model.safetensors.index.json): give the folder");
+  EXPECT_EQ(one.status().message(), "'" + shard + "' sits beside a model.safetensors.index.json, which names the "
+                                    "checkpoint's shards: give the folder, '" + dir_.string() + "'");
   fs::remove(dir_ / "model.safetensors.index.json");
   fs::remove(dir_ / "config.json");
   auto alone = open_model(shard, /*with_tokenizer=*/false);

@@ -210,7 +210,10 @@ std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key) {
 }
 
 Result<int64_t> gguf_int_or(const ModelFile& f, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
-  if (!f.metadata.find(arch_key(f, key))) return fallback;
+  const std::string k = arch_key(f, key);
+  const MetaValue* v = f.metadata.find(k);
+  if (!v) return fallback;
+  if (!v->as_int()) return make_error(Code::kCorrupt, "key '{}' is {}, not an integer", k, meta_type_name(v->type));
   return gguf_int(f, key, lo, hi);
 }
 
@@ -264,6 +267,10 @@ Result<int64_t> hf_int_or(const nlohmann::json& j, std::string_view key, int64_t
 }
 
 Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi) {
+  if (auto it = j.find(std::string(key));
+      it != j.end() && it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) {
+    return make_error(Code::kCorrupt, "config.json: '{}' = {} is outside [{}, {}]", key, it->dump(), lo, hi);
+  }
   auto v = hf_int_opt(j, key);
   if (!v) return make_error(Code::kCorrupt, "config.json: missing integer '{}'", key);
   if (*v < lo || *v > hi) return make_error(Code::kCorrupt, "config.json: '{}' = {} is outside [{}, {}]", key, *v, lo, hi);
@@ -306,9 +313,9 @@ Status hf_rope(const nlohmann::json& j, RopeConfig& rope) {
     rope.scaling = RopeScaling::kLlama3;
     rope.low_freq_factor = float(hf_float_opt(*scaling, "low_freq_factor").value_or(1.0));
     rope.high_freq_factor = float(hf_float_opt(*scaling, "high_freq_factor").value_or(4.0));
-    SHOAL_ASSIGN_OR_RETURN(const int64_t original,
-                           hf_int_or(*scaling, "original_max_position_embeddings", 8192, 1, INT32_MAX));
-    rope.original_context = int(original);
+    auto original = hf_int_or(*scaling, "original_max_position_embeddings", 8192, 1, INT32_MAX);
+    if (!original.ok()) return original.status().with_context("its rope scaling");
+    rope.original_context = int(*original);
   } else {
     return make_error(Code::kUnsupported, "config.json: rope scaling type '{}' is not supported", type);
   }

@@ -8,6 +8,10 @@
 #include "runtime/weight_loader.h"
 
 namespace shoal::pool {
+
+// The wire's limit on an assignment's context and the one -c takes are one figure.
+static_assert(kMaxContext == uint32_t(shoal::kMaxContext));
+
 namespace {
 
 constexpr Millis kArrivalSlice{200};

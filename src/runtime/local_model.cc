@@ -9,16 +9,16 @@ namespace shoal {
 
 Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   LocalModel m;
-  // One .safetensors file runs as a model with its config.json beside it, but not as one shard of
-  // a sharded checkpoint (the others hold the rest of the layers).
+  // One .safetensors file runs as a model with its config.json beside it, but not a file beside a
+  // shard index (one shard of several: the others hold the rest of the layers).
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
   if (p.extension() == ".safetensors" && fs::is_regular_file(p, ec)) {
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    if (fs::exists(dir / "model.safetensors.index.json", ec)) {
-      return make_error(Code::kInvalidArgument, "'{}' is one shard of the checkpoint in '{}' (see its "
-                        "model.safetensors.index.json): give the folder", path, dir.string());
+    if (p.filename() != "model.safetensors" && fs::exists(dir / "model.safetensors.index.json", ec)) {
+      return make_error(Code::kInvalidArgument, "'{}' sits beside a model.safetensors.index.json, which names the "
+                        "checkpoint's shards: give the folder, '{}'", path, dir.string());
     }
     if (!fs::exists(dir / "config.json", ec)) {
       return make_error(Code::kNotFound, "'{}' has no config.json beside it (a Hugging Face checkpoint's folder "

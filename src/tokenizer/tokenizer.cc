@@ -126,7 +126,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_from_path(const std::string& p
   // tokenizer.json, or a checkpoint's weights (one .safetensors file, its shard index): the folder.
   if (p.filename() == "tokenizer.json" || p.extension() == ".safetensors" ||
       p.filename() == "model.safetensors.index.json") {
-    return load_from_folder(p.parent_path(), nullptr);
+    return load_from_folder(p.has_parent_path() ? p.parent_path() : fs::path("."), nullptr);
   }
   SHOAL_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
   // A .gguf name or the GGUF magic: the GGUF parser's errors (truncated, bad magic) name the problem.

@@ -273,6 +273,37 @@ TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
   EXPECT_EQ(m->config.layers[0].n_kv_heads, 4);
 }
 
+// stories260K's u32 llama.context_length (2048) rewritten to `type` (a GGUF type code) and `value`
+// (4 bytes), then opened as a model.
+Status open_stories_with_context_key(uint32_t type, uint32_t value) {
+  std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "llama.context_length";
+  auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  if (at == bytes.end()) return make_error(Code::kNotFound, "no {}", key);
+  const size_t type_at = size_t(at - bytes.begin()) + key.size();
+  std::memcpy(&bytes[type_at], &type, 4);
+  std::memcpy(&bytes[type_at + 4], &value, 4);
+  const std::string path = ::testing::TempDir() + "stories_context_key.gguf";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  auto m = open_model(path, /*with_tokenizer=*/false);
+  std::remove(path.c_str());
+  return m.ok() ? Status::Ok() : m.status();
+}
+
+// An optional GGUF integer key of another type, or past an int, is refused by name (no silent
+// fallback, no wrap into a negative context).
+TEST(AppCli, AGgufContextLengthOfAnotherTypeOrPastAnIntIsRefused) {
+  ASSERT_TRUE(open_stories_with_context_key(4, 2048).ok());  // GGUF_TYPE_UINT32, as the file has it
+  const Status f32 = open_stories_with_context_key(6, 0x45000000);  // GGUF_TYPE_FLOAT32 2048.0f
+  EXPECT_EQ(f32.code(), Code::kCorrupt);
+  const std::string file = ::testing::TempDir() + "stories_context_key.gguf: ";
+  EXPECT_EQ(f32.message(), file + "key 'llama.context_length' is f32, not an integer");
+  const Status big = open_stories_with_context_key(4, 3000000000u);
+  EXPECT_EQ(big.code(), Code::kCorrupt);
+  EXPECT_EQ(big.message(), file + "key 'llama.context_length' = 3000000000 is outside [0, 2147483647]");
+}
+
 TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
   for (const std::string args : {"serve", "--log-level warn rn -m x"}) {
     SCOPED_TRACE(args);

@@ -164,22 +164,12 @@ TEST(AppCli, AGgufWhoseLayerCountDisagreesWithItsTensorsDoesNotOpen) {
 // and the error says where the tensors end (a Hugging Face checkpoint, then a GGUF).
 TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "hf_llama_one_layer_more";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(test::fixture(std::string("hf/llama/") + f), dir / f);
-  }
-  std::string config;
-  {
-    std::ifstream in(test::fixture("hf/llama/config.json"));
-    config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  const std::string key = "\"num_hidden_layers\": 3";  // the fixture's 3 layers (blk.0-2)
-  const size_t at = config.find(key);
-  ASSERT_NE(at, std::string::npos) << config;
-  config.replace(at, key.size(), "\"num_hidden_layers\": 4");
-  std::ofstream(dir / "config.json") << config;
+  const fs::path dir = test::hf_llama_copy_with("hf_llama_one_layer_more", [](std::string& config) {
+    const std::string key = "\"num_hidden_layers\": 3";  // the fixture's 3 layers (blk.0-2)
+    const size_t at = config.find(key);
+    ASSERT_NE(at, std::string::npos) << config;
+    config.replace(at, key.size(), "\"num_hidden_layers\": 4");
+  });
   auto m = open_model(dir.string(), /*with_tokenizer=*/false);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const Status hf = m->weights.missing("blk.3.attn_norm.weight");
@@ -219,22 +209,6 @@ TEST(AppCli, ALayerCountLargerThanTheTensorsNamesTheMissingLayer) {
             "(names of another architecture?)");
 }
 
-// hf/llama copied to a temporary folder with `edit` applied to its config.json text.
-std::filesystem::path hf_llama_copy_with(const std::string& name, const std::function<void(std::string&)>& edit) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(test::fixture(std::string("hf/llama/") + f), dir / f);
-  }
-  std::ifstream in(test::fixture("hf/llama/config.json"));
-  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  edit(config);
-  std::ofstream(dir / "config.json") << config;
-  return dir;
-}
-
 // Integers of config.json that would not fit an int, or are not integers, are refused by name.
 TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
   const struct {
@@ -247,7 +221,7 @@ TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.value);
-    const auto dir = hf_llama_copy_with("hf_llama_bad_int", [&](std::string& config) {
+    const auto dir = test::hf_llama_copy_with("hf_llama_bad_int", [&](std::string& config) {
       const std::string key = "\"max_position_embeddings\": 256";
       const size_t at = config.find(key);
       ASSERT_NE(at, std::string::npos);
@@ -261,7 +235,7 @@ TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
   }
   // null is "not given" (as transformers writes head_dim: null): the default applies, here one KV
   // head per head (the fixture: 4 heads, 2 KV heads).
-  const auto dir = hf_llama_copy_with("hf_llama_null_kv", [](std::string& config) {
+  const auto dir = test::hf_llama_copy_with("hf_llama_null_kv", [](std::string& config) {
     const std::string key = "\"num_key_value_heads\": 2";
     const size_t at = config.find(key);
     ASSERT_NE(at, std::string::npos) << config;

@@ -197,19 +197,15 @@ TEST(AppLlamaHabits, ASafetensorsFileFindsTheTokenizerBesideIt) {
 
 TEST(AppLlamaHabits, TheDefaultContextCapIsLogged) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "hf_llama_long_context";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(test::fixture(std::string("hf/llama/") + f), dir / f);
-  }
-  std::ifstream in(test::fixture("hf/llama/config.json"));
-  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string key = "\"max_position_embeddings\": ";
-  const size_t at = config.find(key);
-  ASSERT_NE(at, std::string::npos) << config;
-  config.replace(at + key.size(), config.find_first_of(",\n}", at + key.size()) - (at + key.size()), "32768");
-  std::ofstream(dir / "config.json") << config;
+  auto context = [](const std::string& value) {
+    return [value](std::string& config) {
+      const std::string key = "\"max_position_embeddings\": 256";
+      const size_t at = config.find(key);
+      ASSERT_NE(at, std::string::npos) << config;
+      config.replace(at, key.size(), "\"max_position_embeddings\": " + value);
+    };
+  };
+  fs::path dir = test::hf_llama_copy_with("hf_llama_long_context", context("32768"));
   const std::string cmd = test::shoal_bin() + " run -n 1 --temp 0 -t 1 -p Once -m " + q(dir.string());
   const auto capped = test::run_command(cmd + " 2>&1");
   EXPECT_EQ(capped.status, 0) << capped.out;
@@ -219,8 +215,8 @@ TEST(AppLlamaHabits, TheDefaultContextCapIsLogged) {
   EXPECT_EQ(asked.status, 0) << asked.out;
   EXPECT_EQ(asked.out.find("-c 32768 for all"), std::string::npos) << asked.out;
   // A model's context past what -c takes: the hint names the most -c takes.
-  config.replace(config.find("32768"), 5, "100000000");
-  std::ofstream(dir / "config.json") << config;
+  fs::remove_all(dir);
+  dir = test::hf_llama_copy_with("hf_llama_long_context", context("100000000"));
   const auto huge = test::run_command(cmd + " 2>&1");
   EXPECT_EQ(huge.status, 0) << huge.out;
   EXPECT_NE(huge.out.find("context 4096 tokens of the model's 100000000 (-c 16777216 for the most -c takes)"),

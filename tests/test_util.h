@@ -6,6 +6,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -56,6 +60,23 @@ template <typename T>
 void expect_error(const Result<T>& r, Code code, const std::string& needle) {
   ASSERT_FALSE(r.ok()) << "expected an error containing '" << needle << "'";
   expect_status(r.status(), code, needle);
+}
+
+/// The hf/llama fixture (weights, tokenizer, config) copied to TempDir()/name, with `edit` applied
+/// to the text of its config.json first; the folder's path.
+inline std::filesystem::path hf_llama_copy_with(const std::string& name, const std::function<void(std::string&)>& edit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(fixture(std::string("hf/llama/") + f), dir / f);
+  }
+  std::ifstream in(fixture("hf/llama/config.json"));
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  edit(config);
+  std::ofstream(dir / "config.json") << config;
+  return dir;
 }
 
 }  // namespace shoal::test

@@ -24,7 +24,7 @@
 namespace shoal {
 namespace {
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
+using test::q;
 
 /// Runs `shoal ARGS` with stdout on /dev/full; CommandResult::out holds its stderr.
 test::CommandResult to_full_disk(const std::string& args) {

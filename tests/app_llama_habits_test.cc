@@ -25,7 +25,7 @@ namespace llama_habits {  // (named: the tests are built as unity files, beside 
 
 using namespace std::chrono_literals;
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
+using test::q;
 
 std::string stories() { return q(test::fixture("models/stories260K.gguf")); }
 
@@ -175,11 +175,14 @@ TEST(AppLlamaHabits, MinusOneForThreadsAndRepeatWindow) {
   const auto one_thread = run_ids("-p Once");
   EXPECT_EQ(all_threads.status, 0) << all_threads.out;
   EXPECT_EQ(all_threads.out, one_thread.out);
-  // -1: the penalty looks at every token so far; with 6 tokens that is a window of 64.
-  const auto whole = run_ids("-p Once --repeat-penalty 1.5 --repeat-last-n -1");
-  const auto window = run_ids("-p Once --repeat-penalty 1.5 --repeat-last-n 64");
+  // -1: the penalty looks at every token so far; with 42 tokens that is what a window of 64 sees,
+  // and not what no window (0: the penalty off) gives.
+  const auto whole = run_ids("-p Once -n 40 --repeat-penalty 1.5 --repeat-last-n -1");
+  const auto window = run_ids("-p Once -n 40 --repeat-penalty 1.5 --repeat-last-n 64");
+  const auto none = run_ids("-p Once -n 40 --repeat-penalty 1.5 --repeat-last-n 0");
   EXPECT_EQ(whole.status, 0) << whole.out;
   EXPECT_EQ(whole.out, window.out);
+  EXPECT_NE(whole.out, none.out);
   const auto below = run_ids("-p Once --repeat-last-n -2");
   EXPECT_NE(below.status, 0);
   EXPECT_NE(below.out.find("-2 is not in [-1, "), std::string::npos) << below.out;

@@ -62,6 +62,9 @@ void expect_error(const Result<T>& r, Code code, const std::string& needle) {
   expect_status(r.status(), code, needle);
 }
 
+/// `s` in single quotes, as one word of a shell command (paths without a quote in them).
+inline std::string q(const std::string& s) { return "'" + s + "'"; }
+
 /// The hf/llama fixture (weights, tokenizer, config) copied to TempDir()/name, with `edit` applied
 /// to the text of its config.json first; the folder's path.
 inline std::filesystem::path hf_llama_copy_with(const std::string& name, const std::function<void(std::string&)>& edit) {

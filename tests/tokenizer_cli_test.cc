@@ -16,7 +16,7 @@ test::CommandResult tokenize(const std::string& args) {
   return test::run_command(test::shoal_bin() + " --log-level off tokenize " + args);
 }
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
+using test::q;
 
 TEST(TokenizerCli, VocabMergesFolderAndSpecialFlag) {
   const std::string m = "-m " + q(test::fixture("tokenizers/qwen2"));

@@ -42,32 +42,10 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_host_command(app));
   reg(shoal::app::add_join_command(app));
 
-  // llama.cpp's flags that CLI11 would misread (-ngl as -n "gl", -hf as --help).
-  if (const auto e = shoal::app::foreign_flag_error(app, argc, argv)) {
+  // What CLI11 would misread (-ngl as -n "gl", -hf as --help) or report badly (no command).
+  if (const auto e = shoal::app::command_line_error(app, argc, argv)) {
     std::fprintf(stderr, "shoal: %s\n", e->c_str());
     return static_cast<int>(CLI::ExitCodes::ExtrasError);
-  }
-  // A first word that names no command, or a command's option before any command (CLI11 would
-  // only say that a command is required); global options (--log-level X, --help) are skipped.
-  std::string names;
-  for (const auto& [name, fn] : commands) names += (names.empty() ? "" : ", ") + name;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.starts_with("-")) {
-      const CLI::Option* opt = app.get_option_no_throw(a.substr(0, a.find('=')));
-      if (!opt && a != "-h" && a != "--help") {
-        std::fprintf(stderr, "shoal: %s before a command: a command's options follow its name, shoal COMMAND %s ... "
-                     "(commands: %s; see shoal --help)\n", a.c_str(), a.c_str(), names.c_str());
-        return static_cast<int>(CLI::ExitCodes::ExtrasError);
-      }
-      if (opt && opt->get_items_expected_min() > 0 && a.find('=') == std::string::npos) ++i;
-      continue;
-    }
-    if (app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == a; }).empty()) {
-      std::fprintf(stderr, "shoal: '%s' is not a command (commands: %s; see shoal --help)\n", a.c_str(), names.c_str());
-      return static_cast<int>(CLI::ExitCodes::ExtrasError);
-    }
-    break;
   }
   CLI11_PARSE(app, argc, argv);
   shoal::init_logging(log_level);

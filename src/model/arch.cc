@@ -111,7 +111,9 @@ Status WeightMap::layers_within(int n_layers) const {
   const TensorInfo* top_info = nullptr;
   for (const auto& [name, info] : map_) {
     const int layer = block_of(name);
-    if (layer >= n_layers && (layer > top || (layer == top && info->name < top_info->name))) top = layer, top_info = info;
+    if (layer >= n_layers && (layer > top || (layer == top && info->name < top_info->name))) {
+      top = layer, top_info = info;
+    }
   }
   if (!top_info) return Status::Ok();
   return make_error(Code::kCorrupt, "tensor '{}' belongs to layer {}, but the model has {} layers (its layer count "
@@ -259,22 +261,35 @@ std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key
   return it->get<double>();
 }
 
+namespace {
+
+// config.json's integer `v` (of field `key`) in [lo, hi]; one past int64 is outside too.
+Result<int64_t> hf_int_in(const nlohmann::json& v, std::string_view key, int64_t lo, int64_t hi) {
+  const bool past_int64 = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX);
+  const int64_t x = past_int64 ? 0 : v.get<int64_t>();
+  if (past_int64 || x < lo || x > hi) {
+    return make_error(Code::kCorrupt, "config.json: '{}' = {} is outside [{}, {}]", key, v.dump(), lo, hi);
+  }
+  return x;
+}
+
+}  // namespace
+
 Result<int64_t> hf_int_or(const nlohmann::json& j, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
   auto it = j.find(std::string(key));
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) return make_error(Code::kCorrupt, "config.json: '{}' = {} is not an integer", key, it->dump());
-  return hf_int(j, key, lo, hi);
+  if (!it->is_number_integer()) {
+    return make_error(Code::kCorrupt, "config.json: '{}' = {} is not an integer", key, it->dump());
+  }
+  return hf_int_in(*it, key, lo, hi);
 }
 
 Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi) {
-  if (auto it = j.find(std::string(key));
-      it != j.end() && it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) {
-    return make_error(Code::kCorrupt, "config.json: '{}' = {} is outside [{}, {}]", key, it->dump(), lo, hi);
+  auto it = j.find(std::string(key));
+  if (it == j.end() || !it->is_number_integer()) {
+    return make_error(Code::kCorrupt, "config.json: missing integer '{}'", key);
   }
-  auto v = hf_int_opt(j, key);
-  if (!v) return make_error(Code::kCorrupt, "config.json: missing integer '{}'", key);
-  if (*v < lo || *v > hi) return make_error(Code::kCorrupt, "config.json: '{}' = {} is outside [{}, {}]", key, *v, lo, hi);
-  return *v;
+  return hf_int_in(*it, key, lo, hi);
 }
 
 Result<Activation> hf_activation(const std::string& name) {

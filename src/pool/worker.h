@@ -46,7 +46,7 @@ struct WorkerOptions {
   std::string data_listen;  // hop listener; empty: the local address that reaches the host, port 0
   HopOptions hops;          // heartbeats and timeouts of every connection
   Millis probe_budget{200};
-  Millis host_wait{0};      // a host not up yet (refused, no answer) is tried again this long
+  Millis host_wait{0};      // a host not up yet (name not resolved, refused, no answer) is tried again this long
   bool progress = true;     // a load progress bar on stderr (off for local workers: the host shows its own)
   bool keep_rows = true;    // announce kCapKeepRows (false: the hello of a worker from before it;
                             // frames that carry the flags are still served as run_frame says)

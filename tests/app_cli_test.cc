@@ -4,7 +4,8 @@
 // whose count is too large: the missing layer is named), a word
 // that names no command is named as such, --version prints the version, a failed run prints
 // nothing on stdout, `host` reads CRLF prompt lines as LF ones, integer flags are decimal integers
-// (named as such when they are not), and --log-level may follow the command's name.
+// (named as such when they are not), --log-level may follow the command's name, and a vocab-only
+// GGUF given as a model is named as such.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -288,6 +289,11 @@ TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
   const auto v = test::run_command(test::shoal_bin() + " --version");
   EXPECT_EQ(v.status, 0);
   EXPECT_EQ(v.out.rfind("shoal ", 0), 0u) << v.out;
+}
+
+TEST(AppCli, AVocabOnlyGgufIsNamedAsSuchNotByAMissingTensor) {
+  test::expect_error(open_model(test::fixture("vocab/ggml-vocab-llama-spm.gguf"), /*with_tokenizer=*/true),
+                     Code::kInvalidArgument, "holds no tensors: a vocab-only GGUF");
 }
 
 TEST(AppCli, AFailedRunPrintsNothingOnStdout) {

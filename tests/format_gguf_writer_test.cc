@@ -155,6 +155,36 @@ TEST(FormatGgufWriter, FixtureRoundTrip) {
   }
 }
 
+TEST(FormatGgufWriter, TokenListShorterThanTheEmbeddingIsRefused) {
+  // stories260K with its token list (and scores, types) cut to 100 of the embedding's 512 rows:
+  // ids 100..511 would print as nothing, so the model is refused (llama.cpp: a tensor of the
+  // wrong shape).
+  auto m = open_model_file(test::fixture("models/stories260K.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  GgufWriter w;
+  for (const auto& [key, value] : m->metadata.entries()) {
+    MetaValue v = value;
+    if (key.rfind("tokenizer.ggml.", 0) == 0 && v.type == MetaType::kArray) {
+      auto& items = std::get<std::vector<MetaValue>>(v.v);
+      if (items.size() == 512) items.resize(100);
+    }
+    w.set(key, std::move(v));
+  }
+  for (const TensorInfo& t : m->index.tensors()) {
+    WeightSource* src = m->sources[t.source].get();
+    ASSERT_TRUE(w.add_tensor(t.name, t.dtype, t.shape, [src, &t](uint64_t off, uint8_t* dst, uint64_t n) {
+                   return src->read(t.offset + off, dst, n);
+                 }).ok());
+  }
+  const std::string path = temp_path("few_tokens.gguf");
+  ASSERT_TRUE(w.write(path).ok());
+  test::expect_error(open_model(path, /*with_tokenizer=*/true), Code::kCorrupt,
+                     "its tokenizer has 100 tokens, but its vocabulary (token_embd.weight's rows, or "
+                     "llama.vocab_size) is 512");
+  EXPECT_TRUE(open_model(path, /*with_tokenizer=*/false).ok());  // a worker reads no tokenizer
+  std::filesystem::remove(path);
+}
+
 TEST(FormatGgufWriter, RefusesInvalidTensors) {
   GgufWriter w;
   ASSERT_TRUE(w.add_tensor("a", DType::kF32, {2}, pattern(8, 0)).ok());

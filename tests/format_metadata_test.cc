@@ -2,6 +2,7 @@
 // computed independently (Python, from the byte layout documented in tensor_index.cc).
 #include <gtest/gtest.h>
 
+#include "core/log.h"
 #include "format/metadata.h"
 #include "format/tensor_index.h"
 
@@ -45,8 +46,18 @@ TEST(FormatMetadata, ToStringAbbreviatesAndEscapes) {
   for (int i = 0; i < 10; ++i) items.push_back(MetaValue::i32(i));
   EXPECT_EQ(MetaValue::array(MetaType::kI32, items).to_string(3), "i32[10] [0, 1, 2, ...]");
   EXPECT_EQ(MetaValue::str("a\"b\n").to_string(), "\"a\\\"b\\x0a\"");
+  // Bytes that are not UTF-8 and an escape sequence are written as \xHH; valid UTF-8 is kept.
+  EXPECT_EQ(MetaValue::str(std::string("na\xff\xfe\x1b[31m\0\xc3\xa9", 12)).to_string(),
+            "\"na\\xff\\xfe\\x1b[31m\\x00\xc3\xa9\"");
   EXPECT_EQ(MetaValue::f32(1e-5f).to_string(), "1e-05");
   EXPECT_EQ(MetaValue::boolean(false).to_string(), "false");
+}
+
+TEST(CoreText, EscapeUnprintableKeepsPrintableUtf8) {
+  EXPECT_EQ(escape_unprintable("plain \xc3\xa9 \xf0\x9f\xa6\x99"), "plain \xc3\xa9 \xf0\x9f\xa6\x99");
+  EXPECT_EQ(escape_unprintable(std::string("llama\0junk", 10)), "llama\\x00junk");
+  EXPECT_EQ(escape_unprintable("a\nb\x1b[0m\x7f"), "a\\x0ab\\x1b[0m\\x7f");
+  EXPECT_EQ(escape_unprintable("\xc0\x80\xed\xa0\x80\xe2\x82"), "\\xc0\\x80\\xed\\xa0\\x80\\xe2\\x82");
 }
 
 TEST(FormatTensorIndex, IdentityHashIsFnv1aOfNamesDtypesShapesSizes) {

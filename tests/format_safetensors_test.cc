@@ -184,6 +184,23 @@ TEST(FormatSafetensorsMalformed, Overlapping) {
                     8, Code::kCorrupt, "tensor 'b' data_offsets overlap tensor 'a'");
 }
 
+TEST(FormatSafetensors, EmptyTensorBetweenOthers) {
+  // An empty range overlaps nothing: {a [0,8), e [8,8), b [8,16)} is a valid file (the format's
+  // reference checks only that each tensor starts where the one before it ends).
+  const std::string json = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                               "e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},
+                               "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
+  const std::vector<uint8_t> b = with_header(json, 16);
+  auto r = parse_safetensors(b.data(), b.size(), "mem");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->tensors.size(), 3u);
+  // Still an overlap when the tensors with bytes overlap, an empty one between them or not.
+  expect_json_error(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                       "e": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},
+                       "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                    8, Code::kCorrupt, "tensor 'b' data_offsets overlap tensor 'a'");
+}
+
 TEST(FormatSafetensorsMalformed, DuplicateName) {
   expect_json_error(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                        "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",

@@ -3,8 +3,12 @@
 // HF folder and its llama.cpp-converted model-bf16.gguf.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
+#include "core/mmap_file.h"
+#include "format/safetensors.h"
 #include "test_util.h"
 
 namespace shoal {
@@ -66,6 +70,64 @@ TEST(HfCheckCli, MissingReferenceIsAClearError) {
                                    " --reference /nonexistent.safetensors 2>&1");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("/nonexistent.safetensors"), std::string::npos) << r.out;
+}
+
+/// hf/llama's reference.safetensors written to TempDir()/name with `edit` applied to its tensors.
+std::string edited_reference(const std::string& name, const std::function<void(std::vector<SafetensorsTensor>&)>& edit) {
+  const std::string src = test::fixture("hf/llama/reference.safetensors");
+  auto f = MappedFile::open(src);
+  EXPECT_TRUE(f.ok());
+  auto st = parse_safetensors(f->data(), f->size(), src);
+  EXPECT_TRUE(st.ok());
+  std::vector<SafetensorsTensor> ts;
+  for (const TensorInfo& t : st->tensors)
+    ts.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(f->data() + t.offset, f->data() + t.offset + t.nbytes)});
+  edit(ts);
+  auto bytes = write_safetensors(ts, {});
+  EXPECT_TRUE(bytes.ok());
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
+  return path;
+}
+
+SafetensorsTensor& tensor_named(std::vector<SafetensorsTensor>& ts, const std::string& name) {
+  for (SafetensorsTensor& t : ts)
+    if (t.name == name) return t;
+  ADD_FAILURE() << "no tensor " << name;
+  return ts.front();
+}
+
+TEST(HfCheckCli, ReferenceDecodeRowsMustMatchItsGeneratedIds) {
+  // decode_logits holds one row per generated id: 3 rows for 16 ids is refused, not skipped.
+  const std::string ref = edited_reference("ref_decode3.safetensors", [](std::vector<SafetensorsTensor>& ts) {
+    SafetensorsTensor& d = tensor_named(ts, "decode_logits");
+    d.shape[0] = 3;
+    d.bytes.resize(size_t(3 * d.shape[1]) * 4);
+  });
+  const auto r = test::run_command(test::shoal_bin() + " --log-level off check -m " + test::fixture("hf/llama") +
+                                   " --reference " + test::q(ref) + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("decode_logits are 1536 values, expected 16 x 512"), std::string::npos) << r.out;
+}
+
+TEST(HfCheckCli, ReferenceWithoutGeneratedIdsOrWithMistypedDecodeLogitsIsRefused) {
+  const std::string empty = edited_reference("ref_gen0.safetensors", [](std::vector<SafetensorsTensor>& ts) {
+    SafetensorsTensor& g = tensor_named(ts, "generated_ids");
+    g.shape = {0};
+    g.bytes.clear();
+  });
+  auto r = test::run_command(test::shoal_bin() + " --log-level off check -m " + test::fixture("hf/llama") +
+                             " --reference " + test::q(empty) + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("generated_ids is empty"), std::string::npos) << r.out;
+
+  const std::string typed = edited_reference("ref_dec_i32.safetensors", [](std::vector<SafetensorsTensor>& ts) {
+    tensor_named(ts, "decode_logits").dtype = DType::kI32;
+  });
+  r = test::run_command(test::shoal_bin() + " --log-level off check -m " + test::fixture("hf/llama") + " --reference " +
+                        test::q(typed) + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("reference tensor 'decode_logits' should be F32 of rank 2"), std::string::npos) << r.out;
 }
 
 }  // namespace

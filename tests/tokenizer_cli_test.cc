@@ -60,6 +60,12 @@ TEST(TokenizerCli, Errors) {
   auto r = tokenize("-m /nonexistent/model -p hi");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(r.out.empty());
+  // A file of another kind (here a llama2.c checkpoint) is named as not a tokenizer, not as a
+  // malformed SentencePiece model.
+  r = test::run_command(test::shoal_bin() + " tokenize -m " + q(test::fixture("models/stories260K.bin")) +
+                        " -p hi 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("stories260K.bin' is not a tokenizer Shoal reads"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -28,6 +28,22 @@ TEST(TokenizerUnicode, InvalidBytesDecodeToReplacementOneByteEach) {
   EXPECT_EQ(sanitize_utf8("x\x80y"), "x\xEF\xBF\xBDy");
 }
 
+TEST(TokenizerUnicode, IllFormedTextShownWithOneReplacementPerMaximalSubpart) {
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  // The Unicode Standard's own example (chapter 3.9, table 3-8).
+  EXPECT_EQ(replace_ill_formed_utf8("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+            "a" + r + r + r + "b" + r + "c" + r + r + "d");
+  EXPECT_EQ(replace_ill_formed_utf8("\xF1\x93pp"), r + "pp");
+  EXPECT_EQ(replace_ill_formed_utf8("\xE6\x94\xF6"), r + r);
+  EXPECT_EQ(replace_ill_formed_utf8("\xED\xA0\x80"), r + r + r);  // a surrogate: ED's second byte is 80..9F
+  EXPECT_EQ(replace_ill_formed_utf8("\xC0\x80"), r + r);          // overlong
+  EXPECT_EQ(replace_ill_formed_utf8("\xE0\x80\x80"), r + r + r);  // overlong
+  EXPECT_EQ(replace_ill_formed_utf8("\xF4\x90\x80\x80"), r + r + r + r);  // past U+10FFFF
+  EXPECT_EQ(replace_ill_formed_utf8("ok\xE2\x82"), "ok" + r);      // truncated at the end
+  const std::string valid = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\xA6\x99\xF4\x8F\xBF\xBF\xED\x9F\xBF";
+  EXPECT_EQ(replace_ill_formed_utf8(valid), valid);
+}
+
 TEST(TokenizerUnicode, CompletePrefixHoldsOnlyAnUnfinishedTail) {
   EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
   EXPECT_EQ(utf8_complete_prefix("ab\xF0\x9F"), 2u);

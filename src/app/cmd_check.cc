@@ -73,10 +73,14 @@ int check(const CheckOptions& o) {
   auto gen = ref_tensor<int32_t>(*mf, *st, "generated_ids", DType::kI32, 1);
   for (const Status* s : {&input.status(), &logits.status(), &gen.status()})
     if (!s->ok()) return fail(*s);
-  auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2);
+  auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2);  // optional
+  if (!decode_logits.ok() && decode_logits.status().code() != Code::kNotFound) return fail(decode_logits.status());
 
   const size_t T = input->size(), G = gen->size();
   if (T == 0) return fail(make_error(Code::kInvalidArgument, "{}: input_ids is empty", o.reference));
+  if (G == 0)
+    return fail(make_error(Code::kInvalidArgument, "{}: generated_ids is empty (nothing to check decoding with)",
+                           o.reference));
   ModelFlags flags = o.model;
   if (flags.ctx == 0) flags.ctx = int(T + G + 1);
   // Positions 0 .. T - 1 for the prompt, then one per generated id but the last.
@@ -108,6 +112,9 @@ int check(const CheckOptions& o) {
   if (logits->size() != T * V)
     return fail(make_error(Code::kInvalidArgument, "reference logits are {} values, expected {} x {} (vocab)",
                            logits->size(), T, V));
+  if (decode_logits.ok() && decode_logits->size() != G * V)
+    return fail(make_error(Code::kInvalidArgument, "reference decode_logits are {} values, expected {} x {} (one row "
+                           "per generated id, vocab)", decode_logits->size(), G, V));
 
   StepOutput out;
   out.mode = HeadMode::kLogitsAll;
@@ -122,7 +129,7 @@ int check(const CheckOptions& o) {
   int32_t next = argmax(out.logits.data() + (T - 1) * V, V);
   for (size_t g = 0; g < G; ++g) {
     if (next == (*gen)[g]) ++matched;
-    if (decode_logits.ok() && decode_logits->size() == G * V && g > 0)
+    if (decode_logits.ok() && g > 0)
       err = std::max(err, max_abs_diff(out.logits.data(), decode_logits->data() + g * V, V));
     if (g + 1 == G) break;
     StepOutput step;

@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "app/common_options.h"
+#include "core/log.h"
 #include "core/mmap_file.h"
 #include "format/model_file.h"
 
@@ -158,12 +159,16 @@ void print_text(const ModelFile& m) {
     fmt::print("\nmetadata ({} keys):\n", m.metadata.size());
     for (const auto& [k, v] : m.metadata.entries()) {
       std::string s = v.to_string(kShownItems);
-      if (s.size() > 160) s = s.substr(0, 157) + "...";
-      fmt::print("  {} = {}\n", k, s);
+      if (s.size() > 160) {
+        size_t cut = 157;
+        while (cut > 0 && (uint8_t(s[cut]) & 0xC0) == 0x80) --cut;  // on a character's first byte
+        s = s.substr(0, cut) + "...";
+      }
+      fmt::print("  {} = {}\n", escape_unprintable(k), s);
     }
   } else if (m.hf_config.is_object()) {
     fmt::print("\nconfig.json ({} keys):\n", m.hf_config.size());
-    for (const auto& [k, v] : m.hf_config.items()) fmt::print("  {} = {}\n", k, json_scalar(v));
+    for (const auto& [k, v] : m.hf_config.items()) fmt::print("  {} = {}\n", escape_unprintable(k), json_scalar(v));
   }
   fmt::print("\ntokenizer:\n");
   const json tok = tokenizer_summary(m);
@@ -171,13 +176,13 @@ void print_text(const ModelFile& m) {
   for (const auto& [k, v] : tok.items()) fmt::print("  {}: {}\n", k, json_scalar(v));
 
   size_t w = 4;
-  for (const TensorInfo& t : m.index.tensors()) w = std::max(w, t.name.size());
+  for (const TensorInfo& t : m.index.tensors()) w = std::max(w, escape_unprintable(t.name).size());
   fmt::print("\ntensors ({}):\n", m.index.size());
   fmt::print("  {:<{}}  {:<7} {:<22} {:>3} {:>12} {:>12}\n", "name", w, "type", "shape", "src", "offset",
              "bytes");
   int64_t params = 0;
   for (const TensorInfo& t : m.index.tensors()) {
-    fmt::print("  {:<{}}  {:<7} {:<22} {:>3} {:>12} {:>12}\n", t.name, w, dtype_name(t.dtype),
+    fmt::print("  {:<{}}  {:<7} {:<22} {:>3} {:>12} {:>12}\n", escape_unprintable(t.name), w, dtype_name(t.dtype),
                t.shape_string(), t.source, t.offset, t.nbytes);
     params += t.n_elements();
   }

@@ -141,9 +141,13 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
   } else {
     SHOAL_RETURN_IF_ERROR(write_stdout(stream.flush() + "\n"));
   }
-  spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s){}",
-               st.n_prompt, st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
-               st.decode_s, st.decode_s > 0 && st.n_generated > 1 ? (st.n_generated - 1) / st.decode_s : 0.0,
+  // The decode rate counts the tokens after the first (which the prompt's pass gives): none for one token.
+  const std::string decode_rate = st.decode_s > 0 && st.n_generated > 1
+                                      ? fmt::format(" ({:.1f} tok/s)", (st.n_generated - 1) / st.decode_s)
+                                      : "";
+  spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} token{} in {:.3f} s{}{}", st.n_prompt,
+               st.prefill_s, st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0, st.n_generated,
+               st.n_generated == 1 ? "" : "s", st.decode_s, decode_rate,
                st.hit_eog ? "; stopped at end of generation" : (st.hit_context ? "; context full" : ""));
   if (st.hit_context && go.n_predict > 0 && int64_t(st.n_generated) < go.n_predict)
     spdlog::warn("the context is full: {} of the {} tokens asked were generated (raise -c)", st.n_generated,

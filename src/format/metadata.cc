@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/log.h"
+
 namespace shoal {
 
 std::string_view meta_type_name(MetaType t) {
@@ -63,17 +65,18 @@ std::string MetaValue::to_string(size_t max_items) const {
   }
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const auto* s = std::get_if<std::string>(&v)) {
-    // Quoted, control characters escaped so a value never breaks a line of output.
+    // Quoted; control characters and bytes that are not UTF-8 escaped, so a value never breaks
+    // a line of output or reaches a terminal as an escape sequence.
     std::string out = "\"";
-    for (unsigned char c : *s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += char(c);
-      } else if (c < 0x20 || c == 0x7f) {
-        out += fmt::format("\\x{:02x}", c);
-      } else {
-        out += char(c);
+    for (size_t i = 0; i < s->size();) {
+      const size_t len = printable_char_len(*s, i);
+      if (len == 0) {
+        out += fmt::format("\\x{:02x}", uint8_t((*s)[i++]));
+        continue;
       }
+      if ((*s)[i] == '"' || (*s)[i] == '\\') out += '\\';
+      out.append(*s, i, len);
+      i += len;
     }
     return out + "\"";
   }

@@ -156,12 +156,14 @@ Result<SafetensorsFile> parse_safetensors(const uint8_t* data, uint64_t size,
   std::sort(f.tensors.begin(), f.tensors.end(), [](const TensorInfo& x, const TensorInfo& y) {
     return x.offset != y.offset ? x.offset < y.offset : x.name < y.name;
   });
-  for (size_t i = 1; i < f.tensors.size(); ++i) {
-    const TensorInfo& p = f.tensors[i - 1];
-    const TensorInfo& c = f.tensors[i];
-    if (p.offset + p.nbytes > c.offset) {
-      return corrupt(fmt::format("tensor '{}' data_offsets overlap tensor '{}'", c.name, p.name));
+  // An empty tensor's range overlaps nothing (the format allows one anywhere).
+  const TensorInfo* p = nullptr;  // the last tensor with bytes
+  for (const TensorInfo& c : f.tensors) {
+    if (c.nbytes == 0) continue;
+    if (p && p->offset + p->nbytes > c.offset) {
+      return corrupt(fmt::format("tensor '{}' data_offsets overlap tensor '{}'", c.name, p->name));
     }
+    p = &c;
   }
   if (unsupported) {
     return Status(Code::kUnsupported,

@@ -51,8 +51,8 @@ Result<const ArchInfo*> find_architecture(const ModelFile& f) {
     if (!name) return make_error(Code::kCorrupt, "'{}' has no general.architecture key", f.path);
     for (const auto& a : architectures())
       if (a.gguf_name == *name) return &a;
-    return make_error(Code::kUnsupported, "architecture '{}' is not supported (supported: {})", *name,
-                      supported_list());
+    return make_error(Code::kUnsupported, "architecture '{}' is not supported (supported: {})",
+                      escape_unprintable(*name), supported_list());
   }
   const auto& j = f.hf_config;
   if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
@@ -61,8 +61,8 @@ Result<const ArchInfo*> find_architecture(const ModelFile& f) {
   for (const auto& a : architectures())
     for (auto t : a.hf_types)
       if (t == type) return &a;
-  return make_error(Code::kUnsupported, "model_type '{}' is not supported (supported: {})", type,
-                    supported_list());
+  return make_error(Code::kUnsupported, "model_type '{}' is not supported (supported: {})",
+                    escape_unprintable(type), supported_list());
 }
 
 Result<ModelConfig> load_model_config(const ModelFile& f) {
@@ -75,7 +75,7 @@ Result<ModelConfig> load_model_config(const ModelFile& f) {
   cfg.rope.freq_dtype = checkpoint_dtype(f);
   if (cfg.name.empty()) {
     auto n = f.metadata.get_string("general.name");
-    cfg.name = n ? *n : f.path.substr(f.path.find_last_of('/') + 1);
+    cfg.name = escape_unprintable(n ? *n : f.path.substr(f.path.find_last_of('/') + 1));  // (for messages)
   }
   if (int(cfg.layers.size()) != cfg.n_layers)
     return make_error(Code::kInternal, "architecture {} built {} layer configs for {} layers", cfg.arch,

@@ -27,6 +27,10 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   }
   SHOAL_ASSIGN_OR_RETURN(ModelFile f, open_model_file(path));
   m.file = std::make_unique<ModelFile>(std::move(f));
+  if (m.file->format == ModelFormat::kGguf && m.file->index.size() == 0) {
+    return make_error(Code::kInvalidArgument, "'{}' holds no tensors: a vocab-only GGUF (its tokenizer alone, "
+                      "which `shoal tokenize` reads), not a model", path);
+  }
   SHOAL_ASSIGN_OR_RETURN(m.arch, find_architecture(*m.file));
   SHOAL_ASSIGN_OR_RETURN(m.config, load_model_config(*m.file));
   SHOAL_ASSIGN_OR_RETURN(m.weights, map_weights(*m.file, *m.arch));
@@ -34,6 +38,14 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   if (with_tokenizer) {
     auto tok = load_tokenizer(*m.file);
     if (!tok.ok()) return tok.status().with_context("loading the tokenizer of " + path);
+    // A GGUF file's token list and its embedding's rows are one vocabulary (llama.cpp refuses a
+    // mismatch by the tensor's shape); ids past a shorter list would print as nothing. (A Hugging
+    // Face config's vocab_size may exceed its tokenizer's: padded embeddings are common.)
+    if (m.file->format == ModelFormat::kGguf && (*tok)->vocab_size() != m.config.vocab_size) {
+      return make_error(Code::kCorrupt, "{}: its tokenizer has {} tokens, but its vocabulary (token_embd.weight's "
+                        "rows, or {}.vocab_size) is {}", path, (*tok)->vocab_size(), m.config.arch,
+                        m.config.vocab_size);
+    }
     m.tokenizer = std::move(*tok);
   }
   return m;

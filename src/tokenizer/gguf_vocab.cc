@@ -98,8 +98,9 @@ Result<Vocab> vocab_from_gguf(const Metadata& md, std::string_view source) {
     if (!val) continue;
     if (v.valid_id(*val)) {
       *id = int32_t(*val);
-    } else {
-      spdlog::debug("{}: {} = {} is outside the vocabulary of {}; ignored", source, key, *val, n);
+    } else if (*val != -1 && *val != 0xFFFFFFFF) {  // (-1 as i32 or u32: "none", llama.cpp's LLAMA_TOKEN_NULL)
+      spdlog::warn("{}: {} = {} is outside the vocabulary of {}; ignored (a bad special token)", source, key,
+                   *val, n);
     }
   }
   v.add_bos = md.get_bool("tokenizer.ggml.add_bos_token").value_or(v.add_bos);

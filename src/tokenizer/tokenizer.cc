@@ -25,13 +25,13 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) con
 std::string StreamDecoder::push(int32_t id) {
   pending_ += tok_.token_to_piece(id, special_);
   const size_t n = tok::utf8_complete_prefix(pending_);
-  std::string out = tok::sanitize_utf8(std::string_view(pending_).substr(0, n));
+  std::string out = tok::replace_ill_formed_utf8(std::string_view(pending_).substr(0, n));
   pending_.erase(0, n);
   return out;
 }
 
 std::string StreamDecoder::flush() {
-  std::string out = tok::sanitize_utf8(pending_);
+  std::string out = tok::replace_ill_formed_utf8(pending_);
   pending_.clear();
   return out;
 }
@@ -136,7 +136,14 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_from_path(const std::string& p
     return load_tokenizer(mf);
   }
   SHOAL_ASSIGN_OR_RETURN(json tok_config, optional_json(p.parent_path() / "tokenizer_config.json"));
-  return make(load_tokenizer_model(p, tok_config));
+  Result<tok::Vocab> vocab = load_tokenizer_model(p, tok_config);
+  if (!vocab.ok() && p.filename() != "tokenizer.model") {  // any other file: say what was tried
+    return Status(vocab.status().code(),
+                  fmt::format("'{}' is not a tokenizer Shoal reads (a GGUF file, tokenizer.json, a SentencePiece or "
+                              "tiktoken tokenizer.model, or a folder holding one); as a tokenizer.model: {}",
+                              path, vocab.status().message()));
+  }
+  return make(std::move(vocab));
 }
 
 }  // namespace shoal

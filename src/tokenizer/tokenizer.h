@@ -58,9 +58,10 @@ class StreamDecoder {
  public:
   /// special: render control tokens as their text (token_to_piece's `special`).
   explicit StreamDecoder(const Tokenizer& tok, bool special = false) : tok_(tok), special_(special) {}
-  /// Returns the text that is complete after adding this token (may be empty).
+  /// Returns the text that is complete after adding this token (may be empty; ill-formed bytes
+  /// as U+FFFD, one per maximal subpart: tok::replace_ill_formed_utf8).
   std::string push(int32_t id);
-  /// Whatever is still held back (invalid bytes become U+FFFD).
+  /// Whatever is still held back (each maximal ill-formed subpart becomes one U+FFFD).
   std::string flush();
 
  private:

@@ -101,6 +101,44 @@ std::string sanitize_utf8(std::string_view s) {
   return out;
 }
 
+std::string replace_ill_formed_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = uint8_t(s[i]);
+    if (b < 0x80) {
+      out += char(b);
+      ++i;
+      continue;
+    }
+    // Table 3-7 of the Unicode Standard: the sequence's length and its second byte's range; the
+    // bytes after the second are 80..BF.
+    size_t len = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) len = 2;
+    else if (b == 0xE0) len = 3, lo = 0xA0;
+    else if (b == 0xED) len = 3, hi = 0x9F;
+    else if (b >= 0xE1 && b <= 0xEF) len = 3;
+    else if (b == 0xF0) len = 4, lo = 0x90;
+    else if (b == 0xF4) len = 4, hi = 0x8F;
+    else if (b >= 0xF1 && b <= 0xF3) len = 4;
+    size_t k = 1;  // bytes of the sequence that fit so far
+    while (len > 0 && k < len && i + k < s.size()) {
+      const auto c = uint8_t(s[i + k]);
+      if (k == 1 ? (c < lo || c > hi) : (c & 0xC0) != 0x80) break;
+      ++k;
+    }
+    if (len > 0 && k == len) {
+      out.append(s.substr(i, len));
+    } else {
+      append_utf8(out, kReplacementChar);  // one for the lead and the continuation bytes that fit
+    }
+    i += k;
+  }
+  return out;
+}
+
 size_t utf8_complete_prefix(std::string_view s) {
   // Find the last lead byte among the final 3 bytes; hold it back if its sequence needs more
   // bytes than are there. Whatever else is invalid counts as complete (flush turns it to U+FFFD).

@@ -34,6 +34,12 @@ void append_utf8(std::string& out, uint32_t cpt);
 /// `s` with every invalid byte replaced by U+FFFD, so it is valid UTF-8.
 std::string sanitize_utf8(std::string_view s);
 
+/// `s` with each maximal ill-formed subpart replaced by one U+FFFD: the Unicode Standard's
+/// practice (chapter 3.9, "U+FFFD Substitution of Maximal Subparts"; Python's errors="replace").
+/// "\xF1\x93p" gives U+FFFD p, where sanitize_utf8 gives two. For text shown to users; the
+/// tokenizers keep sanitize_utf8 (llama.cpp's one byte per U+FFFD, which golden vectors follow).
+std::string replace_ill_formed_utf8(std::string_view s);
+
 /// Number of leading bytes of `s` that form complete UTF-8 sequences; an incomplete but so far
 /// valid sequence at the end is left out (used by StreamDecoder). Invalid bytes count as complete.
 size_t utf8_complete_prefix(std::string_view s);

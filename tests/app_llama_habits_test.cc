@@ -141,6 +141,7 @@ TEST(AppLlamaHabits, EscapeSequencesInThePromptAreProcessed) {
   // --no-escape (or -e then --no-escape: the last one counts): -p as it is.
   expect_prompt("--no-escape -p 'Once\\nupon a\\ttime'", "Once\\nupon a\\ttime");
   expect_prompt("-e --no-escape -p 'Once\\nupon'", "Once\\nupon");
+  EXPECT_EQ(prompt_tokens("--no-escape -e -p 'Once\\nupon'"), prompt_tokens("-p 'Once\\nupon'"));
   EXPECT_NE(prompt_tokens("-p 'Once\\nupon a\\ttime'"), prompt_tokens("--no-escape -p 'Once\\nupon a\\ttime'"));
 }
 

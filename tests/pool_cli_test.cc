@@ -336,6 +336,31 @@ TEST(PoolCli, KilledWorkerFailsTheRequestInTimeAndTheHostServesAgain) {
   EXPECT_NE(host->err().find("1 of 2 prompts failed"), std::string::npos) << host->err();
 }
 
+// A host reading prompts from stdin whose plan cannot be made without the worker that left (its
+// layers all on workers) waits for --workers workers again, then answers the prompt.
+TEST(PoolCli, AnInteractiveHostWaitsForAWorkerWhenThePlanNeedsOne) {
+  const std::string secret = "interactive-rewait-secret";
+  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen",
+                            "127.0.0.1:0", "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp",
+                            "0", "-t", "1"},
+                           {"SHOAL_SECRET=" + secret});
+  const std::string addr = host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = join(addr, "w1", secret);
+  host->write("Once upon a time\n");
+  ASSERT_TRUE(host->wait_out_text(stories_text(0), 60s)) << host->err();
+  w1->kill(SIGINT);
+  EXPECT_EQ(w1->wait_exit(10s), 0) << w1->err();
+  ASSERT_TRUE(host->wait_err("worker 'w1' said bye", 10s)) << host->err();
+  const size_t mark = host->out().size();
+  host->write("The little dog\n");
+  ASSERT_TRUE(host->wait_err("; waiting for 1 worker on", 10s)) << host->err();
+  auto w2 = join(addr, "w2", secret);
+  ASSERT_TRUE(host->wait_out_text(stories_text(1), 60s, mark)) << host->out().substr(mark) << host->err();
+  host->close_stdin();
+  EXPECT_EQ(host->wait_exit(60s), 0) << host->err();  // both prompts answered
+}
+
 TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {
   const std::string secret = "refusal-test-secret";
   auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen",
@@ -376,7 +401,7 @@ TEST(PoolCli, AHostWaitsAgainWhenItsOnlyWorkerIsRefused) {
   ASSERT_FALSE(addr.empty()) << host->err();
   auto other = join(addr, "other-model", secret, {"-m", test::fixture("hf/llama/model-bf16.gguf")});
   EXPECT_EQ(other->wait_exit(60s), 1);
-  EXPECT_TRUE(host->wait_err("a worker left the pool before its first plan", 10s)) << host->err();
+  EXPECT_TRUE(host->wait_err("; waiting for 1 worker on", 10s)) << host->err();  // after the failed plan
   EXPECT_EQ(host->wait_exit(1s), -1) << "the host gave up: " << host->err();
   auto good = join(addr, "good", secret);
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();

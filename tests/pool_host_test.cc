@@ -333,6 +333,27 @@ TEST(PoolHost, ANewPlanReplaysTheCachedPrefix) {
   EXPECT_EQ(*out, local_ids(stories(), follow, 8, greedy()));
 }
 
+TEST(PoolHost, AWorkerThatLeftCostsOneNewPlanNotOnePerRequest) {
+  const std::vector<int32_t> prompt = {1, 291, 376, 400, 428};
+  HostOptions o = host_opts(stories());
+  o.spread = true;
+  auto p = start_pool(o, 2);
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p->host->stages().size(), 3u);
+  p->workers[1]->stop();  // w2 says bye and leaves
+  ASSERT_TRUE(p->join_worker(1).ok());
+  for (int i = 0; i < 200 && p->host->stages().size() != 2; ++i) {
+    ASSERT_TRUE(p->host->ensure_plan().ok());  // a plan without w2 once the host has heard its bye
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(p->host->stages().size(), 2u);
+  const uint64_t epoch = p->host->plan_epoch();
+  const auto want = local_ids(stories(), prompt, 4, greedy());
+  EXPECT_EQ(pool_ids(*p->host, prompt, 4, greedy()), want);
+  EXPECT_EQ(pool_ids(*p->host, prompt, 4, greedy()), want);
+  EXPECT_EQ(p->host->plan_epoch(), epoch);  // the same plan served both requests
+}
+
 TEST(PoolHost, ForcedSplitAndLayersLocalAreApplied) {
   const std::vector<int32_t> prompt = {1, 403, 407};
   const auto want = local_ids(stories(), prompt, 16, greedy());

@@ -1,6 +1,6 @@
 // How peers leave a pool, end to end with processes over TCP loopback: a host stopped by SIGTERM
-// and a worker stopped by SIGINT say bye (the others hear why at once, not after a silence), and a
-// second signal ends a host whose leaving is stuck; a
+// or SIGHUP and a worker stopped by SIGINT say bye (the others hear why at once, not after a
+// silence), and a second signal ends a host whose leaving is stuck; a
 // worker frozen past --dead-after is dropped and, when it wakes, reads why; a worker's name stays
 // its own while it is alive, and a worker restarted under its name takes it back.
 #include <gtest/gtest.h>
@@ -59,6 +59,20 @@ TEST(PoolLeave, StoppedPeersSayBye) {
   EXPECT_NE(host->err().find("SIGTERM: the host stops; saying bye to the pool"), std::string::npos) << host->err();
   EXPECT_EQ(w1->wait_exit(10s), 0) << w1->err();
   EXPECT_NE(w1->err().find("said bye: the host was stopped (SIGTERM)"), std::string::npos) << w1->err();
+}
+
+TEST(PoolLeave, AHostWhoseTerminalClosedSaysBye) {
+  const std::string secret = "leave-hup-secret";
+  auto host = leave_host(secret, 1);
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = test::join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  host->kill(SIGHUP);
+  EXPECT_EQ(host->wait_exit(10s), 128 + SIGHUP) << host->err();
+  EXPECT_NE(host->err().find("SIGHUP: the host stops; saying bye to the pool"), std::string::npos) << host->err();
+  EXPECT_EQ(w1->wait_exit(10s), 0) << w1->err();
+  EXPECT_NE(w1->err().find("said bye: the host was stopped (SIGHUP)"), std::string::npos) << w1->err();
 }
 
 TEST(PoolLeave, RunWithAPoolSaysByeWhenStopped) {

@@ -48,6 +48,9 @@ class Child {
       dup2(out[1], 1);
       dup2(err[1], 2);
       for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGHUP, &dfl, nullptr);  // as from a terminal, even when the tests run under nohup
       execve(av[0], av.data(), ev.data());
       _exit(127);
     }

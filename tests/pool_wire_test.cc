@@ -635,6 +635,9 @@ TEST(Address, Refused) {
     EXPECT_FALSE(a.ok()) << bad;
     EXPECT_EQ(a.status().code(), Code::kInvalidArgument) << bad;
   }
+  // A host without a port is named as such (a word of digits alone is a port).
+  test::expect_error(parse_address("127.0.0.1"), Code::kInvalidArgument, "address '127.0.0.1': no ':PORT'");
+  test::expect_error(parse_address("box-2.lan"), Code::kInvalidArgument, "no ':PORT'");
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ int host(const HostCmdOptions& o) {
   if (!secret.ok()) return fail(secret.status());
   opts->secret = *secret;
   opts->listen = o.listen;
+  opts->workers = size_t(o.workers);
   if (!o.mem.empty()) {
     auto mem = parse_bytes(o.mem);
     if (!mem.ok()) return fail(mem.status().with_context("--mem"));
@@ -63,21 +64,25 @@ int host(const HostCmdOptions& o) {
     if (Status st = check_prompt_fits(ids->size(), host.n_ctx()); !st.ok()) return fail(st);
     prompt_ids = std::move(*ids);
   }
-  // A first plan that fails for want of a worker refused while it was made (another model, a
-  // load that failed) leaves a host with a -p prompt waiting for --workers workers again (one
-  // reading prompts from stdin plans again for each, as a worker may join meanwhile).
-  for (;;) {
-    if (o.workers > 0) {
-      spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
-      if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
+  // A plan for the next prompt. One that fails while fewer than --workers workers are in the pool
+  // (one left, or was refused while the plan was made: another model, a load that failed) waits
+  // for them again and plans again; with them all there, its error is the prompt's.
+  const auto plan = [&]() -> Status {
+    for (;;) {
+      const Status st = host.ensure_plan();
+      if (st.ok() || o.workers == 0 || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) return st;
+      spdlog::warn("{}; waiting for {} worker{} on {}", st.to_string(), o.workers, o.workers == 1 ? "" : "s",
+                   host.address());
+      SHOAL_RETURN_IF_ERROR(host.wait_for_workers(size_t(o.workers), kForever));
     }
-    const Status st = host.ensure_plan();
-    if (st.ok()) break;
-    if (o.workers == 0 || !one_prompt || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) {
-      spdlog::error("{}", st.to_string());  // retried per prompt
-      break;
-    }
-    spdlog::warn("a worker left the pool before its first plan ({})", st.to_string());
+  };
+  if (o.workers > 0) {
+    spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
+    if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
+  }
+  if (Status st = plan(); !st.ok()) {
+    if (one_prompt) return fail(st);
+    spdlog::error("{}", st.to_string());  // planned again for each prompt
   }
 
   const GenerateOptions go = o.gen.generate_options();
@@ -97,7 +102,10 @@ int host(const HostCmdOptions& o) {
     if (line.empty()) continue;
     ++n_prompts;
     auto ids = encode_prompt(tok, line);
-    if (Status st = ids.ok() ? answer(*ids) : ids.status(); !st.ok()) {
+    Status st = ids.ok() ? check_prompt_fits(ids->size(), host.n_ctx()) : ids.status();  // before a wait
+    if (st.ok()) st = plan();
+    if (st.ok()) st = answer(*ids);
+    if (!st.ok()) {
       if (std::ferror(stdout)) return fail(st);  // no later answer could be read either
       spdlog::error("{}", st.to_string());  // the host stays up for the next prompt
       ++n_failed;

@@ -106,7 +106,9 @@ CommandFn add_join_command(CLI::App& app) {
       ->transform(int_range(1, 1024));
   cmd->add_option("--name", o->name, "This worker's name in plans and errors (default: HOSTNAME-PID)");
   cmd->add_option("--data-listen", o->data_listen,
-                  "Where the previous stage connects, HOST:PORT (default: the address that reaches the host, any port)");
+                  "The hop listener, HOST:PORT: where the previous stage connects, at PORT of the address this "
+                  "worker reaches the host from (HOST: the interface listened on; 0.0.0.0 for all; default: the "
+                  "address that reaches the host, any port)");
   cmd->add_flag("--no-progress", o->no_progress, "No load progress bar on stderr (the local pools' workers)");
   cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()

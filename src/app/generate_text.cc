@@ -74,9 +74,13 @@ void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_h
                   "Read the prompt from a file, as it is but for one trailing newline; -: from stdin")
       ->excludes(prompt)
       ->each([&f](const std::string&) { f.file_set = true; });
-  cmd->add_flag("-e,--escape,!--no-escape", f.escape,
-                "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp does (a -f file is "
-                "read as it is); on by default, --no-escape takes -p as it is");
+  // Two flags, the last one given counting (their callbacks run as they are parsed).
+  cmd->add_flag_callback("-e,--escape", [&f] { f.escape = true; },
+                         "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp "
+                         "does: the default (a -f file and lines from stdin are read as they are)")
+      ->trigger_on_parse();
+  cmd->add_flag_callback("--no-escape", [&f] { f.escape = false; }, "Take -p as it is (no escape sequences)")
+      ->trigger_on_parse();
   cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str()
       ->transform(int_range(-1, 1 << 24));

@@ -22,8 +22,8 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_option("--dead-after", f.dead_after_ms,
-                  local_pool ? "A peer silent this long (ms) counts as dead (unset, a local pool of more than two "
-                               "processes a core takes it times ceil(processes / (2 x cores)))"
+                  local_pool ? "A peer silent this long (ms) counts as dead; unless set, a local pool of more than "
+                               "two processes per core waits longer: 2000 x ceil(processes / (2 x cores))"
                              : "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
       ->transform(int_range(100, 3600000))
@@ -138,6 +138,7 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   o.listen = "127.0.0.1:0";
   o.secret = pool::random_secret();
   o.spread = true;
+  o.workers = at.size() - 1;
   o.mem_share = at[0].mem_share;  // the processes on the host's device share its memory
   auto lp = std::make_unique<LocalPool>();
   SHOAL_ASSIGN_OR_RETURN(lp->host, pool::Host::open(o, pool::tcp_network()));

@@ -47,6 +47,9 @@ SignalWatch::SignalWatch(std::function<void(int)> on_signal) {
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
+  // SIGHUP (the terminal closed) too, unless it is ignored (nohup): then it stays ignored.
+  struct sigaction hup {};
+  if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaddset(&set_, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
   watcher_ = std::thread([this, fn = std::move(on_signal)] {
     Clock::time_point first;
@@ -98,6 +101,7 @@ const char* signal_name(int signo) {
   switch (signo) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
     default: return "a signal";
   }
 }

@@ -39,7 +39,9 @@ Result<Address> parse_address(std::string_view text, bool allow_port_zero) {
     port_text = text.substr(close + 2);
   } else {
     const size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) {
+    if (colon == std::string_view::npos) {  // a port alone, or a host without one
+      if (!text.empty() && !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return bad("no ':PORT'");
       port_text = text;
     } else {
       if (text.substr(0, colon).find(':') != std::string_view::npos) return bad("IPv6 literals need [ ]");

@@ -47,7 +47,13 @@ std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices) {
 Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   if (opts.secret.empty()) return make_error(Code::kInvalidArgument, "the room secret is empty");
   SHOAL_ASSIGN_OR_RETURN(LocalModel model, open_model(opts.model, opts.tokenizer));
-  if (!opts.split.empty()) SHOAL_RETURN_IF_ERROR(check_split(opts.split, uint32_t(model.config.n_layers)));  // before any worker
+  {  // the plan's flags, before any worker joins
+    PlanOptions po;
+    po.layers_local = opts.layers_local;
+    po.split = opts.split;
+    SHOAL_RETURN_IF_ERROR(check_plan_flags(po, uint32_t(model.config.n_layers),
+                                           opts.workers > 0 ? std::optional<size_t>(opts.workers) : std::nullopt));
+  }
   SHOAL_ASSIGN_OR_RETURN(const uint64_t identity, model_identity(*model.file));
   BackendOptions bo;
   bo.threads = opts.threads;
@@ -267,8 +273,8 @@ Status Host::ensure_plan() {
   for (int attempt = 0; attempt < kPlanAttempts; ++attempt) {
     if (!changed_ && pipeline_->ready()) return Status::Ok();
     pipeline_->clear_chain();  // it points at members' links: drop it before any member
-    changed_ = false;
     drop_dead_members();
+    changed_ = false;  // (after the drop, which marks a change: else the next request plans again)
     bool retry = false;
     last = plan_once(retry);
     if (last.ok()) return replay();
@@ -297,11 +303,21 @@ Status Host::replay() {
 }
 
 Status Host::wait_ready(Member& m, uint64_t epoch) {
+  // A load takes as long as it takes (the link's heartbeats tell a live worker from a dead one);
+  // a long one is said every kLoadNote, so that a host that waits is not a silent one.
+  constexpr auto kLoadNote = std::chrono::seconds(10);
+  const auto start = Clock::now();
+  auto next_note = start + kLoadNote;
   for (;;) {
     auto r = m.link->recv(kReadySlice);
     if (!r.ok()) {
-      if (r.status().code() == Code::kDeadlineExceeded) continue;
-      return r.status();
+      if (r.status().code() != Code::kDeadlineExceeded) return r.status();
+      if (Clock::now() >= next_note) {
+        spdlog::info("waiting for worker '{}' to load its part of plan {} ({:.0f} s so far)", m.name, epoch,
+                     std::chrono::duration<double>(Clock::now() - start).count());
+        next_note += kLoadNote;
+      }
+      continue;
     }
     if (const bool answer = r->type == MsgType::kReady || r->type == MsgType::kError; answer) {
       if (m.unanswered > 1) {

@@ -50,6 +50,7 @@ struct HostOptions {
   std::string secret;                    // the room secret (non-empty)
   std::optional<uint32_t> layers_local;  // --layers-local N; nullopt: the planner chooses
   std::vector<LayerRange> split;         // --split; empty: the planner chooses
+  size_t workers = 0;                    // workers the pool waits for (--workers; 0: not known), for open()'s check of --split
   bool spread = false;                   // deal layers evenly over host and workers (--pool N)
   HopDType hop_dtype = HopDType::kF16;
   HopOptions hops;                       // heartbeats, dead-after, connect timeout
@@ -98,6 +99,8 @@ class Host {
   Session& session() { return *session_; }
   /// The stages of the current plan, chain order.
   std::vector<StageInfo> stages() const;
+  /// The current plan's number: 1 for the first, one more for each plan made after it.
+  uint64_t plan_epoch() const { return epoch_; }
   /// Workers in the room now (alive or not yet noticed dead).
   size_t n_workers() const;
   /// Says bye with `reason` to every member and guest and closes their links (thread-safe: for a

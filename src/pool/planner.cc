@@ -169,15 +169,7 @@ Result<Plan> plan_forced(const PlanInput& in, const PlanOptions& opts, const Pre
   if (host_holds) slots.push_back(p.host);
   slots.insert(slots.end(), p.workers.begin(), p.workers.end());
   const auto& r = opts.split;
-  if (r.size() > slots.size()) {
-    return make_error(Code::kInvalidArgument, "--split has {} ranges but the pool has {} device{}{}", r.size(),
-                      slots.size(), slots.size() == 1 ? "" : "s", host_holds ? "" : " besides the host (--layers-local 0)");
-  }
-  SHOAL_RETURN_IF_ERROR(check_split(r, p.n_layers()));
-  if (opts.layers_local && host_holds && r[0].last + 1 != *opts.layers_local) {
-    return make_error(Code::kInvalidArgument, "--layers-local {} disagrees with the host's --split range {}-{}",
-                      *opts.layers_local, r[0].first, r[0].last);
-  }
+  SHOAL_RETURN_IF_ERROR(check_plan_flags(opts, p.n_layers(), p.workers.size()));
   std::vector<size_t> chain{p.host};
   std::vector<uint32_t> counts{0};
   for (size_t i = 0; i < r.size(); ++i) {
@@ -209,7 +201,7 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
   chain.insert(chain.end(), by_speed.begin(), by_speed.end());
   if (opts.layers_local) {
     const uint32_t n = *opts.layers_local;
-    if (n > L) return make_error(Code::kInvalidArgument, "--layers-local {} but the model has {} layers", n, L);
+    SHOAL_RETURN_IF_ERROR(check_plan_flags(opts, L));
     if (p.bytes(0, n) > p.cap[p.host]) {
       return make_error(Code::kOutOfMemory, "--layers-local {} needs {} on the host '{}', which lends {} after embedding and head",
                         n, format_bytes(p.bytes(0, n)), in.devices[p.host].name, format_bytes(p.cap[p.host]));
@@ -266,6 +258,32 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
 }
 
 }  // namespace
+
+Status check_plan_flags(const PlanOptions& opts, uint32_t n_layers, std::optional<size_t> n_workers) {
+  if (opts.layers_local && *opts.layers_local > n_layers) {
+    return make_error(Code::kInvalidArgument, "--layers-local {} but the model has {} layers", *opts.layers_local,
+                      n_layers);
+  }
+  const auto& r = opts.split;
+  if (r.empty()) return Status::Ok();
+  const bool host_holds = !(opts.layers_local && *opts.layers_local == 0);
+  if (n_workers) {
+    const size_t devices = *n_workers + (host_holds ? 1 : 0);
+    if (r.size() > devices) {
+      const std::string workers = fmt::format("{} worker{}", *n_workers, *n_workers == 1 ? "" : "s");
+      return make_error(Code::kInvalidArgument, "--split has {} ranges but the pool has {} device{} ({})", r.size(),
+                        devices, devices == 1 ? "" : "s",
+                        !host_holds ? workers + " besides the host, --layers-local 0"
+                                    : *n_workers == 0 ? std::string("the host alone") : "the host and " + workers);
+    }
+  }
+  SHOAL_RETURN_IF_ERROR(check_split(r, n_layers));
+  if (opts.layers_local && host_holds && r[0].last + 1 != *opts.layers_local) {
+    return make_error(Code::kInvalidArgument, "--layers-local {} disagrees with the host's --split range {}-{}",
+                      *opts.layers_local, r[0].first, r[0].last);
+  }
+  return Status::Ok();
+}
 
 Status check_split(const std::vector<LayerRange>& r, uint32_t L) {
   if (r.empty()) return make_error(Code::kInvalidArgument, "--split has no ranges");

@@ -92,6 +92,13 @@ Result<Plan> make_plan(const PlanInput& in, const PlanOptions& opts = {});
 /// (make_plan checks this too; a host checks it before it waits for workers.)
 Status check_split(const std::vector<LayerRange>& ranges, uint32_t n_layers);
 
+/// Checks --layers-local and --split against the model and, when given, the workers the pool
+/// will have (the host counts as a device unless --layers-local 0): layers_local <= n_layers, a
+/// split that check_split takes, no more ranges than devices, and a host range of layers_local
+/// layers. kInvalidArgument naming the flag. (make_plan checks this too; a host checks it when it
+/// opens, before any worker joins.)
+Status check_plan_flags(const PlanOptions& opts, uint32_t n_layers, std::optional<size_t> n_workers = std::nullopt);
+
 /// Parses "--split 0-3,4-7,8-11" ("5" alone is 5-5). kInvalidArgument naming the bad item.
 Result<std::vector<LayerRange>> parse_split(std::string_view text);
 

@@ -146,6 +146,14 @@ Status Worker::join() {
   }
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, net_.listen(listen));
   SHOAL_ASSIGN_OR_RETURN(Address data, parse_address(listener->address(), true));
+  // The host dials the hop port at the address this worker's control connection comes from: a
+  // listener on one other interface is not reached there.
+  if (!opts_.data_listen.empty() && data.host != "0.0.0.0" && data.host != "::") {
+    if (Result<std::string> local = local_address_toward(host.host); local.ok() && *local != data.host) {
+      spdlog::warn("--data-listen {} listens on {} only, but the host will connect to the address this worker "
+                   "reaches it from, {} (listen on {} or 0.0.0.0)", opts_.data_listen, data.host, *local, *local);
+    }
+  }
   RoomOptions ro;
   ro.secret = opts_.secret;
   ro.handshake_timeout = opts_.hops.connect_timeout;

@@ -153,6 +153,27 @@ TEST(Planner, FasterWorkerWinsOverLocalLayersWhenItPaysForItsHops) {
   EXPECT_NEAR(p->seconds_per_token, 4.0 * GiB / 1000e9 + 2 * kHop, 1e-12);
 }
 
+TEST(Planner, AWorkerHoldingLayersKeepsThemAgainstOneLessThanATenthFaster) {
+  // --layers-local 0: one worker takes all 4 layers. w1 holds them now; w2 came later.
+  PlanInput in = uniform({dev("host", 20 * GiB, 100, true), dev("w1", 20 * GiB, 100), dev("w2", 20 * GiB, 105)}, 4);
+  in.devices[1].holds_layers = true;
+  PlanOptions o;
+  o.layers_local = 0;
+  auto p = make_plan(in, o);
+  ASSERT_TRUE(p.ok());
+  expect_stages(*p, {{0, 0, 0}, {1, 0, 4}});
+  EXPECT_NEAR(p->seconds_per_token, 4.0 * GiB / 100e9 + 2 * kHop, 1e-12);  // at w1's own speed
+  in.devices[2].mem_gbps = 120;  // 20% faster: worth a new load
+  p = make_plan(in, o);
+  ASSERT_TRUE(p.ok());
+  expect_stages(*p, {{0, 0, 0}, {2, 0, 4}});
+  in.devices[1].holds_layers = false;  // a new pool: the faster one, as before
+  in.devices[2].mem_gbps = 105;
+  p = make_plan(in, o);
+  ASSERT_TRUE(p.ok());
+  expect_stages(*p, {{0, 0, 0}, {2, 0, 4}});
+}
+
 TEST(Planner, LatencyAwareChoice) {
   // Two equal workers but one is 50 ms away: the near one gets the layers.
   PlanInput in = uniform({dev("host", 3 * GiB, 100, true), dev("far", 20 * GiB, 100, false, 50e-3),

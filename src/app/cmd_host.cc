@@ -80,9 +80,10 @@ int host(const HostCmdOptions& o) {
     spdlog::info("waiting for {} worker{} on {}", o.workers, o.workers == 1 ? "" : "s", host.address());
     if (Status st = host.wait_for_workers(size_t(o.workers), kForever); !st.ok()) return fail(st);
   }
-  if (Status st = plan(); !st.ok()) {
+  // (Reading stdin, no prompt waits yet: a failed first plan is said, and made again for each.)
+  if (Status st = one_prompt ? plan() : host.ensure_plan(); !st.ok()) {
     if (one_prompt) return fail(st);
-    spdlog::error("{}", st.to_string());  // planned again for each prompt
+    spdlog::error("{}", st.to_string());
   }
 
   const GenerateOptions go = o.gen.generate_options();

@@ -333,8 +333,12 @@ Status Host::wait_ready(Member& m, uint64_t epoch) {
       for (StageInfo& s : stages_) {
         if (s.name == m.name) s.bytes_loaded = ready.bytes_loaded;
       }
-      spdlog::info("worker '{}' ready for plan {}: {} read in {:.2f} s", m.name, epoch, format_bytes(ready.bytes_loaded),
-                   ready.load_seconds);
+      if (ready.bytes_loaded == 0) {
+        spdlog::info("worker '{}' ready for plan {}: its layers kept", m.name, epoch);
+      } else {
+        spdlog::info("worker '{}' ready for plan {}: {} read in {:.2f} s", m.name, epoch,
+                     format_bytes(ready.bytes_loaded), ready.load_seconds);
+      }
       return Status::Ok();
     }
     if (r->type == MsgType::kError) {
@@ -369,6 +373,8 @@ Status Host::plan_once(bool& retry) {
     d.matmul_gflops = m->hello.matmul_gflops;
     const auto rtt = m->link->rtt();
     d.hop_latency_s = rtt.count() > 0 ? rtt.count() * 0.5e-6 : -1;
+    d.holds_layers = std::any_of(stages_.begin(), stages_.end(),
+                                 [&](const StageInfo& s) { return s.name == m->name && s.n_layers > 0; });
     in.devices.push_back(d);
   }
   in.layer_bytes = layer_bytes_;

@@ -28,6 +28,11 @@ bool better(const Cost& a, const Cost& b) {
 double bytes_per_second(const DeviceFacts& d) {
   return d.mem_gbps > 0 ? d.mem_gbps * 1e9 : d.matmul_gflops * 1e9 / 2.0;  // ~2 FLOP per weight byte
 }
+// The speed a plan is chosen by: a worker that holds layers now counts kKeepBonus faster, so that a
+// newcomer within the speed probe's noise does not take its layers (a load and a replay of the
+// cached tokens for no gain). The plan's printed times use bytes_per_second.
+constexpr double kKeepBonus = 1.1;
+double planning_bps(const DeviceFacts& d) { return bytes_per_second(d) * (d.holds_layers ? kKeepBonus : 1.0); }
 double hop_seconds(const DeviceFacts& d, const PlanOptions& o) {
   return d.hop_latency_s >= 0 ? d.hop_latency_s : o.default_hop_s;
 }
@@ -196,7 +201,7 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
   std::vector<size_t> chain{p.host};
   std::vector<size_t> by_speed = p.workers;
   std::stable_sort(by_speed.begin(), by_speed.end(), [&](size_t a, size_t b) {
-    return bytes_per_second(in.devices[a]) > bytes_per_second(in.devices[b]);
+    return planning_bps(in.devices[a]) > planning_bps(in.devices[b]);
   });
   chain.insert(chain.end(), by_speed.begin(), by_speed.end());
   if (opts.layers_local) {
@@ -221,7 +226,7 @@ Result<Plan> plan_auto(const PlanInput& in, const PlanOptions& opts, const Prepa
   }
   for (size_t i = 1; i < k; ++i) {
     const DeviceFacts& d = in.devices[chain[i]];
-    const double bps = bytes_per_second(d);
+    const double bps = planning_bps(d);
     const double hop = hop_seconds(d, opts);
     for (uint32_t l = 0; l <= L; ++l) {
       Cost best = f[i - 1][l];  // this worker holds nothing

@@ -32,6 +32,7 @@ struct DeviceFacts {
   double matmul_gflops = 0;    // measured matmul speed, GFLOP/s; used when mem_gbps is 0
   double hop_latency_s = -1;   // one-way time of a hop to this device (~ half the ping RTT); < 0 = unknown
   bool is_host = false;        // exactly one device is the host
+  bool holds_layers = false;   // a worker with layers in the current plan: kept unless one is >10% faster
 };
 
 /// Inclusive layer range [first, last].

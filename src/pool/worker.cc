@@ -271,8 +271,10 @@ Status Worker::load(const Assign& a) {
   const SliceSpec spec{int(a.first_layer), int(a.last_layer) + 1, false, false};
   const bool same = slice_ && slice_->spec().first == spec.first && slice_->spec().end == spec.end &&
                     slice_->options().n_ctx == int(a.context_length) && slice_->options().kv_dtype == a.kv_dtype;
-  if (same) {
+  if (same) {  // kept: nothing read this time
     slice_->rewind(0);
+    std::lock_guard lock(state_mu_);
+    state_.bytes_loaded = 0;
     return Status::Ok();
   }
   slice_.reset();

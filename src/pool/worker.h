@@ -56,7 +56,7 @@ struct WorkerOptions {
 struct WorkerState {
   uint64_t epoch = 0;          // plan of the current assignment (0: none yet)
   int first = 0, end = 0;      // layers [first, end) loaded
-  uint64_t bytes_loaded = 0;   // file bytes read for the current slice
+  uint64_t bytes_loaded = 0;   // file bytes read for the current slice (0: a plan kept it as it was)
   uint64_t frames = 0;         // frames run through the slice (counted before they are sent on)
   uint64_t rows_sent = 0;      // hidden-state rows sent on in them (fewer than their tokens when rows are kept)
 };

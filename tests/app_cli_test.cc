@@ -112,10 +112,10 @@ TEST(AppCli, InspectTakesTheModelAsMOrPositional) {
   EXPECT_EQ(flag.out, pos.out);
   // One of the two: neither is CLI11's missing-option error, both its excludes error.
   const auto neither = test::run_command(test::shoal_bin() + " inspect 2>&1");
-  EXPECT_EQ(neither.status, 106);  // CLI11's RequiredError
+  EXPECT_EQ(neither.status, 2);  // a usage error (CLI11's RequiredError)
   EXPECT_NE(neither.out.find("model is required"), std::string::npos) << neither.out;
   const auto both = test::run_command(test::shoal_bin() + " inspect " + m + " -m " + m + " 2>&1");
-  EXPECT_EQ(both.status, 108);  // CLI11's ExcludesError
+  EXPECT_EQ(both.status, 2);  // a usage error (CLI11's ExcludesError)
   EXPECT_NE(both.out.find("model excludes --model"), std::string::npos) << both.out;
   // --help lists the model once.
   const auto help = test::run_command(test::shoal_bin() + " inspect --help");
@@ -283,7 +283,7 @@ TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
   for (const std::string args : {"serve", "--log-level warn rn -m x"}) {
     SCOPED_TRACE(args);
     const auto r = test::run_command(test::shoal_bin() + " " + args + " 2>&1");
-    EXPECT_EQ(r.status, 109);  // CLI11's ExtrasError
+    EXPECT_EQ(r.status, 2);  // a usage error (CLI11's ExtrasError)
     EXPECT_NE(r.out.find("is not a command (commands: run, "), std::string::npos) << r.out;
   }
   const auto v = test::run_command(test::shoal_bin() + " --version");
@@ -335,7 +335,7 @@ TEST(AppCli, IntegerFlagsAreDecimalIntegers) {
   for (const auto& [value, message] : bad) {
     SCOPED_TRACE(value);
     const auto r = test::run_command(run + value + " 2>&1");
-    EXPECT_EQ(r.status, 105);  // CLI11's ValidationError
+    EXPECT_EQ(r.status, 2);  // a usage error (CLI11's ValidationError)
     EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
   }
   // A leading zero is decimal (CLI11 alone would read 010 as octal 8), and --log-level may follow

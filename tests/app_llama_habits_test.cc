@@ -70,7 +70,7 @@ TEST(AppLlamaHabits, LlamaCppMultiLetterFlagsAreRefusedByName) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
     const auto r = test::run_command(test::shoal_bin() + " " + c.args + " 2>&1");
-    EXPECT_EQ(r.status, 109) << r.out;  // as CLI11's ExtrasError
+    EXPECT_EQ(r.status, 2) << r.out;  // a usage error
     EXPECT_EQ(r.out.rfind("shoal: ", 0), 0u) << r.out;
     EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("Shoal has no such option"), std::string::npos) << r.out;
@@ -85,24 +85,24 @@ TEST(AppLlamaHabits, LlamaCppMultiLetterFlagsAreRefusedByName) {
   EXPECT_EQ(value.out, file.out);
   // Nor a --flag=value form of one.
   const auto eq = test::run_command(test::shoal_bin() + " run -m x --n-gpu-layers=99 2>&1");
-  EXPECT_EQ(eq.status, 109);
+  EXPECT_EQ(eq.status, 2);
   EXPECT_NE(eq.out.find("--n-gpu-layers is llama.cpp's flag"), std::string::npos) << eq.out;
   // Other words that start with two letters after one dash: CLI11 would read -mmp as -m "mp".
   for (const char* w : {"-ngl99", "-top-k", "-phi", "-pHello"}) {
     const auto r = test::run_command(test::shoal_bin() + " run -m x " + w + " 2>&1");
-    EXPECT_EQ(r.status, 109) << w;
+    EXPECT_EQ(r.status, 2) << w;
     EXPECT_NE(r.out.find(std::string(w) + " is not an option"), std::string::npos) << r.out;
   }
   const auto number = run_ids("-p Once -n5");  // a letter and its number stay one option
   EXPECT_EQ(number.status, 0) << number.out;
   const auto other = test::run_command(test::shoal_bin() + " run -m x -mmp y.gguf 2>&1");
-  EXPECT_EQ(other.status, 109);
+  EXPECT_EQ(other.status, 2);
   EXPECT_NE(other.out.find("-mmp is not an option (one dash goes with one letter"), std::string::npos) << other.out;
 }
 
 TEST(AppLlamaHabits, AnOptionBeforeTheCommandIsNamed) {
   const auto r = test::run_command(test::shoal_bin() + " -m " + stories() + " -p hi 2>&1");
-  EXPECT_EQ(r.status, 109);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("shoal: -m before a command: a command's options follow its name"), std::string::npos) << r.out;
   // Global options still go before it.
   const auto ok = test::run_command(test::shoal_bin() + " --log-level=warn tokenize -m " + stories() + " -p Once");

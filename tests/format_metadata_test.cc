@@ -57,6 +57,7 @@ TEST(CoreText, EscapeUnprintableKeepsPrintableUtf8) {
   EXPECT_EQ(escape_unprintable("plain \xc3\xa9 \xf0\x9f\xa6\x99"), "plain \xc3\xa9 \xf0\x9f\xa6\x99");
   EXPECT_EQ(escape_unprintable(std::string("llama\0junk", 10)), "llama\\x00junk");
   EXPECT_EQ(escape_unprintable("a\nb\x1b[0m\x7f"), "a\\x0ab\\x1b[0m\\x7f");
+  EXPECT_EQ(escape_unprintable("\xc2\x9b" "31m\xc2\xa0"), "\\xc2\\x9b" "31m\xc2\xa0");  // C1's CSI; NBSP kept
   EXPECT_EQ(escape_unprintable("\xc0\x80\xed\xa0\x80\xe2\x82"), "\\xc0\\x80\\xed\\xa0\\x80\\xe2\\x82");
 }
 

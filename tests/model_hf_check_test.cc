@@ -73,7 +73,8 @@ TEST(HfCheckCli, MissingReferenceIsAClearError) {
 }
 
 /// hf/llama's reference.safetensors written to TempDir()/name with `edit` applied to its tensors.
-std::string edited_reference(const std::string& name, const std::function<void(std::vector<SafetensorsTensor>&)>& edit) {
+std::string edited_reference(const std::string& name,
+                             const std::function<void(std::vector<SafetensorsTensor>&)>& edit) {
   const std::string src = test::fixture("hf/llama/reference.safetensors");
   auto f = MappedFile::open(src);
   EXPECT_TRUE(f.ok());
@@ -81,12 +82,14 @@ std::string edited_reference(const std::string& name, const std::function<void(s
   EXPECT_TRUE(st.ok());
   std::vector<SafetensorsTensor> ts;
   for (const TensorInfo& t : st->tensors)
-    ts.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(f->data() + t.offset, f->data() + t.offset + t.nbytes)});
+    ts.push_back({t.name, t.dtype, t.shape,
+                  std::vector<uint8_t>(f->data() + t.offset, f->data() + t.offset + t.nbytes)});
   edit(ts);
   auto bytes = write_safetensors(ts, {});
   EXPECT_TRUE(bytes.ok());
   const std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
   return path;
 }
 

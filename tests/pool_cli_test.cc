@@ -340,10 +340,7 @@ TEST(PoolCli, KilledWorkerFailsTheRequestInTimeAndTheHostServesAgain) {
 // layers all on workers) waits for --workers workers again, then answers the prompt.
 TEST(PoolCli, AnInteractiveHostWaitsForAWorkerWhenThePlanNeedsOne) {
   const std::string secret = "interactive-rewait-secret";
-  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen",
-                            "127.0.0.1:0", "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp",
-                            "0", "-t", "1"},
-                           {"SHOAL_SECRET=" + secret});
+  auto host = test::stories_host(secret, 1);
   const std::string addr = host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
   auto w1 = join(addr, "w1", secret);
@@ -363,10 +360,7 @@ TEST(PoolCli, AnInteractiveHostWaitsForAWorkerWhenThePlanNeedsOne) {
 
 TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {
   const std::string secret = "refusal-test-secret";
-  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen",
-                            "127.0.0.1:0", "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp",
-                            "0", "-t", "1"},
-                           {"SHOAL_SECRET=" + secret});
+  auto host = test::stories_host(secret, 1);
   const std::string addr = host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
 
@@ -393,10 +387,7 @@ TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {
 // waiting for another worker, instead of failing the prompt for want of one.
 TEST(PoolCli, AHostWaitsAgainWhenItsOnlyWorkerIsRefused) {
   const std::string secret = "rewait-test-secret";
-  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen",
-                            "127.0.0.1:0", "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp",
-                            "0", "-t", "1", "-p", "Once upon a time"},
-                           {"SHOAL_SECRET=" + secret});
+  auto host = test::stories_host(secret, 1, {"-p", "Once upon a time"});
   const std::string addr = host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
   auto other = join(addr, "other-model", secret, {"-m", test::fixture("hf/llama/model-bf16.gguf")});
@@ -430,10 +421,7 @@ TEST(PoolCli, AWorkerStartedBeforeItsHostJoinsWhenItComes) {
   const std::string addr = "127.0.0.1:" + std::to_string(port), secret = "early-worker-secret";
   auto early = join(addr, "early", secret);
   ASSERT_TRUE(early->wait_err("the host is not up .*trying again for up to 60 s", 30s)) << early->err();
-  auto host = Child::start({test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"), "--listen", addr,
-                            "--workers", "1", "--layers-local", "0", "-c", "128", "-n", "48", "--temp", "0", "-t", "1",
-                            "-p", "Once upon a time"},
-                           {"SHOAL_SECRET=" + secret});
+  auto host = test::stories_host(secret, 1, {"-p", "Once upon a time"}, addr);
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();
   EXPECT_EQ(host->out(), stories_text(0) + "\n");
   EXPECT_EQ(early->wait_exit(10s), 0) << early->err();

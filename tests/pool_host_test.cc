@@ -354,6 +354,26 @@ TEST(PoolHost, AWorkerThatLeftCostsOneNewPlanNotOnePerRequest) {
   EXPECT_EQ(p->host->plan_epoch(), epoch);  // the same plan served both requests
 }
 
+TEST(PoolHost, AWorkerWhoseRangeANewPlanKeepsReadsNothing) {
+  // A forced split of two ranges: a second worker joining makes a new plan (it is a guest there)
+  // in which w1 keeps layers 2-4, so its READY says 0 bytes read.
+  HostOptions o = host_opts(stories());
+  o.split = {{0, 1}, {2, 4}};
+  auto p = start_pool(o, 1);
+  ASSERT_TRUE(p);
+  const uint64_t epoch = p->host->plan_epoch();
+  ASSERT_EQ(p->host->stages().size(), 2u);
+  EXPECT_EQ(p->host->stages()[1].bytes_loaded, index_bytes(stories(), 2, 4));
+  p->add_worker(worker_opts(p->host->address(), "w2"));
+  ASSERT_TRUE(p->host->wait_for_workers(2, Millis(20000)).ok());
+  ASSERT_TRUE(p->host->ensure_plan().ok());
+  EXPECT_EQ(p->host->plan_epoch(), epoch + 1);
+  const auto stages = p->host->stages();
+  ASSERT_EQ(stages.size(), 2u);
+  EXPECT_EQ(stages[1].name, "w1");
+  EXPECT_EQ(stages[1].bytes_loaded, 0u);
+}
+
 TEST(PoolHost, ForcedSplitAndLayersLocalAreApplied) {
   const std::vector<int32_t> prompt = {1, 403, 407};
   const auto want = local_ids(stories(), prompt, 16, greedy());

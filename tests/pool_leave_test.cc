@@ -25,14 +25,6 @@ namespace {
 using test::Child;
 using namespace std::chrono_literals;
 
-/// `shoal host` for stories260K whose workers hold every layer, after `n_workers` joined.
-std::unique_ptr<Child> leave_host(const std::string& secret, int n_workers, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv = {test::shoal_bin(), "host", "-m", test::fixture("models/stories260K.gguf"),
-                                   "--listen", "127.0.0.1:0", "--workers", std::to_string(n_workers),
-                                   "--layers-local", "0", "-c", "128", "-n", "48", "--temp", "0", "-t", "1"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return Child::start(argv, {"SHOAL_SECRET=" + secret});
-}
 
 std::string first_story() {
   std::ifstream in(test::fixture("expected/stories260K_greedy.json"));
@@ -41,7 +33,7 @@ std::string first_story() {
 
 TEST(PoolLeave, StoppedPeersSayBye) {
   const std::string secret = "leave-test-secret";
-  auto host = leave_host(secret, 2, {"--split", "0-2,3-4"});
+  auto host = test::stories_host(secret, 2, {"--split", "0-2,3-4"});
   const std::string addr = test::host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
   auto w1 = test::join(addr, "w1", secret);
@@ -63,7 +55,7 @@ TEST(PoolLeave, StoppedPeersSayBye) {
 
 TEST(PoolLeave, AHostWhoseTerminalClosedSaysBye) {
   const std::string secret = "leave-hup-secret";
-  auto host = leave_host(secret, 1);
+  auto host = test::stories_host(secret, 1);
   const std::string addr = test::host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
   auto w1 = test::join(addr, "w1", secret);
@@ -140,7 +132,7 @@ TEST(PoolLeave, ASecondSignalEndsAHostStuckLeaving) {
 
 TEST(PoolLeave, AFrozenWorkerIsDroppedAndReadsWhyWhenItWakes) {
   const std::string secret = "frozen-test-secret";
-  auto host = leave_host(secret, 1, {"--dead-after", "500"});
+  auto host = test::stories_host(secret, 1, {"--dead-after", "500"});
   const std::string addr = test::host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
   auto w1 = test::join(addr, "w1", secret, {"--dead-after", "500"});
@@ -156,7 +148,7 @@ TEST(PoolLeave, AFrozenWorkerIsDroppedAndReadsWhyWhenItWakes) {
 
 TEST(PoolLeave, ANameStaysWithItsLiveWorkerAndComesBackWithARestart) {
   const std::string secret = "names-test-secret";
-  auto host = leave_host(secret, 1);
+  auto host = test::stories_host(secret, 1);
   const std::string addr = test::host_address(*host);
   ASSERT_FALSE(addr.empty()) << host->err();
   auto first = test::join(addr, "w1", secret);

@@ -171,6 +171,18 @@ inline std::string host_address(Child& host) {
   return m[1];
 }
 
+/// `shoal host` for stories260K whose workers hold every layer (--layers-local 0), waiting for
+/// `n_workers`, greedy, 48 tokens, with the room secret in SHOAL_SECRET; EXTRA... after that.
+inline std::unique_ptr<Child> stories_host(const std::string& secret, int n_workers,
+                                           const std::vector<std::string>& extra = {},
+                                           const std::string& listen = "127.0.0.1:0") {
+  std::vector<std::string> argv = {shoal_bin(), "host", "-m", fixture("models/stories260K.gguf"), "--listen", listen,
+                                   "--workers", std::to_string(n_workers), "--layers-local", "0", "-c", "128", "-n",
+                                   "48", "--temp", "0", "-t", "1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return Child::start(argv, {"SHOAL_SECRET=" + secret});
+}
+
 /// `shoal join ADDRESS --name NAME -t 1 EXTRA...` with the room secret in SHOAL_SECRET.
 inline std::unique_ptr<Child> join(const std::string& address, const std::string& name, const std::string& secret,
                                    const std::vector<std::string>& extra = {}) {

@@ -41,7 +41,7 @@ Result<std::vector<T>> ref_tensor(const MappedFile& f, const SafetensorsFile& st
       return make_error(Code::kCorrupt, "reference tensor '{}' should be {} of rank {}, is {} {}", name, dtype_name(dt),
                         rank, dtype_name(t.dtype), t.shape_string());
     std::vector<T> v(t.nbytes / sizeof(T));
-    std::memcpy(v.data(), f.data() + t.offset, t.nbytes);
+    if (!v.empty()) std::memcpy(v.data(), f.data() + t.offset, v.size() * sizeof(T));  // (an empty one: no data)
     return v;
   }
   return make_error(Code::kNotFound, "reference has no tensor '{}'", name);
@@ -87,7 +87,7 @@ int check(const CheckOptions& o) {
   if (const size_t need = T + (G > 0 ? G - 1 : 0); int64_t(need) > flags.ctx)  // before the load: it may take minutes
     return fail(make_error(Code::kOutOfRange, "the reference needs {} positions ({} prompt ids, {} generated); the "
                            "context (-c) has {}", need, T, G, flags.ctx));
-  std::optional<HostSignals> signals;  // with --pool: SIGINT / SIGTERM say bye to the pool (goes last)
+  std::optional<HostSignals> signals;  // with --pool: SIGINT / SIGTERM / SIGHUP say bye (goes last)
   Result<LocalModel> loaded = make_error(Code::kFailedPrecondition, "not loaded");
   Result<std::unique_ptr<LocalPool>> pool = make_error(Code::kFailedPrecondition, "not started");
   std::optional<HostSignals::Hold> held;  // (goes first)

@@ -33,14 +33,14 @@ struct HostCmdOptions {
 };
 
 int host(const HostCmdOptions& o) {
-  HostSignals signals;  // SIGINT / SIGTERM: bye to the pool, exit 128 + signo; before any thread starts
+  // SIGINT / SIGTERM / SIGHUP: bye to the pool, exit 128 + signo; before any thread starts.
+  HostSignals signals;
   auto opts = host_options(o.model, o.pool);
   if (!opts.ok()) return fail(opts.status());
   auto secret = room_secret(o.secret);
   if (!secret.ok()) return fail(secret.status());
   opts->secret = *secret;
   opts->listen = o.listen;
-  opts->workers = size_t(o.workers);
   if (!o.mem.empty()) {
     auto mem = parse_bytes(o.mem);
     if (!mem.ok()) return fail(mem.status().with_context("--mem"));
@@ -127,7 +127,9 @@ CommandFn add_host_command(CLI::App& app) {
   cmd->add_option("--listen", o->listen, "The room's address, HOST:PORT (0.0.0.0:PORT to accept other machines)")
       ->capture_default_str();
   cmd->add_option("--secret", o->secret, "The room secret workers must know (default: $SHOAL_SECRET)");
-  cmd->add_option("--workers", o->workers, "Workers to wait for before the first plan (0: start alone)")
+  cmd->add_option("--workers", o->workers,
+                  "Workers to wait for before the first plan, and again for a prompt whose plan fails while fewer "
+                  "are in the pool (more may join; 0: start alone)")
       ->capture_default_str()
       ->transform(int_range(0, 1023));
   cmd->add_option("--mem", o->mem, "Memory the host lends for layers and head, e.g. 8G (default: what it has free)");

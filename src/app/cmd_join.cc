@@ -32,8 +32,8 @@ struct JoinOptions {
 
 int join(const JoinOptions& o) {
   if (Status st = check_one_device(o.device); !st.ok()) return fail(st);
-  // SIGINT / SIGTERM: leave the pool in order (the host hears a bye, not a silence). Watched
-  // before any thread starts.
+  // SIGINT / SIGTERM / SIGHUP: leave the pool in order (the host hears a bye, not a silence).
+  // Watched before any thread starts.
   std::mutex mu;  // running, stop_signal
   pool::Worker* running = nullptr;
   int stop_signal = 0;

@@ -31,7 +31,8 @@ int run(const RunOptions& o) {
   auto pool_flags = local_pool_flags(o.model, o.pool);  // a --device list without --pool: one process per entry
   if (!pool_flags.ok()) return fail(pool_flags.status());
   if (pool_flags->pool > 1) {
-    HostSignals signals;  // SIGINT / SIGTERM: bye to the pool, exit 128 + signo; before any thread starts
+    // SIGINT / SIGTERM / SIGHUP: bye to the pool, exit 128 + signo; before any thread starts.
+    HostSignals signals;
     std::vector<int32_t> ids;  // the prompt is checked before the workers load their layers
     auto lp = start_local_pool(o.model, *pool_flags, /*tokenizer=*/true, [&](pool::Host& h) -> Status {
       SHOAL_ASSIGN_OR_RETURN(ids, encode_prompt(*h.tokenizer(), prompt));
@@ -45,8 +46,8 @@ int run(const RunOptions& o) {
     return st.ok() ? 0 : fail(st);
   }
   if (Status st = check_pool_flags_alone(o.pool); !st.ok()) return fail(st);
-  // SIGINT / SIGTERM: the stop said on stderr (each token's text is flushed as it comes), then the
-  // process dies by the signal, as it would without the watch (a shell loop stops on Ctrl-C).
+  // SIGINT / SIGTERM / SIGHUP: the stop said on stderr (each token's text is flushed as it comes),
+  // then the process dies by the signal, as it would without the watch (a shell loop stops on Ctrl-C).
   SignalWatch signals([](int sig) {
     spdlog::warn("{}: stopped", signal_name(sig));
     die_by_signal(sig);

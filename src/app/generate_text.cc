@@ -76,8 +76,8 @@ void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_h
       ->each([&f](const std::string&) { f.file_set = true; });
   // Two flags, the last one given counting (their callbacks run as they are parsed).
   cmd->add_flag_callback("-e,--escape", [&f] { f.escape = true; },
-                         "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH), as llama.cpp "
-                         "does: the default (a -f file and lines from stdin are read as they are)")
+                         "Process escape sequences in -p (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH): the default, as in "
+                         "llama.cpp (unlike llama.cpp, a -f file and lines from stdin are read as they are)")
       ->trigger_on_parse();
   cmd->add_flag_callback("--no-escape", [&f] { f.escape = false; }, "Take -p as it is (no escape sequences)")
       ->trigger_on_parse();

@@ -42,12 +42,23 @@ int main(int argc, char** argv) {
   reg(shoal::app::add_host_command(app));
   reg(shoal::app::add_join_command(app));
 
+  // A usage error exits with status 2, as POSIX utilities do (1 is a command that failed); its
+  // message says "shoal:" first, like the others.
+  constexpr int kUsageError = 2;
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("shoal: ") + e.what() + "\nRun with --help for more information.\n";
+  });
   // What CLI11 would misread (-ngl as -n "gl", -hf as --help) or report badly (no command).
   if (const auto e = shoal::app::command_line_error(app, argc, argv)) {
     std::fprintf(stderr, "shoal: %s\n", e->c_str());
-    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    return kUsageError;
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // --help and --version: 0
+    return rc == 0 ? 0 : kUsageError;
+  }
   shoal::init_logging(log_level);
   for (auto& [name, fn] : commands) {
     if (!app.got_subcommand(name)) continue;

@@ -60,7 +60,16 @@ SignalWatch::SignalWatch(std::function<void(int)> on_signal) {
       if (done_) return;  // the destructor's wake-up
       if (!callback_.joinable()) {
         first = Clock::now();
-        callback_ = std::thread(fn, sig);  // on its own thread: this one stays free for a second signal
+        // On its own thread: this one stays free for a second signal. SIGPIPE blocked there: a
+        // log line to a pipe the same hang-up closed (`2>&1 | tee`) fails with EPIPE instead of
+        // ending the process before its bye.
+        callback_ = std::thread([fn, sig] {
+          sigset_t pipe;
+          sigemptyset(&pipe);
+          sigaddset(&pipe, SIGPIPE);
+          pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+          fn(sig);
+        });
       } else if (Clock::now() - first >= kRepeatWindow) {
         quit_now(sig);
       }

@@ -1,6 +1,7 @@
-// SIGINT, SIGTERM and SIGHUP for the subcommands that take part in a pool (`shoal host`, `shoal join`,
-// `run` / `check --pool N`): they leave it in order (a BYE to every peer) instead of vanishing into
-// the peers' silence timeouts. A single-process `run` says it was stopped, then dies by the signal.
+// SIGINT, SIGTERM and SIGHUP for the subcommands that take part in a pool (`shoal host`, `shoal
+// join`, `run` / `check --pool N`): they leave it in order (a BYE to every peer) instead of
+// vanishing into the peers' silence timeouts. A single-process `run` says it was stopped, then dies
+// by the signal.
 #pragma once
 
 #include <signal.h>
@@ -20,9 +21,10 @@ namespace shoal::app {
 /// `on_signal(signo)` on a thread of its own (sigwait: the callback is ordinary code, not a signal
 /// handler). A second one at least 0.5 s later ends the process at once by the signal's default
 /// action, even while the callback is stuck (a full stdout pipe, a peer that stopped reading); one
-/// sooner is taken for the same request delivered twice (`timeout`, a process group) and ignored. Construct it before any other thread starts, or those
-/// threads may still take the signal's default action. The destructor stops watching (no callback
-/// starts afterwards) and joins, waiting for a callback already running.
+/// sooner is taken for the same request delivered twice (`timeout`, a process group) and ignored.
+/// Construct it before any other thread starts, or those threads may still take the signal's
+/// default action. The destructor stops watching (no callback starts afterwards) and joins, waiting
+/// for a callback already running.
 class SignalWatch {
  public:
   explicit SignalWatch(std::function<void(int)> on_signal);
@@ -38,9 +40,10 @@ class SignalWatch {
   std::thread callback_;  // on_signal, once the first signal came
 };
 
-/// The signals of a command that hosts a pool (`host`, `run --pool N`, `check --pool N`): on SIGINT,
-/// SIGTERM or SIGHUP it says bye to every worker and guest through the host it holds (none yet: nothing
-/// to say), flushes stdout and exits 128 + signo. Construct it first, like a SignalWatch.
+/// The signals of a command that hosts a pool (`host`, `run --pool N`, `check --pool N`): on
+/// SIGINT, SIGTERM or SIGHUP it says bye to every worker and guest through the host it holds (none
+/// yet: nothing to say), flushes stdout and exits 128 + signo. Construct it first, like a
+/// SignalWatch.
 class HostSignals {
  public:
   HostSignals();

@@ -45,7 +45,7 @@ size_t printable_char_len(std::string_view s, size_t i) {
     if ((c & 0xC0) != 0x80) return 0;
     cp = (cp << 6) | (c & 0x3Fu);
   }
-  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || (cp >= 0x80 && cp <= 0x9F)) return 0;
   return len;
 }
 

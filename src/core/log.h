@@ -16,7 +16,8 @@ void init_logging(std::string_view level = "info");
 std::string format_bytes(uint64_t n);
 
 /// Length of the valid, printable UTF-8 character at s[i] (no overlong forms, surrogates, code
-/// points past U+10FFFF or control characters U+0000..U+001F, U+007F), or 0. Requires i < s.size().
+/// points past U+10FFFF or control characters: U+0000..U+001F, U+007F..U+009F), or 0. Requires
+/// i < s.size().
 size_t printable_char_len(std::string_view s, size_t i);
 
 /// Text from outside (a model file's strings, a peer's) made safe for a terminal line: printable

@@ -29,6 +29,7 @@ struct Host::Member {
   // ASSIGNs sent and not yet answered (READY or ERROR; the planning thread's). READY carries no
   // plan epoch: while more than one is out, the first replies belong to plans given up on.
   int unanswered = 0;
+  bool holds_layers = false;  // its READY came for layers of the last plan (the planner's bonus)
 };
 
 std::vector<LayerRange> even_split(uint32_t n_layers, size_t n_devices) {
@@ -66,6 +67,7 @@ Result<std::unique_ptr<Host>> Host::open(HostOptions opts, Network& net) {
   SHOAL_ASSIGN_OR_RETURN(SpeedProbe probe, probe_speed(*h->backend_, o.probe_budget));
   h->self_.name = "host";
   h->self_.mem_bytes = o.mem > 0 ? o.mem : h->backend_->free_memory() / uint64_t(std::max(1, o.mem_share));
+  warn_if_more_than_free(o.mem, *h->backend_);
   h->self_.mem_gbps = probe.mem_gbps;
   h->self_.matmul_gflops = probe.matmul_gflops;
   h->self_.hop_latency_s = 0;
@@ -258,9 +260,8 @@ void Host::drop_dead_members() {
         ++it;
         continue;
       }
-      gone.push_back(std::move(*it));
+      gone.push_back(std::move(*it));  // (its link's going down marked the change)
       it = members_.erase(it);
-      changed_ = true;
     }
   }
   for (auto& m : gone) {  // (the peer tells it from a worker that rejoined under its name)
@@ -273,8 +274,8 @@ Status Host::ensure_plan() {
   for (int attempt = 0; attempt < kPlanAttempts; ++attempt) {
     if (!changed_ && pipeline_->ready()) return Status::Ok();
     pipeline_->clear_chain();  // it points at members' links: drop it before any member
+    changed_ = false;  // (before the drop: a member that dies from here on marks a change again)
     drop_dead_members();
-    changed_ = false;  // (after the drop, which marks a change: else the next request plans again)
     bool retry = false;
     last = plan_once(retry);
     if (last.ok()) return replay();
@@ -373,8 +374,7 @@ Status Host::plan_once(bool& retry) {
     d.matmul_gflops = m->hello.matmul_gflops;
     const auto rtt = m->link->rtt();
     d.hop_latency_s = rtt.count() > 0 ? rtt.count() * 0.5e-6 : -1;
-    d.holds_layers = std::any_of(stages_.begin(), stages_.end(),
-                                 [&](const StageInfo& s) { return s.name == m->name && s.n_layers > 0; });
+    d.holds_layers = m->holds_layers;
     in.devices.push_back(d);
   }
   in.layer_bytes = layer_bytes_;
@@ -400,6 +400,7 @@ Status Host::plan_once(bool& retry) {
       stages_.push_back({m ? m->name : "host", s.first, s.n_layers, 0});
     }
   }
+  for (Member* m : workers) m->holds_layers = false;  // until its READY for this plan
   const int n_local = int(plan.stages[0].n_layers);
   if (chain.empty()) return pipeline_->set_local(n_local, /*alone=*/true);
 
@@ -437,6 +438,7 @@ Status Host::plan_once(bool& retry) {
   }
   for (Member* m : chain) {
     Status st = wait_ready(*m, epoch);
+    m->holds_layers = st.ok();
     if (st.ok()) continue;
     if (st.code() != Code::kUnavailable) {
       refuse(fmt::format("worker '{}'", m->name), st);

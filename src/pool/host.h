@@ -50,7 +50,8 @@ struct HostOptions {
   std::string secret;                    // the room secret (non-empty)
   std::optional<uint32_t> layers_local;  // --layers-local N; nullopt: the planner chooses
   std::vector<LayerRange> split;         // --split; empty: the planner chooses
-  size_t workers = 0;                    // workers the pool waits for (--workers; 0: not known), for open()'s check of --split
+  size_t workers = 0;                    // the pool's workers when known exactly (a local pool's N - 1; 0:
+                                         // not known): open() refuses a --split of more ranges than devices
   bool spread = false;                   // deal layers evenly over host and workers (--pool N)
   HopDType hop_dtype = HopDType::kF16;
   HopOptions hops;                       // heartbeats, dead-after, connect timeout

@@ -178,6 +178,7 @@ Status Worker::join() {
                                           UINT16_MAX));
   h.data_port = data.port;
   h.mem_lent = opts_.mem > 0 ? opts_.mem : backend_->free_memory() / uint64_t(std::max(1, opts_.mem_share));
+  warn_if_more_than_free(opts_.mem, *backend_);
   h.matmul_gflops = float(std::min(probe.matmul_gflops, double(kMaxSpeed)));
   h.mem_gbps = float(std::min(probe.mem_gbps, double(kMaxSpeed)));
   h.capabilities = kCapHopF32 | kCapHopF16 | (opts_.keep_rows ? kCapKeepRows : 0);
@@ -328,7 +329,11 @@ Status Worker::handle_assign(const Assign& a) {
     state_.rows_sent = 0;
     bytes = state_.bytes_loaded;
   }
-  spdlog::info("{} ready: {} read from the file in {:.2f} s", label_, format_bytes(bytes), seconds);
+  if (bytes == 0) {
+    spdlog::info("{} ready: its layers kept from the last plan", label_);
+  } else {
+    spdlog::info("{} ready: {} read from the file in {:.2f} s", label_, format_bytes(bytes), seconds);
+  }
   SHOAL_RETURN_IF_ERROR(control_->send(encode(Ready{bytes, seconds})));
   data_thread_ = std::thread([this, epoch = a.plan_epoch] { serve(epoch); });
   return Status::Ok();

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/log.h"
 
 namespace shoal::pool {
 namespace {
@@ -68,6 +69,14 @@ Result<SpeedProbe> probe_speed(Backend& be, std::chrono::milliseconds budget) {
   SHOAL_RETURN_IF_ERROR(st);
   p.seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   return p;
+}
+
+void warn_if_more_than_free(uint64_t lent, const Backend& backend) {
+  const uint64_t free = backend.free_memory();
+  if (lent > free) {
+    spdlog::warn("--mem {} is more than the {} free on {}: a plan that counts on it may fail to load",
+                 format_bytes(lent), format_bytes(free), backend.name());
+  }
 }
 
 }  // namespace shoal::pool

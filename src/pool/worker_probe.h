@@ -21,4 +21,8 @@ struct SpeedProbe {
 /// Errors: allocation and copy errors of the backend (kOutOfMemory naming the size).
 Result<SpeedProbe> probe_speed(Backend& backend, std::chrono::milliseconds budget);
 
+/// Warns on stderr when `lent` bytes (--mem; 0: not given) are more than the backend has free: a
+/// plan that counts on them may fail to load.
+void warn_if_more_than_free(uint64_t lent, const Backend& backend);
+
 }  // namespace shoal::pool

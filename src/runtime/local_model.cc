@@ -38,13 +38,15 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   if (with_tokenizer) {
     auto tok = load_tokenizer(*m.file);
     if (!tok.ok()) return tok.status().with_context("loading the tokenizer of " + path);
-    // A GGUF file's token list and its embedding's rows are one vocabulary (llama.cpp refuses a
-    // mismatch by the tensor's shape); ids past a shorter list would print as nothing. (A Hugging
-    // Face config's vocab_size may exceed its tokenizer's: padded embeddings are common.)
-    if (m.file->format == ModelFormat::kGguf && (*tok)->vocab_size() != m.config.vocab_size) {
-      return make_error(Code::kCorrupt, "{}: its tokenizer has {} tokens, but its vocabulary (token_embd.weight's "
-                        "rows, or {}.vocab_size) is {}", path, (*tok)->vocab_size(), m.config.arch,
-                        m.config.vocab_size);
+    // A GGUF file's token list and its embedding's rows are one vocabulary (llama.cpp sizes
+    // token_embd.weight by the list and refuses a tensor of another shape); ids past a shorter list
+    // would print as nothing. (A Hugging Face config's vocab_size may exceed its tokenizer's:
+    // padded embeddings are common.)
+    const TensorInfo* embd = m.file->index.find("token_embd.weight");
+    if (m.file->format == ModelFormat::kGguf && embd && !embd->shape.empty() &&
+        int64_t((*tok)->vocab_size()) != embd->shape[0]) {
+      return make_error(Code::kCorrupt, "{}: its tokenizer has {} tokens, but token_embd.weight has {} rows", path,
+                        (*tok)->vocab_size(), embd->shape[0]);
     }
     m.tokenizer = std::move(*tok);
   }

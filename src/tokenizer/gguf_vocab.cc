@@ -56,7 +56,7 @@ Result<Vocab> vocab_from_gguf(const Metadata& md, std::string_view source) {
     v.strip_accents = md.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(v.lowercase);
   } else {
     return make_error(Code::kUnsupported, "{}: unsupported tokenizer model '{}' (tokenizer.ggml.model)",
-                      source, v.model);
+                      source, escape_unprintable(v.model));
   }
   // Only SentencePiece vocabularies prepend a space (llama.cpp's BPE path ignores the key).
   if (v.type == VocabType::kSpm) {
@@ -98,7 +98,7 @@ Result<Vocab> vocab_from_gguf(const Metadata& md, std::string_view source) {
     if (!val) continue;
     if (v.valid_id(*val)) {
       *id = int32_t(*val);
-    } else if (*val != -1 && *val != 0xFFFFFFFF) {  // (-1 as i32 or u32: "none", llama.cpp's LLAMA_TOKEN_NULL)
+    } else if (*val != -1 && *val != 0xFFFFFFFF) {  // (-1 as i32 or u32, LLAMA_TOKEN_NULL: the default kept quietly)
       spdlog::warn("{}: {} = {} is outside the vocabulary of {}; ignored (a bad special token)", source, key,
                    *val, n);
     }

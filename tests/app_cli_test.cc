@@ -291,6 +291,24 @@ TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
   EXPECT_EQ(v.out.rfind("shoal ", 0), 0u) << v.out;
 }
 
+TEST(AppCli, AnUnknownKvTypeOrDeviceIsAUsageError) {
+  const std::string run = test::shoal_bin() + " run -m " + q(test::fixture("models/stories260K.gguf")) + " -p hi ";
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--kv bogus", "KV cache type 'bogus' (expected f32, f16 or q8_0)"},
+           {"--kv q4_0", "KV cache type 'q4_0'"},
+           {"--device gpu", "unknown device 'gpu' (expected cpu, cpu-ref or cuda:N)"},
+           {"--device cuda:x", "bad device 'cuda:x': expected cuda:N"},
+           {"--device cpu,gpu", "unknown device 'gpu'"}}) {
+    SCOPED_TRACE(flags);
+    const auto r = test::run_command(run + flags + " 2>&1");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
+  }
+  const auto join = test::run_command(test::shoal_bin() + " join 127.0.0.1:1 --secret s --device gpu 2>&1");
+  EXPECT_EQ(join.status, 2) << join.out;
+  EXPECT_NE(join.out.find("unknown device 'gpu'"), std::string::npos) << join.out;
+}
+
 TEST(AppCli, AVocabOnlyGgufIsNamedAsSuchNotByAMissingTensor) {
   test::expect_error(open_model(test::fixture("vocab/ggml-vocab-llama-spm.gguf"), /*with_tokenizer=*/true),
                      Code::kInvalidArgument, "holds no tensors: a vocab-only GGUF");

@@ -1,5 +1,6 @@
 // Hugging Face checkpoint folders: every fixture folder opens (facts from its config.json and
-// fixtures/README.md); sharded checkpoints built here open, and disagreeing ones are refused.
+// fixtures/README.md); a missing lm_head and a tokenizer larger than the vocabulary are said at
+// load; sharded checkpoints built here open, and disagreeing ones are refused.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -77,6 +78,52 @@ TEST(FormatHf, LoneSafetensorsFileOpens) {
 }
 
 // --- sharded checkpoints, built here ---------------------------------------------------------
+
+TEST(FormatHf, AMissingLmHeadAgainstTheConfigIsSaid) {
+  // hf/qwen3 says tie_word_embeddings false; without its lm_head.weight the embedding serves as the
+  // head (as for a GGUF without output.weight), and the run says so instead of keeping quiet.
+  const fs::path dir = fs::path(::testing::TempDir()) / "qwen3_no_head";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(test::fixture(std::string("hf/qwen3/") + f), dir / f);
+  const std::string src = test::fixture("hf/qwen3/model.safetensors");
+  std::ifstream in(src, std::ios::binary);
+  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto st = parse_safetensors(file.data(), file.size(), src);
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  std::vector<SafetensorsTensor> ts;
+  for (const TensorInfo& t : st->tensors)
+    if (t.name != "lm_head.weight")
+      ts.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(file.begin() + t.offset,
+                                                                   file.begin() + t.offset + t.nbytes)});
+  ASSERT_EQ(ts.size() + 1, st->tensors.size());
+  auto bytes = write_safetensors(ts, {});
+  ASSERT_TRUE(bytes.ok());
+  std::ofstream(dir / "model.safetensors", std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
+  const auto r = test::run_command(test::shoal_bin() + " run -m " + test::q(dir.string()) +
+                                   " -p hi -n 1 -t 1 --temp 0 2>&1 >/dev/null");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("no lm_head.weight although tie_word_embeddings is false; the embedding serves"),
+            std::string::npos) << r.out;
+}
+
+TEST(FormatHf, ATokenizerLargerThanTheModelsVocabularyIsSaidAtLoad) {
+  // hf/llama's weights (vocab_size 512) with Qwen2's vocab.json + merges.txt (151643 tokens and more).
+  const fs::path dir = fs::path(::testing::TempDir()) / "llama_qwen_tokenizer";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(test::fixture(std::string("hf/llama/") + f), dir / f);
+  for (const char* f : {"vocab.json", "merges.txt"})
+    fs::copy_file(test::fixture(std::string("tokenizers/qwen2/") + f), dir / f);
+  const auto r = test::run_command(test::shoal_bin() + " run -m " + test::q(dir.string()) +
+                                   " -p Hello -n 1 -t 1 --temp 0 2>&1 >/dev/null");
+  EXPECT_EQ(r.status, 1) << r.out;  // "Hello" is id 9707
+  EXPECT_NE(r.out.find("tokens, more than the model's vocabulary of 512"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("token id 9707 outside the vocabulary of 512"), std::string::npos) << r.out;
+}
 
 class ShardedTest : public ::testing::Test {
  protected:

@@ -158,7 +158,7 @@ TEST(PoolCli, BadDeviceListsAreRefusedByName) {
   const std::string run = test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") + " -p hi -n 2";
   for (const char* list : {"cpu,", ",cpu", "cpu,,cpu", " , cpu"}) {
     const auto r = test::run_command(run + " --device '" + list + "' 2>&1");
-    EXPECT_EQ(r.status, 1) << list;
+    EXPECT_EQ(r.status, 2) << list;  // a usage error
     EXPECT_NE(r.out.find("has an empty entry"), std::string::npos) << list << ": " << r.out;
   }
   const auto longer = test::run_command(run + " --device cpu,cpu,cpu --pool 2 2>&1");

@@ -79,6 +79,11 @@ TEST(TokenizerMalformed, UnsupportedModelAndPreTokenizer) {
   std::string w(kGoodJson);
   w.replace(w.find("\"type\": \"BPE\""), 13, "\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\"");
   expect_error(vocab_from_tokenizer_json(w, json(), "t.json"), Code::kUnsupported, "continuing_subword_prefix");
+  // A Unigram model (its vocab a list of [piece, score]) is named as unsupported, not as corrupt.
+  expect_error(vocab_from_tokenizer_json(R"({"model": {"type": "Unigram", "unk_id": 0,
+                                                       "vocab": [["<unk>", 0.0], ["a", -1.5]]}})",
+                                         json(), "t.json"),
+               Code::kUnsupported, "tokenizer model type 'Unigram' is not supported (BPE only)");
 }
 
 TEST(TokenizerMalformed, MergesTxtBadLineAndUnknownToken) {

@@ -95,7 +95,12 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("address", o->host, "The host's room, HOST:PORT")->required();
   cmd->add_option("--secret", o->secret, "The room secret (default: $SHOAL_SECRET)");
   cmd->add_option("-m,--model", o->model, "This machine's copy of the model (default: the path the host sends)");
-  cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")->capture_default_str();
+  cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        const Status st = check_device_name(text);  // (one device: check_one_device says why not a list)
+        return st.ok() || text.find(',') != std::string::npos ? std::string() : st.message();
+      });
   add_threads_flag(cmd, o->threads);
   add_prefill_precision_flag(cmd, o->prefill_precision);
   add_no_warmup_flag(cmd, o->no_warmup);

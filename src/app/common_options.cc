@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "pool/host_local.h"
 
 namespace shoal::app {
 
@@ -75,12 +76,24 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& default_kv
                   "Where the layers run: cpu, cpu-ref (the slow reference path), cuda:N. `run` and `check` also "
                   "take a list, cuda:0,cuda:1: a local pool, process i (the host first) on entry i mod the "
                   "list's length; without --pool, one process per entry")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check([](const std::string& text) {  // a device name, or a list of them (else a usage error)
+        const Result<std::vector<std::string>> list = pool::device_list(text);
+        if (!list.ok()) return list.status().message();
+        for (const std::string& d : *list)
+          if (Status st = check_device_name(d); !st.ok()) return st.message();
+        return std::string();
+      });
   add_threads_flag(cmd, f.threads);
   cmd->add_option("-c,--ctx-size", f.ctx, "Context length in tokens (0: the model's, at most 4096)")
       ->capture_default_str()
       ->transform(int_range(0, kMaxContext));
-  cmd->add_option("--kv", f.kv, "KV cache type: f32, f16 or q8_0")->capture_default_str();
+  cmd->add_option("--kv", f.kv, "KV cache type: f32, f16 or q8_0")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        const Result<DType> kv = parse_kv_dtype(text);
+        return kv.ok() ? std::string() : kv.status().message();
+      });
   cmd->add_option("-b,--batch-size", f.batch, "Prompt tokens processed per step (prefill chunk)")
       ->capture_default_str()
       ->transform(int_range(1, 4096));

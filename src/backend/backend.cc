@@ -147,26 +147,30 @@ std::optional<int> cuda_device_index(std::string_view device, bool* bad_cuda) {
   return index;
 }
 
+Status check_device_name(std::string_view device) {
+  if (device == "cpu" || device == "cpu-ref") return Status::Ok();
+  bool bad = false;
+  if (cuda_device_index(device, &bad)) return Status::Ok();
+  if (bad) return make_error(Code::kInvalidArgument, "bad device '{}': expected cuda:N", device);
+  return make_error(Code::kInvalidArgument, "unknown device '{}' (expected cpu, cpu-ref or cuda:N)", device);
+}
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view device, const BackendOptions& opts) {
+  SHOAL_RETURN_IF_ERROR(check_device_name(device));
   if (device == "cpu" || device == "cpu-ref") {
     BackendOptions o = opts;
     if (device == "cpu-ref") o.reference = true;
     return std::unique_ptr<Backend>(new CpuBackend(o));
   }
-  bool bad = false;
-  const std::optional<int> index = cuda_device_index(device, &bad);
-  if (bad) return make_error(Code::kInvalidArgument, "bad device '{}': expected cuda:N", device);
-  if (index) {
+  const int index = *cuda_device_index(device);  // (a CUDA name: checked above)
 #ifdef SHOAL_HAVE_CUDA
-    return create_cuda_backend(*index, opts);
+  return create_cuda_backend(index, opts);
 #else
-    return make_error(Code::kUnavailable,
-                      "device '{}' asked for, but this build of shoal has no CUDA backend "
-                      "(rebuild where nvcc is installed)", device);
+  (void)index;
+  return make_error(Code::kUnavailable,
+                    "device '{}' asked for, but this build of shoal has no CUDA backend "
+                    "(rebuild where nvcc is installed)", device);
 #endif
-  }
-  return make_error(Code::kInvalidArgument, "unknown device '{}' (expected cpu, cpu-ref or cuda:N)",
-                    device);
 }
 
 }  // namespace shoal

@@ -321,6 +321,10 @@ class Backend {
 /// zeros); nullopt for other devices (cpu, cpu-ref) and for a malformed "cuda:..." (bad_cuda set).
 std::optional<int> cuda_device_index(std::string_view device, bool* bad_cuda = nullptr);
 
+/// Ok when `device` names a backend create_backend knows ("cpu", "cpu-ref", "cuda", "cuda:N"),
+/// whether or not this machine has it; else kInvalidArgument naming the forms.
+Status check_device_name(std::string_view device);
+
 /// Creates a backend from a device string: "cpu", "cpu-ref" (the reference path), "cuda",
 /// "cuda:N". Errors: kInvalidArgument (unknown device), kUnavailable (no CUDA in this build or no
 /// such GPU).

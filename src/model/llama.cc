@@ -119,10 +119,15 @@ Status from_hf(const ModelFile& f, ModelConfig& cfg) {
   if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) cfg.attn_bias = it->get<bool>();
   bool tied = false;
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && it->is_boolean()) tied = it->get<bool>();
-  // A checkpoint without lm_head.weight ties whatever the flag says.
+  // A checkpoint without lm_head.weight ties whatever the flag says (said when the flag says
+  // otherwise: transformers would start such a head from random weights).
   bool has_head = false;
   for (const auto& t : f.index.tensors())
     if (t.name == "lm_head.weight") has_head = true;
+  if (!tied && !has_head && j.contains("tie_word_embeddings")) {
+    spdlog::warn("{}: no lm_head.weight although tie_word_embeddings is false; the embedding serves as the LM head",
+                 f.path);
+  }
   cfg.tied_embeddings = tied || !has_head;
   if (auto b = hf_int_opt(j, "bos_token_id")) cfg.bos_id = int32_t(*b);
   if (auto e = hf_int_opt(j, "eos_token_id")) cfg.eos_id = int32_t(*e);

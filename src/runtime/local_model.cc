@@ -48,6 +48,10 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
       return make_error(Code::kCorrupt, "{}: its tokenizer has {} tokens, but token_embd.weight has {} rows", path,
                         (*tok)->vocab_size(), embd->shape[0]);
     }
+    if ((*tok)->vocab_size() > m.config.vocab_size) {  // (a tokenizer of another model, likely)
+      spdlog::warn("{}: its tokenizer has {} tokens, more than the model's vocabulary of {}: a prompt with an id past "
+                   "it will be refused", path, (*tok)->vocab_size(), m.config.vocab_size);
+    }
     m.tokenizer = std::move(*tok);
   }
   return m;

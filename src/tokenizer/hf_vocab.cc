@@ -2,6 +2,7 @@
 // Reference: huggingface/tokenizers (models/bpe, pre_tokenizers, normalizers, processors).
 #include <algorithm>
 
+#include "core/log.h"
 #include "tokenizer/hf_common.h"
 #include "tokenizer/json_stream.h"
 #include "tokenizer/loaders.h"
@@ -165,12 +166,12 @@ Result<Vocab> vocab_from_tokenizer_json(std::string_view json_text, const json& 
   const json& j = tj.doc;
   const json& model = json_member(j, "model");
   if (!model.is_object()) return make_error(Code::kCorrupt, "{}: no \"model\" object", source);
-  if (!tj.has_vocab) return make_error(Code::kCorrupt, "{}: model.vocab is missing or not an object", source);
-  const std::string mtype = json_string(model, "type", "BPE");
+  const std::string mtype = json_string(model, "type", "BPE");  // (before the vocab: Unigram's is a list)
   if (mtype != "BPE") {
     return make_error(Code::kUnsupported, "{}: tokenizer model type '{}' is not supported (BPE only)", source,
-                      mtype);
+                      escape_unprintable(mtype));
   }
+  if (!tj.has_vocab) return make_error(Code::kCorrupt, "{}: model.vocab is missing or not an object", source);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (!json_string(model, key).empty()) {
       return make_error(Code::kUnsupported, "{}: BPE with {} '{}' is not supported", source, key,

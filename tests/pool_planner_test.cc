@@ -281,16 +281,16 @@ TEST(Planner, PlanFlagsAreCheckedAgainstTheModelAndTheWorkersToCome) {
   EXPECT_TRUE(check_plan_flags(o, 5).ok());  // the workers not known: the count is make_plan's
   EXPECT_TRUE(check_plan_flags(o, 5, 2).ok());
   test::expect_status(check_plan_flags(o, 5, 1), Code::kInvalidArgument,
-               "--split has 3 ranges but the pool has 2 devices (the host and 1 worker)");
+                      "--split has 3 ranges but the pool has 2 devices (the host and 1 worker)");
   test::expect_status(check_plan_flags(o, 5, 0), Code::kInvalidArgument,
-               "--split has 3 ranges but the pool has 1 device (the host alone)");
+                      "--split has 3 ranges but the pool has 1 device (the host alone)");
   o.layers_local = 0;
   test::expect_status(check_plan_flags(o, 5, 2), Code::kInvalidArgument,
-               "--split has 3 ranges but the pool has 2 devices (2 workers besides the host, --layers-local 0)");
+                      "--split has 3 ranges but the pool has 2 devices (2 workers besides the host, --layers-local 0)");
   EXPECT_TRUE(check_plan_flags(o, 5, 3).ok());
   o.layers_local = 3;
   test::expect_status(check_plan_flags(o, 5, 2), Code::kInvalidArgument,
-               "--layers-local 3 disagrees with the host's --split range 0-1");
+                      "--layers-local 3 disagrees with the host's --split range 0-1");
   test::expect_status(check_plan_flags(o, 4, 2), Code::kInvalidArgument, "--split range 4-4 is past the last layer 3");
 }
 

@@ -142,18 +142,18 @@ std::string human_bytes(uint64_t n) {
   return fmt::format("{} B", n);
 }
 
-// The first bytes of `s`, at most n, ending before a character (never inside one's UTF-8 form).
-std::string cut_text(const std::string& s, size_t n) {
-  if (s.size() <= n) return s;
+// `s`, or its first bytes and "..." within `max` bytes, cut before a character (never inside one's
+// UTF-8 form).
+std::string shortened(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max - 3;
   while (n > 0 && (uint8_t(s[n]) & 0xC0) == 0x80) --n;
-  return s.substr(0, n);
+  return s.substr(0, n) + "...";
 }
 
 // At most 120 bytes; C1 controls escaped (the JSON text escapes C0 ones).
 std::string json_scalar(const json& v) {
-  std::string s = escape_unprintable(v.dump(-1, ' ', false, json::error_handler_t::replace));
-  if (s.size() <= 120) return s;
-  return cut_text(s, 117) + "...";
+  return shortened(escape_unprintable(v.dump(-1, ' ', false, json::error_handler_t::replace)), 120);
 }
 
 void print_text(const ModelFile& m) {
@@ -167,9 +167,7 @@ void print_text(const ModelFile& m) {
   if (gguf) {
     fmt::print("\nmetadata ({} keys):\n", m.metadata.size());
     for (const auto& [k, v] : m.metadata.entries()) {
-      std::string s = v.to_string(kShownItems);
-      if (s.size() > 160) s = cut_text(s, 157) + "...";
-      fmt::print("  {} = {}\n", escape_unprintable(k), s);
+      fmt::print("  {} = {}\n", escape_unprintable(k), shortened(v.to_string(kShownItems), 160));
     }
   } else if (m.hf_config.is_object()) {
     fmt::print("\nconfig.json ({} keys):\n", m.hf_config.size());

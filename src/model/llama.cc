@@ -121,9 +121,7 @@ Status from_hf(const ModelFile& f, ModelConfig& cfg) {
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && it->is_boolean()) tied = it->get<bool>();
   // A checkpoint without lm_head.weight ties whatever the flag says (said when the flag says
   // otherwise: transformers would start such a head from random weights).
-  bool has_head = false;
-  for (const auto& t : f.index.tensors())
-    if (t.name == "lm_head.weight") has_head = true;
+  const bool has_head = f.index.find("lm_head.weight") != nullptr;
   if (!tied && !has_head && j.contains("tie_word_embeddings")) {
     spdlog::warn("{}: no lm_head.weight although tie_word_embeddings is false; the embedding serves as the LM head",
                  f.path);

@@ -27,9 +27,10 @@ bool Sampler::needs_full_logits(int max_device_k) const {
 
 void Sampler::accept(int32_t id) {
   if (params_.repeat_last_n == 0) return;
-  history_.push_back(id);
   ++seen_[id];
-  while (params_.repeat_last_n > 0 && int(history_.size()) > params_.repeat_last_n) {
+  if (params_.repeat_last_n < 0) return;  // the whole context: nothing leaves the window
+  history_.push_back(id);
+  while (int(history_.size()) > params_.repeat_last_n) {
     if (auto it = seen_.find(history_.front()); it != seen_.end() && --it->second == 0) seen_.erase(it);
     history_.pop_front();
   }

@@ -62,8 +62,8 @@ class Sampler {
   SamplingParams params_;
   uint64_t seed_;
   uint64_t draws_ = 0;
-  std::deque<int32_t> history_;               // the penalty's window, oldest first
-  std::unordered_map<int32_t, int> seen_;      // each id in history_ and how often (one pass a token)
+  std::deque<int32_t> history_;               // a window of repeat_last_n > 0 tokens, oldest first
+  std::unordered_map<int32_t, int> seen_;      // each id in the window and how often (one pass a token)
 };
 
 }  // namespace shoal

@@ -1,7 +1,8 @@
 // How peers leave a pool, end to end with processes over TCP loopback: a host stopped by SIGTERM
 // or SIGHUP and a worker stopped by SIGINT say bye (the others hear why at once, not after a
 // silence), and a second signal ends a host whose leaving is stuck; a
-// worker frozen past --dead-after is dropped and, when it wakes, reads why; a worker's name stays
+// worker frozen past --dead-after is dropped and, when it wakes, reads why; a request that meets a worker
+// frozen since the plan waits for another and runs again; a worker's name stays
 // its own while it is alive, and a worker restarted under its name takes it back.
 #include <gtest/gtest.h>
 
@@ -144,6 +145,32 @@ TEST(PoolLeave, AFrozenWorkerIsDroppedAndReadsWhyWhenItWakes) {
   EXPECT_NE(w1->err().find("said bye: nothing heard from this peer for"), std::string::npos) << w1->err();
   host->close_stdin();
   EXPECT_EQ(host->wait_exit(10s), 0) << host->err();
+}
+
+TEST(PoolLeave, ARequestThatMeetsAWorkerFrozenSinceThePlanWaitsForAnotherAndRunsAgain) {
+  // w2 freezes after the plan: the prompt's frames reach it before the host can tell (its
+  // --dead-after is 3 s), so the request breaks before its first token. The plan made again
+  // without w2 fails (the --split needs two workers), so the host waits for two, and w3 answers
+  // the prompt as if nothing had happened.
+  const std::string secret = "frozen-request-secret";
+  auto host = test::stories_host(secret, 2, {"--split", "0-2,3-4", "--dead-after", "3000"});
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = test::join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' joined", 60s)) << host->err();
+  auto w2 = test::join(addr, "w2", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w2' ready for plan 1", 60s)) << host->err();
+  w2->kill(SIGSTOP);
+  host->write("Once upon a time\n");
+  ASSERT_TRUE(host->wait_err("planning again and running the request again(.|\n)*waiting for 2 workers", 60s))
+      << host->err();
+  auto w3 = test::join(addr, "w3", secret);
+  ASSERT_TRUE(host->wait_out_text(first_story(), 60s)) << host->out() << host->err();
+  w2->kill(SIGCONT);
+  host->close_stdin();
+  EXPECT_EQ(host->wait_exit(30s), 0) << host->err();
+  EXPECT_NE(host->err().find("worker 'w3' ready for plan"), std::string::npos) << host->err();
+  EXPECT_EQ(host->out().find("\n\n"), std::string::npos) << host->out();  // one answer, nothing before it
 }
 
 TEST(PoolLeave, ANameStaysWithItsLiveWorkerAndComesBackWithARestart) {

@@ -87,9 +87,18 @@ int host(const HostCmdOptions& o) {
   }
 
   const GenerateOptions go = o.gen.generate_options();
+  // A request whose chain broke before its first token and whose new plan failed (Host::generate
+  // makes one) while fewer than --workers are there waits for them, as a prompt's plan does, and
+  // runs again: nothing of it was shown yet.
   auto answer = [&](std::span<const int32_t> ids) -> Status {
-    return generate_to_stdout(tok, ids, go, o.gen.output_ids,
-                              [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
+    bool shown = false;
+    const GenerateFn gen = [&](auto p, const auto& g, const auto& cb, auto* s) {
+      return host.generate(p, g, [&](int32_t id) { return shown = true, cb(id); }, s);
+    };
+    Status st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
+    if (st.ok() || shown || o.workers == 0 || host.n_workers() >= size_t(o.workers)) return st;
+    SHOAL_RETURN_IF_ERROR(plan());
+    return generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
   };
   if (one_prompt) {
     Status st = answer(prompt_ids);

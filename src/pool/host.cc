@@ -472,6 +472,15 @@ Result<std::vector<int32_t>> Host::generate(std::span<const int32_t> prompt, con
                                             const TokenCallback& on_token, GenerateStats* stats) {
   SHOAL_RETURN_IF_ERROR(check_prompt_fits(prompt.size(), n_ctx()));  // before a plan may load layers
   SHOAL_RETURN_IF_ERROR(ensure_plan());
+  bool handed = false;  // a token went to the caller: the request cannot be made again unseen
+  const TokenCallback counted = [&](int32_t id) {
+    handed = true;
+    return on_token ? on_token(id) : true;
+  };
+  auto out = session_->generate(prompt, opts, counted, stats);
+  if (out.ok() || handed || pipeline_->ready() || out.status().code() != Code::kUnavailable) return out;
+  spdlog::warn("{}; planning again and running the request again", out.status().to_string());
+  SHOAL_RETURN_IF_ERROR(ensure_plan());
   return session_->generate(prompt, opts, on_token, stats);
 }
 

@@ -92,7 +92,9 @@ class Host {
   /// Errors: kOutOfMemory / kInvalidArgument from the planner (the pool cannot hold the model, a
   /// bad --split), errors loading the host's part, kUnavailable when workers keep failing.
   Status ensure_plan();
-  /// ensure_plan(), then Session::generate. The host stays usable after any error.
+  /// ensure_plan(), then Session::generate. A request whose chain breaks (kUnavailable: a worker
+  /// that left, unnoticed when the plan was made) before its first token is handed to `on_token`
+  /// runs once more on a new plan: nothing was shown yet. The host stays usable after any error.
   Result<std::vector<int32_t>> generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                         const TokenCallback& on_token, GenerateStats* stats = nullptr);
   /// The pipeline of the current plan (call ensure_plan() first).

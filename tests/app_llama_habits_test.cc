@@ -7,6 +7,8 @@
 // Expected values are the outputs of the same model for the text written out by hand.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <signal.h>
 
 #include <chrono>
@@ -229,14 +231,26 @@ TEST(AppLlamaHabits, TheDefaultContextCapIsLogged) {
 }
 
 TEST(AppLlamaHabits, RunStoppedBySigintSaysSoAndDiesByIt) {
-  auto child = test::Child::start({test::shoal_bin(), "run", "-m", test::fixture("models/stories260K.gguf"), "-p",
-                                   "Once", "-n", "-1", "-c", "100000", "--temp", "0", "-t", "1"});
-  ASSERT_TRUE(child->wait_out(".", 60s)) << child->err();  // generating
-  child->kill(SIGINT);
-  EXPECT_EQ(child->wait_exit(30s), -1) << child->err();  // not an exit: killed by the signal, for a shell
-  EXPECT_EQ(child->term_signal(), SIGINT) << child->err();
-  EXPECT_NE(child->err().find("SIGINT: stopped"), std::string::npos) << child->err();
-  EXPECT_FALSE(child->out().empty());
+  // What was shown stays, ended: the text's line, or --output-ids' array (valid JSON).
+  for (const bool ids : {false, true}) {
+    std::vector<std::string> argv = {test::shoal_bin(), "run", "-m", test::fixture("models/stories260K.gguf"), "-p",
+                                     "Once", "-n", "-1", "-c", "100000", "--temp", "0", "-t", "1"};
+    if (ids) argv.push_back("--output-ids");
+    auto child = test::Child::start(argv);
+    ASSERT_TRUE(child->wait_out(ids ? "\\[[0-9]+, [0-9]+" : ".", 60s)) << child->err();  // generating
+    child->kill(SIGINT);
+    EXPECT_EQ(child->wait_exit(30s), -1) << child->err();  // not an exit: killed by the signal, for a shell
+    EXPECT_EQ(child->term_signal(), SIGINT) << child->err();
+    EXPECT_NE(child->err().find("SIGINT: stopped"), std::string::npos) << child->err();
+    const std::string out = child->out();
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out.back(), '\n');
+    if (!ids) continue;
+    const auto parsed = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(parsed.is_array()) << out;
+    EXPECT_GE(parsed.size(), 2u);
+    for (const auto& id : parsed) EXPECT_TRUE(id.is_number_integer() && id.get<int>() >= 0 && id.get<int>() < 512) << out;
+  }
 }
 
 }  // namespace llama_habits

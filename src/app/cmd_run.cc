@@ -50,6 +50,7 @@ int run(const RunOptions& o) {
   // then the process dies by the signal, as it would without the watch (a shell loop stops on Ctrl-C).
   SignalWatch signals([](int sig) {
     spdlog::warn("{}: stopped", signal_name(sig));
+    end_answer_on_stdout();
     die_by_signal(sig);
   });
   auto opts = local_options(o.model);

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "app/common_options.h"
 #include "core/log.h"
@@ -117,33 +118,58 @@ Status write_stdout(std::string_view text) {
   return make_error(Code::kIoError, "writing the output to stdout: {}", e ? std::strerror(e) : "a write failed");
 }
 
+namespace {
+
+// The answer generate_to_stdout is writing, for end_answer_on_stdout() on a signal's thread.
+std::mutex answer_mu;
+enum class Open { kNothing, kText, kIds } answer_open = Open::kNothing;  // what a stop must end
+bool answer_ended = false;  // ended by a stop: later writes are dropped
+
+// Writes `text` of the answer in progress; `now` is what then stands open. Nothing after a stop.
+Status write_answer(std::string_view text, Open now) {
+  std::lock_guard lock(answer_mu);
+  if (answer_ended) return Status::Ok();
+  answer_open = now;
+  return write_stdout(text);
+}
+
+}  // namespace
+
+void end_answer_on_stdout() {
+  std::lock_guard lock(answer_mu);
+  if (answer_ended) return;
+  answer_ended = true;
+  if (answer_open == Open::kIds) (void)write_stdout("]\n");
+  if (answer_open == Open::kText) (void)write_stdout("\n");
+}
+
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
                           bool output_ids, const GenerateFn& generate) {
   spdlog::info("prompt: {} token{}", ids.size(), ids.size() == 1 ? "" : "s");
   StreamDecoder stream(tok);
   GenerateStats st;
   Status written;  // the first failed write stops the generation
-  bool any = false;  // text written (a failure then ends its line)
+  Open open = Open::kNothing;  // text or ids written (a failure then ends the line or the array)
   auto out = generate(ids, go, [&](int32_t id) {
-    if (!output_ids) {
-      const std::string text = stream.push(id);
-      any |= !text.empty();
-      written = write_stdout(text);
+    if (output_ids) {
+      written = write_answer(fmt::format("{}{}", open == Open::kIds ? ", " : "[", id), Open::kIds);
+      open = Open::kIds;
+    } else if (const std::string text = stream.push(id); !text.empty()) {
+      written = write_answer(text, Open::kText);
+      open = Open::kText;
     }
     return written.ok();
   }, &st);
   if (!written.ok()) return written;
   if (!out.ok()) {
-    if (any) std::printf("\n");
-    std::fflush(stdout);
+    // What was shown stays, ended: the ids as a JSON array, the text with its line.
+    (void)write_answer(open == Open::kIds ? "]\n" : open == Open::kText ? "\n" : "", Open::kNothing);
     return out.status();
   }
   if (output_ids) {
-    std::string json = "[";
-    for (size_t i = 0; i < out->size(); ++i) json += fmt::format("{}{}", i ? ", " : "", (*out)[i]);
-    SHOAL_RETURN_IF_ERROR(write_stdout(json + "]\n"));
+    SHOAL_RETURN_IF_ERROR(write_answer(open == Open::kIds ? "]\n" : "[]\n", Open::kNothing));
   } else {
-    SHOAL_RETURN_IF_ERROR(write_stdout(stream.flush() + "\n"));
+    SHOAL_RETURN_IF_ERROR(write_answer(stream.flush() + "\n", Open::kNothing));
   }
   // The decode rate counts the tokens after the first (which the prompt's pass gives): none for one token.
   const std::string decode_rate = st.decode_s > 0 && st.n_generated > 1

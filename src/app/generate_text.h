@@ -60,10 +60,16 @@ Status stdout_status();
 /// Writes `text` to stdout and flushes it. Errors: as stdout_status(), the failing call's cause.
 Status write_stdout(std::string_view text);
 
-/// Generates from `ids`, streaming the text to stdout (or, with output_ids, printing the ids as one
-/// JSON array), ending with a newline; logs the prompt and decode speed on stderr. Errors: the
-/// generator's; stdout_status()'s, the generation stopped at the first failed write.
+/// Generates from `ids`, streaming the text (or, with output_ids, the ids as one JSON array) to
+/// stdout as it comes, ending with a newline; logs the prompt and decode speed on stderr. What was
+/// shown when the generator fails stays, ended (the array closed). Errors: the generator's;
+/// stdout_status()'s, the generation stopped at the first failed write.
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
                           bool output_ids, const GenerateFn& generate);
+
+/// For a stop by signal, from any thread: ends the answer generate_to_stdout is writing (its id
+/// array closed, its text line ended) and drops whatever it would write after, so that what the
+/// process leaves on stdout is whole.
+void end_answer_on_stdout();
 
 }  // namespace shoal::app

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "app/generate_text.h"
 #include "core/log.h"
 #include "pool/host.h"
 
@@ -92,6 +93,7 @@ HostSignals::HostSignals()
         std::lock_guard lock(mu_);
         spdlog::warn("{}: the host stops{}", signal_name(sig), host_ ? "; saying bye to the pool" : "");
         if (host_) host_->say_bye(fmt::format("the host was stopped ({})", signal_name(sig)));
+        end_answer_on_stdout();
         std::fflush(stdout);
         std::_Exit(128 + sig);
       }) {}

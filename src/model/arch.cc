@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 
 #include "core/log.h"
@@ -70,6 +71,7 @@ Result<ModelConfig> load_model_config(const ModelFile& f) {
   ModelConfig cfg;
   cfg.arch = std::string(arch->gguf_name);
   Status s = f.format == ModelFormat::kGguf ? arch->from_gguf(f, cfg) : arch->from_hf(f, cfg);
+  if (s.ok()) s = arch_util::check_rope(cfg.rope);
   if (!s.ok()) return s.with_context(f.path);
   cfg.rope.interleaved = f.format == ModelFormat::kGguf && arch->gguf_rope_interleaved;
   cfg.rope.freq_dtype = checkpoint_dtype(f);
@@ -158,6 +160,7 @@ Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch) {
     return m;
   }
   m.hf_arch_ = &arch;
+  std::vector<const TensorInfo*> unused;
   for (const auto& t : f.index.tensors()) {
     std::string_view name = t.name;
     // Qwen3.5-style checkpoints nest the text model under model.language_model.
@@ -190,7 +193,19 @@ Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch) {
         }
       }
     }
-    if (!mapped) spdlog::debug("{}: tensor '{}' is not used", f.path, t.name);
+    // (Older checkpoints keep RoPE's inv_freq buffers; transformers ignores them as well.)
+    if (!mapped && !name.ends_with(".rotary_emb.inv_freq")) unused.push_back(&t);
+  }
+  // As transformers' "Some weights of the model checkpoint were not used": a checkpoint of another
+  // variant of the family (a bias, a norm this graph does not have) computes something else.
+  for (const TensorInfo* t : unused) spdlog::debug("{}: tensor '{}' is not used", f.path, t->name);
+  if (!unused.empty()) {
+    std::string names;
+    for (size_t i = 0; i < std::min<size_t>(unused.size(), 3); ++i)
+      names += fmt::format("{}'{}'", i ? ", " : "", escape_unprintable(unused[i]->name));
+    spdlog::warn("{}: {} tensor{} of the checkpoint {} not used by Shoal's {} graph ({}{}); its output may differ "
+                 "from transformers'", f.path, unused.size(), unused.size() == 1 ? "" : "s",
+                 unused.size() == 1 ? "is" : "are", arch.gguf_name, names, unused.size() > 3 ? ", ..." : "");
   }
   return m;
 }
@@ -207,8 +222,13 @@ std::optional<int64_t> gguf_int_opt(const ModelFile& f, std::string_view key) {
   return f.metadata.get_int(arch_key(f, key));
 }
 
-std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key) {
-  return f.metadata.get_float(arch_key(f, key));
+Result<double> gguf_float_or(const ModelFile& f, std::string_view key, double fallback) {
+  const std::string k = arch_key(f, key);
+  const MetaValue* v = f.metadata.find(k);
+  if (!v) return fallback;
+  const auto x = v->as_float();
+  if (!x) return make_error(Code::kCorrupt, "key '{}' is {}, not a number", k, meta_type_name(v->type));
+  return *x;
 }
 
 Result<int64_t> gguf_int_or(const ModelFile& f, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
@@ -255,10 +275,25 @@ std::optional<int64_t> hf_int_opt(const nlohmann::json& j, std::string_view key)
   return it->get<int64_t>();
 }
 
-std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key) {
+Result<double> hf_float_or(const nlohmann::json& j, std::string_view key, double fallback) {
   auto it = j.find(std::string(key));
-  if (it == j.end() || !it->is_number()) return std::nullopt;
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) return make_error(Code::kCorrupt, "config.json: '{}' = {} is not a number", key, it->dump());
   return it->get<double>();
+}
+
+Result<bool> hf_bool_or(const nlohmann::json& j, std::string_view key, bool fallback) {
+  auto it = j.find(std::string(key));
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return make_error(Code::kCorrupt, "config.json: '{}' = {} is not true or false", key, it->dump());
+  return it->get<bool>();
+}
+
+Result<std::string> hf_string_or(const nlohmann::json& j, std::string_view key, const std::string& fallback) {
+  auto it = j.find(std::string(key));
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) return make_error(Code::kCorrupt, "config.json: '{}' = {} is not a string", key, it->dump());
+  return it->get<std::string>();
 }
 
 namespace {
@@ -286,8 +321,9 @@ Result<int64_t> hf_int_or(const nlohmann::json& j, std::string_view key, int64_t
 
 Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi) {
   auto it = j.find(std::string(key));
-  if (it == j.end() || !it->is_number_integer()) {
-    return make_error(Code::kCorrupt, "config.json: missing integer '{}'", key);
+  if (it == j.end() || it->is_null()) return make_error(Code::kCorrupt, "config.json: missing integer '{}'", key);
+  if (!it->is_number_integer()) {
+    return make_error(Code::kCorrupt, "config.json: '{}' = {} is not an integer", key, it->dump());
   }
   return hf_int_in(*it, key, lo, hi);
 }
@@ -300,51 +336,90 @@ Result<Activation> hf_activation(const std::string& name) {
 }
 
 Status hf_rope(const nlohmann::json& j, RopeConfig& rope) {
-  const nlohmann::json* p = nullptr;
-  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) p = &*it;
-  if (auto th = hf_float_opt(j, "rope_theta")) rope.theta = float(*th);
-  const nlohmann::json* scaling = p;
-  if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) scaling = &*it;
+  // Objects where an object is expected: anything else (a string) is refused, not skipped.
+  auto object = [](const nlohmann::json& o, const char* key) -> Result<const nlohmann::json*> {
+    auto it = o.find(key);
+    if (it == o.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) return make_error(Code::kCorrupt, "config.json: '{}' = {} is not an object", key, it->dump());
+    return &*it;
+  };
+  auto theta = [](const nlohmann::json& o, float& out) -> Status {
+    SHOAL_ASSIGN_OR_RETURN(const double th, hf_float_or(o, "rope_theta", out));
+    out = float(th);
+    return Status::Ok();
+  };
+  SHOAL_ASSIGN_OR_RETURN(const nlohmann::json* p, object(j, "rope_parameters"));
+  SHOAL_RETURN_IF_ERROR(theta(j, rope.theta));
+  SHOAL_ASSIGN_OR_RETURN(const nlohmann::json* scaling, object(j, "rope_scaling"));
+  if (!scaling) scaling = p;
   if (p) {
     // Gemma 3 style: {"full_attention": {...}, "sliding_attention": {...}}
-    if (auto full = p->find("full_attention"); full != p->end() && full->is_object()) {
-      if (auto th = hf_float_opt(*full, "rope_theta")) rope.theta = float(*th);
-      if (auto loc = p->find("sliding_attention"); loc != p->end() && loc->is_object())
-        if (auto th = hf_float_opt(*loc, "rope_theta")) rope.theta_local = float(*th);
-      scaling = &*full;
-    } else if (auto th = hf_float_opt(*p, "rope_theta")) {
-      rope.theta = float(*th);
+    SHOAL_ASSIGN_OR_RETURN(const nlohmann::json* full, object(*p, "full_attention"));
+    if (full) {
+      SHOAL_RETURN_IF_ERROR(theta(*full, rope.theta));
+      SHOAL_ASSIGN_OR_RETURN(const nlohmann::json* loc, object(*p, "sliding_attention"));
+      if (loc) SHOAL_RETURN_IF_ERROR(theta(*loc, rope.theta_local));
+      scaling = full;
+    } else {
+      SHOAL_RETURN_IF_ERROR(theta(*p, rope.theta));
     }
   }
   if (!scaling) return Status::Ok();
   std::string type = "default";
-  for (const char* k : {"rope_type", "type"})
-    if (auto it = scaling->find(k); it != scaling->end() && it->is_string()) type = it->get<std::string>();
+  for (const char* k : {"rope_type", "type"}) {
+    if (!scaling->contains(k)) continue;
+    SHOAL_ASSIGN_OR_RETURN(type, hf_string_or(*scaling, k, type));
+  }
   if (type == "default") return Status::Ok();
-  rope.factor = float(hf_float_opt(*scaling, "factor").value_or(1.0));
+  SHOAL_ASSIGN_OR_RETURN(const double factor, hf_float_or(*scaling, "factor", 1.0));
+  rope.factor = float(factor);
   if (type == "linear") {
     rope.scaling = RopeScaling::kLinear;
   } else if (type == "llama3") {
     rope.scaling = RopeScaling::kLlama3;
-    rope.low_freq_factor = float(hf_float_opt(*scaling, "low_freq_factor").value_or(1.0));
-    rope.high_freq_factor = float(hf_float_opt(*scaling, "high_freq_factor").value_or(4.0));
+    SHOAL_ASSIGN_OR_RETURN(const double low, hf_float_or(*scaling, "low_freq_factor", 1.0));
+    SHOAL_ASSIGN_OR_RETURN(const double high, hf_float_or(*scaling, "high_freq_factor", 4.0));
+    rope.low_freq_factor = float(low);
+    rope.high_freq_factor = float(high);
     auto original = hf_int_or(*scaling, "original_max_position_embeddings", 8192, 1, INT32_MAX);
     if (!original.ok()) return original.status().with_context("its rope scaling");
     rope.original_context = int(*original);
   } else {
-    return make_error(Code::kUnsupported, "config.json: rope scaling type '{}' is not supported", type);
+    return make_error(Code::kUnsupported, "config.json: rope scaling type '{}' is not supported", escape_unprintable(type));
   }
   return Status::Ok();
 }
 
-void gguf_rope_scaling(const ModelFile& f, RopeConfig& rope) {
-  const std::string arch = f.metadata.get_string("general.architecture").value_or("");
-  auto type = f.metadata.get_string(arch + ".rope.scaling.type");
-  if (type && *type == "linear") {
-    rope.scaling = RopeScaling::kLinear;
-    rope.factor = float(f.metadata.get_float(arch + ".rope.scaling.factor").value_or(1.0));
+Status gguf_rope_scaling(const ModelFile& f, RopeConfig& rope) {
+  const std::string key = arch_key(f, "rope.scaling.type");
+  const MetaValue* v = f.metadata.find(key);
+  if (!v) return Status::Ok();  // llama3 scaling is stored as the rope_freqs.weight tensor (per-pair divisors), read at load
+  const std::string* type = v->as_string();
+  if (!type) return make_error(Code::kCorrupt, "key '{}' is {}, not a string", key, meta_type_name(v->type));
+  if (*type == "none") return Status::Ok();
+  if (*type != "linear") {
+    return make_error(Code::kUnsupported, "rope scaling type '{}' ({}) is not supported (none, linear)",
+                      escape_unprintable(*type), key);
   }
-  // llama3 scaling is stored as the rope_freqs.weight tensor (per-pair divisors), read at load.
+  rope.scaling = RopeScaling::kLinear;
+  SHOAL_ASSIGN_OR_RETURN(const double factor, gguf_float_or(f, "rope.scaling.factor", 1.0));
+  rope.factor = float(factor);
+  return Status::Ok();
+}
+
+Status check_rope(const RopeConfig& rope) {
+  // (written so that NaN fails every comparison)
+  if (!(rope.theta > 0.0f && std::isfinite(rope.theta)))
+    return make_error(Code::kCorrupt, "RoPE base (rope_theta / rope.freq_base) {} is not a finite number > 0", rope.theta);
+  if (rope.theta_local != 0.0f && !(rope.theta_local > 0.0f && std::isfinite(rope.theta_local)))
+    return make_error(Code::kCorrupt, "the sliding layers' RoPE base {} is not a finite number > 0", rope.theta_local);
+  if (rope.scaling != RopeScaling::kNone && !(rope.factor > 0.0f && std::isfinite(rope.factor)))
+    return make_error(Code::kCorrupt, "RoPE scaling factor {} is not a finite number > 0", rope.factor);
+  if (rope.scaling == RopeScaling::kLlama3 &&
+      !(rope.low_freq_factor > 0.0f && rope.high_freq_factor > rope.low_freq_factor && std::isfinite(rope.high_freq_factor)))
+    return make_error(Code::kCorrupt, "llama3 RoPE scaling: low_freq_factor {} and high_freq_factor {} are not 0 < low < high",
+                      rope.low_freq_factor, rope.high_freq_factor);
+  return Status::Ok();
 }
 
 }  // namespace arch_util

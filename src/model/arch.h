@@ -85,23 +85,39 @@ std::optional<int64_t> gguf_int_opt(const ModelFile& f, std::string_view key);
 /// GGUF "<arch>.<key>" as an int in [lo, hi], `fallback` when absent; error naming the key if it is
 /// outside (no silent wrap of a 64-bit value into an int).
 Result<int64_t> gguf_int_or(const ModelFile& f, std::string_view key, int64_t fallback, int64_t lo, int64_t hi);
-std::optional<double> gguf_float_opt(const ModelFile& f, std::string_view key);
+/// GGUF "<arch>.<key>" as a number (a float or an integer), `fallback` when absent. Errors:
+/// kCorrupt naming the key and its type when it is something else (a string).
+Result<double> gguf_float_or(const ModelFile& f, std::string_view key, double fallback);
 /// A per-layer value that GGUF stores either as one int or as an array of n_layers ints.
 Result<std::vector<int>> gguf_per_layer(const ModelFile& f, std::string_view key, int n_layers, int64_t lo, int64_t hi);
-/// config.json field as an int in [lo, hi]; error naming it.
+/// config.json field as an int in [lo, hi]; error naming it (missing, not an integer, outside).
 Result<int64_t> hf_int(const nlohmann::json& j, std::string_view key, int64_t lo, int64_t hi);
 std::optional<int64_t> hf_int_opt(const nlohmann::json& j, std::string_view key);
 /// config.json field as an int in [lo, hi], `fallback` when absent or null; error naming it when
 /// it is something else (a float, a string) or outside.
 Result<int64_t> hf_int_or(const nlohmann::json& j, std::string_view key, int64_t fallback, int64_t lo, int64_t hi);
-std::optional<double> hf_float_opt(const nlohmann::json& j, std::string_view key);
+/// config.json field as a number, `fallback` when absent or null. Errors: kCorrupt naming it when
+/// it is something else (a string, a list).
+Result<double> hf_float_or(const nlohmann::json& j, std::string_view key, double fallback);
+/// config.json field as a boolean, `fallback` when absent or null. Errors: kCorrupt naming it when
+/// it is something else (the string "false", 0).
+Result<bool> hf_bool_or(const nlohmann::json& j, std::string_view key, bool fallback);
+/// config.json field as a string, `fallback` when absent or null. Errors: kCorrupt naming it when
+/// it is something else.
+Result<std::string> hf_string_or(const nlohmann::json& j, std::string_view key, const std::string& fallback);
 /// Activation from an HF hidden_act string.
 Result<Activation> hf_activation(const std::string& name);
 /// Fills RopeConfig theta / scaling from HF `rope_parameters` (transformers ≥ 5) or
 /// `rope_theta` + `rope_scaling` (older).
 Status hf_rope(const nlohmann::json& j, RopeConfig& rope);
-/// Fills RopeConfig scaling from GGUF "<arch>.rope.scaling.*" keys.
-void gguf_rope_scaling(const ModelFile& f, RopeConfig& rope);
+/// Fills RopeConfig scaling from GGUF "<arch>.rope.scaling.*" keys (llama.cpp's names: type
+/// "none" / "linear" / "yarn", factor). Errors: kUnsupported for a type other than none / linear,
+/// kCorrupt for mistyped keys.
+Status gguf_rope_scaling(const ModelFile& f, RopeConfig& rope);
+/// Refuses RoPE parameters that give no finite angles (transformers and llama.cpp compute with
+/// them anyway: NaN logits): a base (theta) not finite and > 0, a scaling factor not > 0.
+/// Errors: kCorrupt naming the value.
+Status check_rope(const RopeConfig& rope);
 }  // namespace arch_util
 
 }  // namespace shoal

@@ -53,6 +53,37 @@ Status check_heads(const ModelConfig& cfg) {
   return Status::Ok();
 }
 
+// transformers' sliding-window attention: every layer of a Mistral (`sliding_window`, null for
+// full attention); for Qwen2 / Qwen3 with `use_sliding_window`, the layers named
+// "sliding_attention" in `layer_types`, else those from `max_window_layers` on (modeling_qwen2.py).
+Status hf_sliding_window(const nlohmann::json& j, ModelConfig& cfg) {
+  const bool mistral = j.value("model_type", "") == "mistral";
+  if (cfg.arch == "llama" && !mistral) return Status::Ok();  // (Llama's attention has no window)
+  SHOAL_ASSIGN_OR_RETURN(const int64_t window, hf_int_or(j, "sliding_window", 0, 0, INT32_MAX));
+  if (window == 0) return Status::Ok();
+  std::vector<bool> sliding(size_t(cfg.n_layers), true);
+  if (!mistral) {  // Qwen2 / Qwen3
+    SHOAL_ASSIGN_OR_RETURN(const bool use, hf_bool_or(j, "use_sliding_window", false));
+    if (!use) return Status::Ok();
+    SHOAL_ASSIGN_OR_RETURN(const int64_t from, hf_int_or(j, "max_window_layers", cfg.n_layers, 0, INT32_MAX));
+    for (int l = 0; l < cfg.n_layers; ++l) sliding[size_t(l)] = l >= from;
+    if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+      if (!it->is_array() || int(it->size()) != cfg.n_layers)
+        return make_error(Code::kCorrupt, "config.json: 'layer_types' is not a list of {} strings", cfg.n_layers);
+      for (int l = 0; l < cfg.n_layers; ++l) {
+        const auto& t = (*it)[size_t(l)];
+        if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+          return make_error(Code::kCorrupt, "config.json: layer_types[{}] = {} is not \"sliding_attention\" or "
+                            "\"full_attention\"", l, t.dump());
+        sliding[size_t(l)] = t == "sliding_attention";
+      }
+    }
+  }
+  for (int l = 0; l < cfg.n_layers; ++l)
+    if (sliding[size_t(l)]) cfg.layers[size_t(l)].sliding_window = int(window);
+  return Status::Ok();
+}
+
 Status from_gguf(const ModelFile& f, ModelConfig& cfg) {
   constexpr int64_t kMaxDim = 1 << 20;
   const auto tr = traits_for(cfg.arch);
@@ -71,13 +102,19 @@ Status from_gguf(const ModelFile& f, ModelConfig& cfg) {
   fill_layers(cfg, heads, kv_heads, head_dim, int(d_ff));
   SHOAL_ASSIGN_OR_RETURN(const int64_t n_ctx_train, gguf_int_or(f, "context_length", 4096, 0, INT32_MAX));
   cfg.n_ctx_train = int(n_ctx_train);
-  cfg.norm_eps = float(gguf_float_opt(f, "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  cfg.rope.theta = float(gguf_float_opt(f, "rope.freq_base").value_or(10000.0));
+  SHOAL_ASSIGN_OR_RETURN(const double eps, gguf_float_or(f, "attention.layer_norm_rms_epsilon", 1e-5));
+  SHOAL_ASSIGN_OR_RETURN(const double theta, gguf_float_or(f, "rope.freq_base", 10000.0));
+  cfg.norm_eps = float(eps);
+  cfg.rope.theta = float(theta);
   SHOAL_ASSIGN_OR_RETURN(const int64_t rot_dims, gguf_int_or(f, "rope.dimension_count", head_dim, 0, 1024));
   cfg.rope.rot_dims = int(rot_dims);
-  gguf_rope_scaling(f, cfg.rope);
+  SHOAL_RETURN_IF_ERROR(gguf_rope_scaling(f, cfg.rope));
   cfg.qk_norm = tr.qk_norm;
   cfg.attn_bias = f.index.find("blk.0.attn_q.bias") != nullptr;
+  // llama.cpp takes biases on the gated FFN's gate and up too; Shoal's FFN has none there.
+  for (const char* b : {"blk.0.ffn_gate.bias", "blk.0.ffn_up.bias"}) {
+    if (f.index.find(b)) return make_error(Code::kUnsupported, "tensor '{}': biases on the FFN's gate / up are not supported", b);
+  }
   cfg.tied_embeddings = f.index.find("output.weight") == nullptr;
   const TensorInfo* embd = f.index.find("token_embd.weight");
   if (!embd) return make_error(Code::kNotFound, "tensor 'token_embd.weight' is missing");
@@ -107,18 +144,20 @@ Status from_hf(const ModelFile& f, ModelConfig& cfg) {
               int(d_ff));
   SHOAL_ASSIGN_OR_RETURN(const int64_t n_ctx_train, hf_int_or(j, "max_position_embeddings", 4096, 0, INT32_MAX));
   cfg.n_ctx_train = int(n_ctx_train);
-  cfg.norm_eps = float(hf_float_opt(j, "rms_norm_eps").value_or(1e-6));
+  SHOAL_ASSIGN_OR_RETURN(const double eps, hf_float_or(j, "rms_norm_eps", 1e-6));
+  cfg.norm_eps = float(eps);
   SHOAL_RETURN_IF_ERROR(hf_rope(j, cfg.rope));
   cfg.rope.rot_dims = head_dim;
   cfg.rope.interleaved = false;  // HF checkpoints use rotate_half
-  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string()) {
-    SHOAL_ASSIGN_OR_RETURN(cfg.act, hf_activation(it->get<std::string>()));
-  }
+  SHOAL_ASSIGN_OR_RETURN(const std::string act, hf_string_or(j, "hidden_act", "silu"));
+  SHOAL_ASSIGN_OR_RETURN(cfg.act, hf_activation(act));
+  SHOAL_RETURN_IF_ERROR(hf_sliding_window(j, cfg));
   cfg.qk_norm = tr.qk_norm;
-  cfg.attn_bias = tr.attn_bias;
-  if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) cfg.attn_bias = it->get<bool>();
-  bool tied = false;
-  if (auto it = j.find("tie_word_embeddings"); it != j.end() && it->is_boolean()) tied = it->get<bool>();
+  // attention_bias: biases on q, k, v and o (Llama, Mistral); Qwen2's q / k / v biases need no flag.
+  SHOAL_ASSIGN_OR_RETURN(cfg.attn_bias, hf_bool_or(j, "attention_bias", tr.attn_bias));
+  SHOAL_ASSIGN_OR_RETURN(const bool mlp_bias, hf_bool_or(j, "mlp_bias", false));
+  if (mlp_bias) return make_error(Code::kUnsupported, "config.json: mlp_bias (biases on the FFN) is not supported");
+  SHOAL_ASSIGN_OR_RETURN(const bool tied, hf_bool_or(j, "tie_word_embeddings", false));
   // A checkpoint without lm_head.weight ties whatever the flag says (said when the flag says
   // otherwise: transformers would start such a head from random weights).
   const bool has_head = f.index.find("lm_head.weight") != nullptr;
@@ -138,6 +177,7 @@ const std::vector<NameRule> kLayerNames = {
     {"self_attn.k_proj.weight", "attn_k.weight"},
     {"self_attn.v_proj.weight", "attn_v.weight"},
     {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
     {"self_attn.q_proj.bias", "attn_q.bias"},
     {"self_attn.k_proj.bias", "attn_k.bias"},
     {"self_attn.v_proj.bias", "attn_v.bias"},

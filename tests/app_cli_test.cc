@@ -291,6 +291,24 @@ TEST(AppCli, AWordThatNamesNoCommandIsNamed) {
   EXPECT_EQ(v.out.rfind("shoal ", 0), 0u) << v.out;
 }
 
+TEST(AppCli, AnUnknownOptionOrAStrayArgumentIsNamed) {
+  // CLI11 said "The following arguments were not expected: 5 --draft" (the value first).
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {
+      {"run -m x --draft 5 -p hi", "shoal: unknown option '--draft'\n"},
+      {"run -m x -p hi stray more", "shoal: unexpected argument 'stray'\n"},
+      {"bench -m x -p 0 -n 0", "shoal: nothing to measure: -p and -n are both 0\n"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    const auto r = test::run_command(test::shoal_bin() + " " + c.args + " 2>&1");
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.out, std::string(c.says) + "Run with --help for more information.\n");
+  }
+}
+
 TEST(AppCli, AnUnknownKvTypeOrDeviceIsAUsageError) {
   const std::string run = test::shoal_bin() + " run -m " + q(test::fixture("models/stories260K.gguf")) + " -p hi ";
   for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
@@ -338,6 +356,23 @@ TEST(AppCli, HostReadsCrlfPromptLinesAsLfOnes) {
   EXPECT_EQ(crlf.status, 0);
   EXPECT_EQ(lf.out.rfind("[432, 383, 286", 0), 0u) << lf.out;  // expected/stories260K_greedy.json
   EXPECT_EQ(crlf.out, lf.out);
+}
+
+TEST(AppCli, HostAnswersEachPromptLineOnceWithOutputIds) {
+  // One line out per prompt line (empty lines are none): its ids, or null where it failed (the
+  // second prompt is longer than -c 16), named by its line on stderr.
+  const std::string err = ::testing::TempDir() + "app_cli_host_lines.err";
+  const auto r = test::run_command(
+      "printf 'Once upon a time\\n\\nOnce upon a time there was a little girl named Lily who\\nOnce upon a "
+      "time\\n' | SHOAL_SECRET=lines " + test::shoal_bin() + " host -m " + q(test::fixture("models/stories260K.gguf")) +
+      " --workers 0 --listen 127.0.0.1:0 -c 16 -n 4 --temp 0 -t 1 --output-ids 2>" + q(err));
+  std::ifstream in(err);
+  const std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(err.c_str());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "[432, 383, 286, 261]\nnull\n[432, 383, 286, 261]\n") << why;  // expected/stories260K_greedy.json
+  EXPECT_NE(why.find("line 3: out of range: the prompt is"), std::string::npos) << why;
+  EXPECT_NE(why.find("1 of 3 prompts failed"), std::string::npos) << why;
 }
 
 TEST(AppCli, IntegerFlagsAreDecimalIntegers) {

@@ -180,23 +180,35 @@ TEST(PoolCli, BadDeviceListsAreRefusedByName) {
 }
 
 TEST(PoolCli, PoolFlagsAreCheckedWithoutAPool) {
-  // run and check alone (no --pool) refuse a malformed plan flag, and warn that a well-formed one
-  // changes nothing; the ids are those of the same run without it.
+  // run and check alone (no --pool) refuse a malformed plan flag as a usage error (status 2), and
+  // warn that well-formed pool flags change nothing; the ids are those of the same run without them.
   const std::string base = test::shoal_bin() + " run -m " + test::fixture("models/stories260K.gguf") +
                            " -p 'Once upon a time' -n 4 -c 64 -t 1 --temp 0 --output-ids";
   const auto want = ids_of(test::run_command(base + " 2>/dev/null"));
-  for (const char* bad : {" --split 0-x", " --layers-local many"}) {
-    const auto r = test::run_command(base + bad + " 2>&1");
-    EXPECT_EQ(r.status, 1) << bad;
-    EXPECT_NE(r.out.find(std::string(bad).substr(1, 8)), std::string::npos) << r.out;
+  const struct {
+    const char* flag;
+    const char* says;
+  } bad[] = {
+      {" --split 0-x", "shoal: --split: '0-x': item '0-x' is not FIRST-LAST or LAYER"},
+      {" --split 0-2,2-4", "shoal: --split: range 2-4 overlaps the range before it"},
+      {" --split 1-4", "shoal: --split: leaves layers 0-0 to nobody"},
+      {" --layers-local many", "shoal: --layers-local: 'many' is not a layer count (0 to 65536) or auto"},
+  };
+  for (const auto& b : bad) {
+    const auto r = test::run_command(base + b.flag + " 2>&1");
+    EXPECT_EQ(r.status, 2) << b.flag;
+    EXPECT_NE(r.out.find(b.says), std::string::npos) << r.out;
   }
-  const auto warned = test::run_command(base + " --split 0-4 2>&1 >/dev/null");
-  EXPECT_NE(warned.out.find("without --pool N (N > 1) they are ignored"), std::string::npos) << warned.out;
+  const auto warned = test::run_command(base + " --split 0-4 --hop-dtype f32 --dead-after 500 2>&1 >/dev/null");
+  EXPECT_NE(warned.out.find("--split, --hop-dtype, --dead-after shape a pool of several processes; without --pool N "
+                            "(N > 1) they are ignored"),
+            std::string::npos)
+      << warned.out;
   EXPECT_EQ(ids_of(test::run_command(base + " --split 0-4 2>/dev/null")), want);
   const auto check = test::run_command(test::shoal_bin() + " check -m " + test::fixture("hf/llama") + " --reference " +
                                        test::fixture("hf/llama/reference.safetensors") + " --layers-local x 2>&1");
-  EXPECT_EQ(check.status, 1);
-  EXPECT_NE(check.out.find("--layers-local 'x'"), std::string::npos) << check.out;
+  EXPECT_EQ(check.status, 2);
+  EXPECT_NE(check.out.find("--layers-local: 'x'"), std::string::npos) << check.out;
 }
 
 TEST(PoolCli, PromptLongerThanTheContextIsRefusedBeforeWorkersStart) {

@@ -34,7 +34,7 @@ double median(std::vector<double> v) {
 
 int bench(const BenchOptions& o) {
   if (o.n_prompt == 0 && o.n_gen == 0) {
-    return fail(make_error(Code::kInvalidArgument, "nothing to measure: -p and -n are both 0"));
+    return usage_error("nothing to measure: -p and -n are both 0");
   }
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());

@@ -90,8 +90,9 @@ int host(const HostCmdOptions& o) {
   // A request whose chain broke before its first token and whose new plan failed (Host::generate
   // makes one) while fewer than --workers are there waits for them, as a prompt's plan does, and
   // runs again: nothing of it was shown yet.
+  bool shown = false;  // a token of the current prompt's answer went out
   auto answer = [&](std::span<const int32_t> ids) -> Status {
-    bool shown = false;
+    shown = false;
     const GenerateFn gen = [&](auto p, const auto& g, const auto& cb, auto* s) {
       return host.generate(p, g, [&](int32_t id) { return shown = true, cb(id); }, s);
     };
@@ -106,19 +107,25 @@ int host(const HostCmdOptions& o) {
   }
   spdlog::info("reading prompts from stdin, one per line");
   std::string line;
-  size_t n_prompts = 0, n_failed = 0;
+  size_t n_lines = 0, n_prompts = 0, n_failed = 0;
   while (std::getline(std::cin, line)) {
+    ++n_lines;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF lines
     if (line.empty()) continue;
     ++n_prompts;
+    shown = false;
     auto ids = encode_prompt(tok, line);
     Status st = ids.ok() ? check_prompt_fits(ids->size(), host.n_ctx()) : ids.status();  // before a wait
     if (st.ok()) st = plan();
     if (st.ok()) st = answer(*ids);
     if (!st.ok()) {
       if (std::ferror(stdout)) return fail(st);  // no later answer could be read either
-      spdlog::error("{}", st.to_string());  // the host stays up for the next prompt
+      spdlog::error("line {}: {}", n_lines, st.to_string());  // the host stays up for the next prompt
       ++n_failed;
+      // With --output-ids each prompt's answer is one line: null for one that failed before any id.
+      if (o.gen.output_ids && !shown) {
+        if (Status w = write_stdout("null\n"); !w.ok()) return fail(w);
+      }
     }
   }
   if (n_failed == 0) return 0;

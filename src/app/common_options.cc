@@ -203,4 +203,9 @@ int fail(const Status& s) {
   return 1;
 }
 
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "shoal: %s\nRun with --help for more information.\n", message.c_str());
+  return 2;
+}
+
 }  // namespace shoal::app

@@ -50,5 +50,8 @@ CLI::Validator int_range(int64_t lo, int64_t hi);
 
 /// Prints "shoal: <message>" to stderr and returns exit status 1.
 int fail(const Status& s);
+/// For what the parser cannot see (flags that contradict each other): prints "shoal: <message>"
+/// and the --help hint, as a parse error does, and returns exit status 2.
+int usage_error(const std::string& message);
 
 }  // namespace shoal::app

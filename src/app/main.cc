@@ -1,4 +1,5 @@
 // shoal: run one large language model across a pool of machines (or one).
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -45,8 +46,20 @@ int main(int argc, char** argv) {
   // A usage error exits with status 2, as POSIX utilities do (1 is a command that failed); its
   // message says "shoal:" first, like the others.
   constexpr int kUsageError = 2;
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("shoal: ") + e.what() + "\nRun with --help for more information.\n";
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    std::string what = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+      // CLI11's own message lists them last first ("5 --draft"): the first unknown option, or the
+      // first stray argument, by name.
+      const std::vector<std::string> extra = failed->remaining(true);
+      const auto opt = std::find_if(extra.begin(), extra.end(), [](const std::string& a) { return a.starts_with("-"); });
+      if (opt != extra.end()) {
+        what = "unknown option '" + *opt + "'";
+      } else if (!extra.empty()) {
+        what = "unexpected argument '" + extra.front() + "'";
+      }
+    }
+    return "shoal: " + what + "\nRun with --help for more information.\n";
   });
   // What CLI11 would misread (-ngl as -n "gl", -hf as --help) or report badly (no command).
   if (const auto e = shoal::app::command_line_error(app, argc, argv)) {

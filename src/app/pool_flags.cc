@@ -1,5 +1,6 @@
 #include "app/pool_flags.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -20,7 +21,8 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
   }
   cmd->add_option("--hop-dtype", f.hop_dtype, "Hidden states between stages: f16 (half the bytes) or f32 (exact)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f16", "f32"}));
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->each([&f](const std::string&) { f.hop_dtype_set = true; });
   cmd->add_option("--dead-after", f.dead_after_ms,
                   local_pool ? "A peer silent this long (ms) counts as dead; unless set, a local pool of more than "
                                "two processes per core waits longer: 2000 x ceil(processes / (2 x cores))"
@@ -28,9 +30,36 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
       ->capture_default_str()
       ->transform(int_range(100, 3600000))
       ->each([&f](const std::string&) { f.dead_after_set = true; });
+  // Both are checked as they are parsed (a usage error); what they ask of the model, when the host opens.
   cmd->add_option("--layers-local", f.layers_local, "Layers the host holds itself: N, or auto (the planner chooses)")
-      ->capture_default_str();
-  cmd->add_option("--split", f.split, "Force the plan: layer ranges for the host, then the workers (0-3,4-7,8-11)");
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        const auto n = parse_layers_local(text);
+        return n.ok() ? std::string() : n.status().message();
+      });
+  cmd->add_option("--split", f.split, "Force the plan: layer ranges for the host, then the workers (0-3,4-7,8-11)")
+      ->check([](const std::string& text) {
+        // In order, forwards, without overlaps or gaps, whatever the model (its layer count is not known yet).
+        auto r = pool::parse_split(text);
+        Status st = r.status();
+        if (r.ok()) {
+          uint32_t end = 0;
+          for (const pool::LayerRange& x : *r) end = std::max(end, x.last + 1);
+          st = pool::check_split(*r, end);
+        }
+        std::string m = st.ok() ? std::string() : st.message();
+        if (m.starts_with("--split ")) m.erase(0, 8);  // (CLI11 names the option)
+        return m;
+      });
+}
+
+Result<uint32_t> parse_layers_local(const std::string& text) {
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != 0 || n < 0 || n > 65536) {
+    return make_error(Code::kInvalidArgument, "'{}' is not a layer count (0 to 65536) or auto", text);
+  }
+  return uint32_t(n);
 }
 
 namespace {
@@ -38,12 +67,9 @@ namespace {
 // --layers-local and --split into o.layers_local and o.split. kInvalidArgument naming the flag.
 Status parse_plan_flags(const PoolFlags& p, pool::HostOptions& o) {
   if (p.layers_local != "auto") {
-    char* end = nullptr;
-    const long n = std::strtol(p.layers_local.c_str(), &end, 10);
-    if (p.layers_local.empty() || *end != 0 || n < 0 || n > 65536) {
-      return make_error(Code::kInvalidArgument, "--layers-local '{}' (expected a layer count or auto)", p.layers_local);
-    }
-    o.layers_local = uint32_t(n);
+    auto n = parse_layers_local(p.layers_local);
+    if (!n.ok()) return n.status().with_context("--layers-local");
+    o.layers_local = *n;
   }
   if (!p.split.empty()) {
     SHOAL_ASSIGN_OR_RETURN(o.split, pool::parse_split(p.split));
@@ -74,8 +100,14 @@ Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p) 
 Status check_pool_flags_alone(const PoolFlags& p) {
   pool::HostOptions o;
   SHOAL_RETURN_IF_ERROR(parse_plan_flags(p, o));
-  if (o.layers_local || !o.split.empty()) {
-    spdlog::warn("--layers-local and --split shape a pool's plan; without --pool N (N > 1) they are ignored");
+  std::vector<std::string> given;  // the pool's flags, which one process has no use for
+  if (o.layers_local) given.push_back("--layers-local");
+  if (!o.split.empty()) given.push_back("--split");
+  if (p.hop_dtype_set) given.push_back("--hop-dtype");
+  if (p.dead_after_set) given.push_back("--dead-after");
+  if (!given.empty()) {
+    spdlog::warn("{} {} a pool of several processes; without --pool N (N > 1) {} ignored", fmt::join(given, ", "),
+                 given.size() == 1 ? "shapes" : "shape", given.size() == 1 ? "it is" : "they are");
   }
   return Status::Ok();
 }

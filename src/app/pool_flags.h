@@ -19,6 +19,7 @@ namespace shoal::app {
 struct PoolFlags {
   int pool = 1;                      // --pool N: processes in the local pool (run/check)
   std::string hop_dtype = "f16";     // --hop-dtype
+  bool hop_dtype_set = false;        // --hop-dtype was given
   int dead_after_ms = 2000;          // --dead-after
   bool dead_after_set = false;       // --dead-after was given
   std::string layers_local = "auto"; // --layers-local N|auto
@@ -28,13 +29,17 @@ struct PoolFlags {
 /// --hop-dtype, --dead-after, --layers-local, --split; with `local_pool` also --pool.
 void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool);
 
+/// --layers-local's value as a layer count (callers handle "auto"). kInvalidArgument saying what
+/// it expects.
+Result<uint32_t> parse_layers_local(const std::string& text);
+
 /// Host options from the model and pool flags (secret and address are the caller's).
 /// Errors: kInvalidArgument naming the bad flag value.
 Result<pool::HostOptions> host_options(const ModelFlags& m, const PoolFlags& p);
 
 /// For `run` / `check` without --pool (a pool of one): the pool flags are still checked as
-/// host_options() checks them (kInvalidArgument naming the flag), and --layers-local / --split,
-/// which shape a pool's plan, are named in a warning when set, since there is no plan to shape.
+/// host_options() checks them (kInvalidArgument naming the flag), and --layers-local, --split,
+/// --hop-dtype and --dead-after, which shape a pool, are named in a warning when set.
 Status check_pool_flags_alone(const PoolFlags& p);
 
 /// p with the number of processes `run` / `check` start as its pool: --pool N; or, with --pool

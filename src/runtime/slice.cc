@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <numeric>
 #include <span>
@@ -292,6 +293,14 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   s->weight_bytes_ = loader.backend_bytes();
   s->file_bytes_ = loader.file_bytes();
   SHOAL_RETURN_IF_ERROR(s->alloc_buffers());
+  if (spec.end > spec.first) {
+    uint64_t kv = 0;
+    for (int l = spec.first; l < spec.end; ++l) kv += layer_kv_bytes(cfg.layers[size_t(l)], o.n_ctx, o.kv_dtype);
+    std::string kv_type(dtype_name(o.kv_dtype));  // as --kv names it
+    for (char& c : kv_type) c = char(std::tolower(static_cast<unsigned char>(c)));
+    spdlog::info("KV cache: {}, {} positions x {} layer{}, {}", kv_type, o.n_ctx, spec.end - spec.first,
+                 spec.end - spec.first == 1 ? "" : "s", format_bytes(kv));
+  }
   if (opts.warm_up && backend.kind() != DeviceKind::kCpu) SHOAL_RETURN_IF_ERROR(s->warm_up());
   return s;
 }

@@ -125,6 +125,8 @@ TEST(TokenizerMalformed, SentencePieceTruncatedAndUnigram) {
                Code::kUnsupported, "model type 1");
   expect_error(vocab_from_sentencepiece(std::string("\x12\x02\x18\x02", 4), json(), "sp.model"), Code::kCorrupt,
                "no pieces");
+  // An empty file has no pieces (and the default model type, 1): said as "no pieces".
+  expect_error(vocab_from_sentencepiece(std::string(), json(), "sp.model"), Code::kCorrupt, "no pieces");
   expect_error(vocab_from_sentencepiece(std::string("\x0b\x01", 2), json(), "sp.model"), Code::kCorrupt,
                "malformed field");  // wire type 3 (group) is not handled
 }

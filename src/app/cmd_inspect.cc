@@ -91,7 +91,7 @@ json tokenizer_summary(const ModelFile& m) {
                         ? m.hf_config["text_config"] : m.hf_config;
   if (cfg.is_object()) {
     for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-      if (cfg.contains(k) && !cfg[k].is_null()) t[std::string(k, std::strlen(k) - 6) + "_id"] = cfg[k];
+      if (cfg.contains(k) && !cfg[k].is_null()) t[std::string(k, std::strlen(k) - 9) + "_id"] = cfg[k];
     }
     if (cfg.contains("vocab_size")) t["config_vocab_size"] = cfg["vocab_size"];
   }

@@ -21,9 +21,14 @@ const std::vector<ArchInfo>& architectures() {
 
 namespace {
 
-std::string supported_list() {
+// The names a GGUF file's general.architecture (or, with `hf`, a config.json's model_type) may take.
+std::string supported_list(bool hf) {
   std::string s;
-  for (const auto& a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a.gguf_name);
+  for (const auto& a : architectures()) {
+    if (!hf) s += (s.empty() ? "" : ", ") + std::string(a.gguf_name);
+    if (hf)
+      for (auto t : a.hf_types) s += (s.empty() ? "" : ", ") + std::string(t);
+  }
   return s;
 }
 
@@ -53,7 +58,7 @@ Result<const ArchInfo*> find_architecture(const ModelFile& f) {
     for (const auto& a : architectures())
       if (a.gguf_name == *name) return &a;
     return make_error(Code::kUnsupported, "architecture '{}' is not supported (supported: {})",
-                      escape_unprintable(*name), supported_list());
+                      escape_unprintable(*name), supported_list(false));
   }
   const auto& j = f.hf_config;
   if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
@@ -63,7 +68,7 @@ Result<const ArchInfo*> find_architecture(const ModelFile& f) {
     for (auto t : a.hf_types)
       if (t == type) return &a;
   return make_error(Code::kUnsupported, "model_type '{}' is not supported (supported: {})",
-                    escape_unprintable(type), supported_list());
+                    escape_unprintable(type), supported_list(true));
 }
 
 Result<ModelConfig> load_model_config(const ModelFile& f) {

@@ -146,11 +146,12 @@ Result<Vocab> vocab_from_sentencepiece(std::string_view data, const nlohmann::js
     return true;
   }));
 
+  // (No pieces first: an empty file also has the default model type, 1.)
+  if (v.tokens.empty()) return make_error(Code::kCorrupt, "{}: SentencePiece model has no pieces", source);
   if (model_type != 2) {
     return make_error(Code::kUnsupported, "{}: SentencePiece model type {} is not supported (BPE = 2 only)",
                       source, model_type);
   }
-  if (v.tokens.empty()) return make_error(Code::kCorrupt, "{}: SentencePiece model has no pieces", source);
   v.unk = int32_t(ids[0]), v.bos = int32_t(ids[1]), v.eos = int32_t(ids[2]), v.pad = int32_t(ids[3]);
   SHOAL_RETURN_IF_ERROR(add_config_tokens(v, config, source));
   SHOAL_RETURN_IF_ERROR(index_tokens(v, source));

@@ -1,7 +1,7 @@
 // What a model file says about its graph, read strictly: config.json fields and GGUF keys of the
 // wrong type are refused by name (not replaced by a default), RoPE parameters that give no finite
-// angles are refused, a bias Shoal's graph has no place for is refused or, for tensors no rule
-// names, warned of; an o_proj bias is applied; sliding windows follow transformers' rules.
+// angles are refused, a bias Shoal's graph has no place for is refused, tensors it does not read
+// are warned of; an o_proj bias is applied; sliding windows follow transformers' rules.
 // Expected values: the fixtures' references (hf/llama) and the configs written here by hand.
 #include <gtest/gtest.h>
 
@@ -241,6 +241,20 @@ TEST(GgufConfig, KeysOfTheWrongTypeAndUnsupportedScalingAreRefusedByName) {
   auto m = open_model(path, /*with_tokenizer=*/false);
   fs::remove(path);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
+}
+
+// A tensor the graph has no use for (a q/k norm in a llama GGUF: another architecture relabelled)
+// is warned of; llama.cpp refuses such a file by its tensor count.
+TEST(GgufWeights, ATensorTheGraphDoesNotReadIsWarnedOf) {
+  const std::string path = stories_with("stories_qk_norm.gguf", [](GgufWriter&) {},
+                                        {{"blk.0.attn_q_norm.weight", std::vector<float>(8, 1.0f)}});
+  const auto r = test::run_command(test::shoal_bin() + " run -m " + path + " -p Once -n 2 --temp 0 2>&1 >/dev/null");
+  fs::remove(path);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(path + ": 1 tensor of the model is not read by Shoal's llama graph "
+                       "('blk.0.attn_q_norm.weight'); its output may differ"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace

@@ -59,6 +59,12 @@ class WeightMap {
   Status missing(std::string_view canonical) const;
   void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
   size_t size() const { return map_.size(); }
+  /// The canonical names, in no order.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, info] : map_) out.push_back(name);
+    return out;
+  }
   /// Every layer tensor ("blk.N.*") belongs to a layer below n_layers. Errors: kCorrupt naming the
   /// highest-layer one that does not (a layer count that disagrees with the tensors, as llama.cpp refuses
   /// a GGUF whose tensor count is not what its block_count asks for).

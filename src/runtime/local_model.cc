@@ -35,6 +35,14 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   SHOAL_ASSIGN_OR_RETURN(m.config, load_model_config(*m.file));
   SHOAL_ASSIGN_OR_RETURN(m.weights, map_weights(*m.file, *m.arch));
   if (Status st = m.weights.layers_within(m.config.n_layers); !st.ok()) return st.with_context(path);
+  if (const auto unused = unused_tensors(m.config, m.weights); !unused.empty()) {
+    std::string names;
+    for (size_t i = 0; i < std::min<size_t>(unused.size(), 3); ++i)
+      names += fmt::format("{}'{}'", i ? ", " : "", escape_unprintable(unused[i]));
+    spdlog::warn("{}: {} tensor{} of the model {} not read by Shoal's {} graph ({}{}); its output may differ from the "
+                 "reference implementation's", path, unused.size(), unused.size() == 1 ? "" : "s",
+                 unused.size() == 1 ? "is" : "are", m.config.arch, names, unused.size() > 3 ? ", ..." : "");
+  }
   if (with_tokenizer) {
     auto tok = load_tokenizer(*m.file);
     if (!tok.ok()) return tok.status().with_context("loading the tokenizer of " + path);

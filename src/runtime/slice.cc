@@ -6,6 +6,7 @@
 #include <chrono>
 #include <numeric>
 #include <span>
+#include <unordered_set>
 #include <vector>
 
 #include "core/log.h"
@@ -596,6 +597,21 @@ Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMa
     }
     out[size_t(l)] += layer_kv_bytes(cfg.layers[size_t(l)], n_ctx, kv_dtype);
   }
+  return out;
+}
+
+std::vector<std::string> unused_tensors(const ModelConfig& cfg, const WeightMap& weights) {
+  std::unordered_set<std::string> read = {"rope_freqs.weight", "token_embd.weight", "output_norm.weight",
+                                          "output.weight"};
+  if (cfg.norm == NormKind::kLayer) read.insert("output_norm.bias");
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    LayerWeights scratch;
+    for (const Need& need : layer_needs(cfg, l, scratch)) read.insert(need.name);
+  }
+  std::vector<std::string> out;
+  for (std::string& name : weights.names())
+    if (!read.contains(name)) out.push_back(std::move(name));
+  std::sort(out.begin(), out.end());
   return out;
 }
 

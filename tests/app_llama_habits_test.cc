@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
+#include <regex>
 #include <thread>
 #include <fstream>
 #include <string>
@@ -251,6 +252,22 @@ TEST(AppLlamaHabits, RunStoppedBySigintSaysSoAndDiesByIt) {
     EXPECT_GE(parsed.size(), 2u);
     for (const auto& id : parsed) EXPECT_TRUE(id.is_number_integer() && id.get<int>() >= 0 && id.get<int>() < 512) << out;
   }
+}
+
+TEST(AppLlamaHabits, RunStopsOnASignalWhileItsStdoutIsFull) {
+  // stdout is a FIFO whose reader never reads: once it is full the answer's write blocks, holding
+  // the output. SIGTERM still ends the run at once (the stop gives up ending the answer).
+  const std::string fifo = ::testing::TempDir() + "habits_full_stdout.fifo";
+  const std::string script = "F=\"" + fifo + "\"; rm -f \"$F\"; mkfifo \"$F\" || exit 9; sleep 60 < \"$F\" & R=$!; " +
+                             test::shoal_bin() + " --log-level off run -m " + test::fixture("models/stories260K.gguf") +
+                             " -p Once -n -1 -c 100000 --temp 0 -t 1 > \"$F\" & P=$!; sleep 3; kill -TERM $P; " +
+                             "t0=$(date +%s%N); wait $P; rc=$?; t1=$(date +%s%N); kill $R; rm -f \"$F\"; " +
+                             "echo rc=$rc ms=$(( (t1 - t0) / 1000000 ))";
+  const auto r = test::run_command("bash -c " + q(script));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(rc=(\d+) ms=(\d+))"))) << r.out;
+  EXPECT_EQ(m[1], std::to_string(128 + SIGTERM)) << r.out;
+  EXPECT_LT(std::stoi(m[2]), 2000) << r.out;
 }
 
 }  // namespace llama_habits

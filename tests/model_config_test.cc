@@ -1,17 +1,20 @@
 // What a model file says about its graph, read strictly: config.json fields and GGUF keys of the
 // wrong type are refused by name (not replaced by a default), RoPE parameters that give no finite
 // angles are refused, a bias Shoal's graph has no place for is refused, tensors it does not read
-// are warned of; an o_proj bias is applied; sliding windows follow transformers' rules.
-// Expected values: the fixtures' references (hf/llama) and the configs written here by hand.
+// are warned of; an o_proj bias is the GGUF's attn_output.bias; sliding windows follow
+// transformers' rules. Expected values: the fixtures' references (hf/llama and its llama.cpp
+// conversion, model-bf16.gguf) and the configs written here by hand.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "format/gguf.h"
 #include "format/model_file.h"
 #include "runtime/local_model.h"
+#include "runtime/slice.h"
 #include "test_util.h"
 
 namespace shoal {
@@ -101,6 +105,9 @@ std::vector<int> windows_of(const std::string& type, const std::string& extra) {
 TEST(HfConfig, SlidingWindowsFollowTransformersRules) {
   EXPECT_EQ(windows_of("mistral", ", \"sliding_window\": 8"), (std::vector<int>{8, 8, 8}));
   EXPECT_EQ(windows_of("mistral", ", \"sliding_window\": null"), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(windows_of("mistral", ""), (std::vector<int>{4096, 4096, 4096}));  // MistralConfig's default
+  EXPECT_EQ(windows_of("qwen2", ", \"sliding_window\": 8, \"use_sliding_window\": true"),
+            (std::vector<int>{0, 0, 0}));  // Qwen2Config's max_window_layers: 28
   EXPECT_EQ(windows_of("llama", ", \"sliding_window\": 8"), (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(windows_of("qwen2", ", \"sliding_window\": 8, \"max_window_layers\": 1"), (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(windows_of("qwen2", ", \"sliding_window\": 8, \"use_sliding_window\": true, \"max_window_layers\": 1"),
@@ -147,40 +154,11 @@ double check_error(const fs::path& dir, std::string* out = nullptr) {
   return std::stod(m[1]);
 }
 
-// attention_bias: true gives o_proj a bias in transformers (q / k / v too). Zero biases leave the
-// reference's logits; o_proj biases of 1 move them; a tensor no rule names is warned of.
-TEST(HfWeights, AnOProjBiasIsAppliedAndAnUnknownTensorIsWarnedOf) {
-  const int d = 64, q = 4 * 16, kv = 2 * 16;  // hf/llama: d_model 64, 4 heads and 2 KV heads of 16
-  for (const float b : {0.0f, 1.0f}) {
-    SCOPED_TRACE(b);
-    const fs::path dir = hf_llama_with("hf_llama_o_bias", "attention_bias", "true");
-    std::vector<ExtraTensor> extra;
-    for (int l = 0; l < 3; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-      extra.push_back({p + "q_proj.bias", std::vector<float>(size_t(q), 0.0f)});
-      extra.push_back({p + "k_proj.bias", std::vector<float>(size_t(kv), 0.0f)});
-      extra.push_back({p + "v_proj.bias", std::vector<float>(size_t(kv), 0.0f)});
-      extra.push_back({p + "o_proj.bias", std::vector<float>(size_t(d), b)});
-    }
-    extra.push_back({"model.layers.0.mlp.extra_norm.weight", std::vector<float>(size_t(d), 1.0f)});
-    write_safetensors_with(dir, extra);
-    std::string out;
-    const double err = check_error(dir, &out);
-    fs::remove_all(dir);
-    ASSERT_GE(err, 0) << out;
-    if (b == 0.0f) EXPECT_LT(err, 1e-4) << out;
-    if (b != 0.0f) EXPECT_GT(err, 0.1) << out;
-    EXPECT_NE(out.find("1 tensor of the checkpoint is not used by Shoal's llama graph "
-                       "('model.layers.0.mlp.extra_norm.weight')"),
-              std::string::npos)
-        << out;
-  }
-}
-
-// stories260K rewritten with `edit` applied to its metadata and `extra` f32 tensors added.
-std::string stories_with(const std::string& name, const std::function<void(GgufWriter&)>& edit,
-                         const std::vector<ExtraTensor>& extra = {}) {
-  auto m = open_model_file(test::fixture("models/stories260K.gguf"));
+// The GGUF fixture `rel` rewritten to TempDir()/name with `edit` applied to its metadata and
+// `extra` f32 tensors added; the new file's path.
+std::string gguf_copy_with(const std::string& rel, const std::string& name, const std::function<void(GgufWriter&)>& edit,
+                           const std::vector<ExtraTensor>& extra = {}) {
+  auto m = open_model_file(test::fixture(rel));
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   GgufWriter w;
   w.set_all(m->metadata);
@@ -198,6 +176,99 @@ std::string stories_with(const std::string& name, const std::function<void(GgufW
   const std::string path = (fs::path(::testing::TempDir()) / name).string();
   EXPECT_TRUE(w.write(path).ok());
   return path;
+}
+
+// Prefill logits of `ids` (every position) from the model at `path`, on the reference backend.
+std::vector<float> prefill_logits(const std::string& path, const std::vector<int32_t>& ids) {
+  LocalModelOptions o;
+  o.device = "cpu-ref";
+  o.threads = 1;
+  o.n_ctx = 64;
+  o.kv_dtype = DType::kF32;
+  o.tokenizer = false;
+  o.progress = false;
+  auto m = load_local_model(path, o);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  if (!m.ok()) return {};
+  StepOutput out;
+  out.mode = HeadMode::kLogitsAll;
+  const Status st = m->pipeline->forward(ids, 0, out);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out.logits;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+// attention_bias: true gives q / k / v / o biases in transformers. The HF checkpoint's o_proj.bias
+// is the one llama.cpp's GGUF names attn_output.bias: with the same random v and o biases added to
+// both forms of hf/llama (q / k zero: a GGUF's q / k rows are permuted for its RoPE layout), their
+// logits agree as closely as without biases, and move far from the bias-free reference. Zero
+// biases leave the reference's logits; a tensor no rule names is warned of.
+TEST(HfWeights, AnOProjBiasIsTheGgufsAttnOutputBias) {
+  const int d = 64, q = 4 * 16, kv = 2 * 16;  // hf/llama: d_model 64, 4 heads and 2 KV heads of 16
+  std::mt19937 rng(20261207);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  auto random = [&](int n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  std::vector<ExtraTensor> hf_zero, hf_random, gguf_random;
+  for (int l = 0; l < 3; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    const std::vector<float> v_bias = random(kv), o_bias = random(d);
+    for (auto* list : {&hf_zero, &hf_random}) {
+      const bool zero = list == &hf_zero;
+      list->push_back({p + "q_proj.bias", std::vector<float>(size_t(q), 0.0f)});
+      list->push_back({p + "k_proj.bias", std::vector<float>(size_t(kv), 0.0f)});
+      list->push_back({p + "v_proj.bias", zero ? std::vector<float>(size_t(kv), 0.0f) : v_bias});
+      list->push_back({p + "o_proj.bias", zero ? std::vector<float>(size_t(d), 0.0f) : o_bias});
+    }
+    const std::string g = "blk." + std::to_string(l) + ".";
+    gguf_random.push_back({g + "attn_q.bias", std::vector<float>(size_t(q), 0.0f)});
+    gguf_random.push_back({g + "attn_k.bias", std::vector<float>(size_t(kv), 0.0f)});
+    gguf_random.push_back({g + "attn_v.bias", v_bias});
+    gguf_random.push_back({g + "attn_output.bias", o_bias});
+  }
+  hf_zero.push_back({"model.layers.0.mlp.extra_norm.weight", std::vector<float>(size_t(d), 1.0f)});
+
+  const fs::path zero_dir = hf_llama_with("hf_llama_zero_bias", "attention_bias", "true");
+  write_safetensors_with(zero_dir, hf_zero);
+  std::string out;
+  const double err = check_error(zero_dir, &out);
+  fs::remove_all(zero_dir);
+  EXPECT_GE(err, 0) << out;
+  EXPECT_LT(err, 1e-4) << out;
+  EXPECT_NE(out.find("1 tensor of the model is not read by Shoal's llama graph "
+                     "('model.layers.0.mlp.extra_norm.weight')"),
+            std::string::npos)
+      << out;
+
+  const std::vector<int32_t> ids = {1, 17, 42, 99, 250, 3, 7, 311, 64, 128};
+  const fs::path hf_dir = hf_llama_with("hf_llama_random_bias", "attention_bias", "true");
+  write_safetensors_with(hf_dir, hf_random);
+  const std::string gguf = gguf_copy_with("hf/llama/model-bf16.gguf", "llama_random_bias.gguf", [](GgufWriter&) {},
+                                          gguf_random);
+  const auto hf = prefill_logits(hf_dir.string(), ids);
+  const auto gg = prefill_logits(gguf, ids);
+  const auto plain = prefill_logits(test::fixture("hf/llama"), ids);
+  fs::remove_all(hf_dir);
+  fs::remove(gguf);
+  ASSERT_FALSE(hf.empty());
+  EXPECT_LT(max_abs_diff(hf, gg), 1e-4);
+  EXPECT_LT(max_abs_diff(plain, prefill_logits(test::fixture("hf/llama/model-bf16.gguf"), ids)), 1e-4);  // the same two
+  EXPECT_GT(max_abs_diff(hf, plain), 0.1);
+}
+
+// stories260K rewritten with `edit` applied to its metadata and `extra` f32 tensors added.
+std::string stories_with(const std::string& name, const std::function<void(GgufWriter&)>& edit,
+                         const std::vector<ExtraTensor>& extra = {}) {
+  return gguf_copy_with("models/stories260K.gguf", name, edit, extra);
 }
 
 TEST(GgufConfig, KeysOfTheWrongTypeAndUnsupportedScalingAreRefusedByName) {

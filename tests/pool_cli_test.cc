@@ -205,6 +205,9 @@ TEST(PoolCli, PoolFlagsAreCheckedWithoutAPool) {
             std::string::npos)
       << warned.out;
   EXPECT_EQ(ids_of(test::run_command(base + " --split 0-4 2>/dev/null")), want);
+  const auto automatic = test::run_command(base + " --layers-local auto 2>&1 >/dev/null");  // the default, given
+  EXPECT_EQ(automatic.status, 0) << automatic.out;
+  EXPECT_EQ(automatic.out.find("warn"), std::string::npos) << automatic.out;
   const auto check = test::run_command(test::shoal_bin() + " check -m " + test::fixture("hf/llama") + " --reference " +
                                        test::fixture("hf/llama/reference.safetensors") + " --layers-local x 2>&1");
   EXPECT_EQ(check.status, 2);

@@ -88,8 +88,8 @@ int host(const HostCmdOptions& o) {
 
   const GenerateOptions go = o.gen.generate_options();
   // A request whose chain broke before its first token and whose new plan failed (Host::generate
-  // makes one) while fewer than --workers are there waits for them, as a prompt's plan does, and
-  // runs again: nothing of it was shown yet.
+  // makes one: kUnavailable) while fewer than --workers are there waits for them, as a prompt's
+  // plan does, and runs again: nothing of it was shown yet.
   bool shown = false;  // a token of the current prompt's answer went out
   auto answer = [&](std::span<const int32_t> ids) -> Status {
     shown = false;
@@ -97,7 +97,9 @@ int host(const HostCmdOptions& o) {
       return host.generate(p, g, [&](int32_t id) { return shown = true, cb(id); }, s);
     };
     Status st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
-    if (st.ok() || shown || o.workers == 0 || host.n_workers() >= size_t(o.workers)) return st;
+    if (st.ok() || shown || st.code() != Code::kUnavailable || o.workers == 0 ||
+        host.n_workers() >= size_t(o.workers))
+      return st;
     SHOAL_RETURN_IF_ERROR(plan());
     return generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
   };
@@ -124,7 +126,7 @@ int host(const HostCmdOptions& o) {
       ++n_failed;
       // With --output-ids each prompt's answer is one line: null for one that failed before any id.
       if (o.gen.output_ids && !shown) {
-        if (Status w = write_stdout("null\n"); !w.ok()) return fail(w);
+        if (Status w = write_answer_line("null\n"); !w.ok()) return fail(w);
       }
     }
   }

@@ -1,6 +1,7 @@
 #include "app/generate_text.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -121,7 +122,7 @@ Status write_stdout(std::string_view text) {
 namespace {
 
 // The answer generate_to_stdout is writing, for end_answer_on_stdout() on a signal's thread.
-std::mutex answer_mu;
+std::timed_mutex answer_mu;
 enum class Open { kNothing, kText, kIds } answer_open = Open::kNothing;  // what a stop must end
 bool answer_ended = false;  // ended by a stop: later writes are dropped
 
@@ -135,9 +136,12 @@ Status write_answer(std::string_view text, Open now) {
 
 }  // namespace
 
+Status write_answer_line(std::string_view line) { return write_answer(line, Open::kNothing); }
+
 void end_answer_on_stdout() {
-  std::lock_guard lock(answer_mu);
-  if (answer_ended) return;
+  // A write blocked on a full pipe holds the lock: the stop does not wait for a reader.
+  std::unique_lock lock(answer_mu, std::chrono::milliseconds(100));
+  if (!lock.owns_lock() || answer_ended) return;
   answer_ended = true;
   if (answer_open == Open::kIds) (void)write_stdout("]\n");
   if (answer_open == Open::kText) (void)write_stdout("\n");

@@ -69,7 +69,11 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
 
 /// For a stop by signal, from any thread: ends the answer generate_to_stdout is writing (its id
 /// array closed, its text line ended) and drops whatever it would write after, so that what the
-/// process leaves on stdout is whole.
+/// process leaves on stdout is whole. Waits at most 0.1 s for a write in progress (a full pipe):
+/// then it ends nothing.
 void end_answer_on_stdout();
+/// Writes one whole line of an answer (`null` for a prompt that failed), unless a stop ended the
+/// output (then nothing). Errors: as write_stdout().
+Status write_answer_line(std::string_view line);
 
 }  // namespace shoal::app

@@ -34,6 +34,7 @@ void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool) {
   cmd->add_option("--layers-local", f.layers_local, "Layers the host holds itself: N, or auto (the planner chooses)")
       ->capture_default_str()
       ->check([](const std::string& text) {
+        if (text == "auto") return std::string();
         const auto n = parse_layers_local(text);
         return n.ok() ? std::string() : n.status().message();
       });

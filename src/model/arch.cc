@@ -165,7 +165,6 @@ Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch) {
     return m;
   }
   m.hf_arch_ = &arch;
-  std::vector<const TensorInfo*> unused;
   for (const auto& t : f.index.tensors()) {
     std::string_view name = t.name;
     // Qwen3.5-style checkpoints nest the text model under model.language_model.
@@ -198,19 +197,10 @@ Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch) {
         }
       }
     }
+    if (mapped) continue;
+    spdlog::debug("{}: tensor '{}' is not used", f.path, t.name);
     // (Older checkpoints keep RoPE's inv_freq buffers; transformers ignores them as well.)
-    if (!mapped && !name.ends_with(".rotary_emb.inv_freq")) unused.push_back(&t);
-  }
-  // As transformers' "Some weights of the model checkpoint were not used": a checkpoint of another
-  // variant of the family (a bias, a norm this graph does not have) computes something else.
-  for (const TensorInfo* t : unused) spdlog::debug("{}: tensor '{}' is not used", f.path, t->name);
-  if (!unused.empty()) {
-    std::string names;
-    for (size_t i = 0; i < std::min<size_t>(unused.size(), 3); ++i)
-      names += fmt::format("{}'{}'", i ? ", " : "", escape_unprintable(unused[i]->name));
-    spdlog::warn("{}: {} tensor{} of the checkpoint {} not used by Shoal's {} graph ({}{}); its output may differ "
-                 "from transformers'", f.path, unused.size(), unused.size() == 1 ? "" : "s",
-                 unused.size() == 1 ? "is" : "are", arch.gguf_name, names, unused.size() > 3 ? ", ..." : "");
+    if (!name.ends_with(".rotary_emb.inv_freq")) m.unmapped_.push_back(t.name);
   }
   return m;
 }

@@ -59,6 +59,9 @@ class WeightMap {
   Status missing(std::string_view canonical) const;
   void add(std::string canonical, const TensorInfo* info) { map_[std::move(canonical)] = info; }
   size_t size() const { return map_.size(); }
+  /// A Hugging Face checkpoint's tensors that no rule names (in file order; RoPE inv_freq buffers
+  /// left out, as transformers ignores them): the loader warns of them with the unread ones.
+  const std::vector<std::string>& unmapped() const { return unmapped_; }
   /// The canonical names, in no order.
   std::vector<std::string> names() const {
     std::vector<std::string> out;
@@ -74,10 +77,11 @@ class WeightMap {
   friend Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch);
   std::unordered_map<std::string, const TensorInfo*> map_;
   const ArchInfo* hf_arch_ = nullptr;  // a Hugging Face checkpoint's rules (names in errors)
+  std::vector<std::string> unmapped_;
 };
 
 /// Maps the file's tensors to canonical names (identity for GGUF). HF names that no rule covers
-/// are ignored (logged at debug level).
+/// are left out (WeightMap::unmapped; each logged at debug level).
 Result<WeightMap> map_weights(const ModelFile& f, const ArchInfo& arch);
 
 /// "blk.3.attn_q.weight"

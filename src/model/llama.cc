@@ -59,13 +59,15 @@ Status check_heads(const ModelConfig& cfg) {
 Status hf_sliding_window(const nlohmann::json& j, ModelConfig& cfg) {
   const bool mistral = j.value("model_type", "") == "mistral";
   if (cfg.arch == "llama" && !mistral) return Status::Ok();  // (Llama's attention has no window)
-  SHOAL_ASSIGN_OR_RETURN(const int64_t window, hf_int_or(j, "sliding_window", 0, 0, INT32_MAX));
+  // Absent, the configuration classes' default (4096); null: full attention.
+  if (auto it = j.find("sliding_window"); it != j.end() && it->is_null()) return Status::Ok();
+  SHOAL_ASSIGN_OR_RETURN(const int64_t window, hf_int_or(j, "sliding_window", 4096, 0, INT32_MAX));
   if (window == 0) return Status::Ok();
   std::vector<bool> sliding(size_t(cfg.n_layers), true);
   if (!mistral) {  // Qwen2 / Qwen3
     SHOAL_ASSIGN_OR_RETURN(const bool use, hf_bool_or(j, "use_sliding_window", false));
     if (!use) return Status::Ok();
-    SHOAL_ASSIGN_OR_RETURN(const int64_t from, hf_int_or(j, "max_window_layers", cfg.n_layers, 0, INT32_MAX));
+    SHOAL_ASSIGN_OR_RETURN(const int64_t from, hf_int_or(j, "max_window_layers", 28, 0, INT32_MAX));  // (Qwen2Config's)
     for (int l = 0; l < cfg.n_layers; ++l) sliding[size_t(l)] = l >= from;
     if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
       if (!it->is_array() || int(it->size()) != cfg.n_layers)
@@ -112,8 +114,12 @@ Status from_gguf(const ModelFile& f, ModelConfig& cfg) {
   cfg.qk_norm = tr.qk_norm;
   cfg.attn_bias = f.index.find("blk.0.attn_q.bias") != nullptr;
   // llama.cpp takes biases on the gated FFN's gate and up too; Shoal's FFN has none there.
-  for (const char* b : {"blk.0.ffn_gate.bias", "blk.0.ffn_up.bias"}) {
-    if (f.index.find(b)) return make_error(Code::kUnsupported, "tensor '{}': biases on the FFN's gate / up are not supported", b);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    for (const char* b : {"ffn_gate.bias", "ffn_up.bias"}) {
+      const std::string name = layer_tensor(l, b);
+      if (f.index.find(name))
+        return make_error(Code::kUnsupported, "tensor '{}': biases on the FFN's gate / up are not supported", name);
+    }
   }
   cfg.tied_embeddings = f.index.find("output.weight") == nullptr;
   const TensorInfo* embd = f.index.find("token_embd.weight");

@@ -480,7 +480,9 @@ Result<std::vector<int32_t>> Host::generate(std::span<const int32_t> prompt, con
   auto out = session_->generate(prompt, opts, counted, stats);
   if (out.ok() || handed || pipeline_->ready() || out.status().code() != Code::kUnavailable) return out;
   spdlog::warn("{}; planning again and running the request again", out.status().to_string());
-  SHOAL_RETURN_IF_ERROR(ensure_plan());
+  if (Status st = ensure_plan(); !st.ok()) {  // (kUnavailable: the pool that served the plan is gone)
+    return make_error(Code::kUnavailable, "{}; the plan made again failed: {}", out.status().message(), st.to_string());
+  }
   return session_->generate(prompt, opts, on_token, stats);
 }
 

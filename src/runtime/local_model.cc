@@ -35,7 +35,11 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   SHOAL_ASSIGN_OR_RETURN(m.config, load_model_config(*m.file));
   SHOAL_ASSIGN_OR_RETURN(m.weights, map_weights(*m.file, *m.arch));
   if (Status st = m.weights.layers_within(m.config.n_layers); !st.ok()) return st.with_context(path);
-  if (const auto unused = unused_tensors(m.config, m.weights); !unused.empty()) {
+  // As transformers' "Some weights of the model checkpoint were not used": tensors of another
+  // variant of the family (a bias, a norm this graph does not have) compute something else.
+  std::vector<std::string> unused = m.weights.unmapped();
+  for (std::string& name : unused_tensors(m.config, m.weights)) unused.push_back(std::move(name));
+  if (!unused.empty()) {
     std::string names;
     for (size_t i = 0; i < std::min<size_t>(unused.size(), 3); ++i)
       names += fmt::format("{}'{}'", i ? ", " : "", escape_unprintable(unused[i]));

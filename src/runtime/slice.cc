@@ -53,9 +53,10 @@ std::vector<Need> layer_needs(const ModelConfig& cfg, int l, LayerWeights& w) {
       {n("attn_output.bias"), WeightRole::kVector, &w.bo, {d}, cfg.attn_out_bias},
       {n("ffn_up.weight"), WeightRole::kMatrix, &w.w_up, {L.d_ff, d}, true},  // (after the gate, below)
       {n("ffn_down.weight"), WeightRole::kMatrix, &w.w_down, {d, L.d_ff}, true},
-      {n("ffn_up.bias"), WeightRole::kVector, &w.b_up, {L.d_ff}, cfg.ffn_bias},
       {n("ffn_down.bias"), WeightRole::kVector, &w.b_down, {d}, cfg.ffn_bias},
   };
+  // (A gated FFN's gate / up take no bias: a file that has them is refused, or warned of as unread.)
+  if (!cfg.gated_ffn) v.push_back({n("ffn_up.bias"), WeightRole::kVector, &w.b_up, {L.d_ff}, cfg.ffn_bias});
   if (cfg.qk_norm) {
     v.push_back({n("attn_q_norm.weight"), WeightRole::kVector, &w.q_norm, {L.head_dim}, true});
     v.push_back({n("attn_k_norm.weight"), WeightRole::kVector, &w.k_norm, {L.head_dim}, true});
@@ -82,6 +83,13 @@ uint64_t layer_kv_bytes(const LayerConfig& L, int n_ctx, DType kv_dtype) {
   return 2 * uint64_t(n_ctx) * kv_row_bytes(kv_dtype, int64_t(L.n_kv_heads) * L.head_dim);
 }
 
+// K and V cache bytes of layers [first, end) at n_ctx positions.
+uint64_t slice_kv_bytes(const ModelConfig& cfg, int first, int end, int n_ctx, DType kv_dtype) {
+  uint64_t kv = 0;
+  for (int l = first; l < end; ++l) kv += layer_kv_bytes(cfg.layers[size_t(l)], n_ctx, kv_dtype);
+  return kv;
+}
+
 // A device backend (CUDA): the slice's weights and KV cache against the device's free memory,
 // before anything is allocated, so that a slice too large is refused with the whole need rather
 // than by the tensor that would have hit the limit (half the model loaded). Activation buffers and
@@ -93,11 +101,8 @@ Status check_device_fits(const ModelConfig& cfg, const WeightMap& weights, const
   if (backend.kind() == DeviceKind::kCpu) return Status::Ok();
   SHOAL_ASSIGN_OR_RETURN(const std::vector<uint64_t> per_layer, layer_bytes(cfg, weights, opts.n_ctx, opts.kv_dtype));
   SHOAL_ASSIGN_OR_RETURN(uint64_t need, global_bytes(cfg, weights, spec.embed, spec.head));
-  uint64_t kv = 0;
-  for (int l = spec.first; l < spec.end; ++l) {
-    kv += layer_kv_bytes(cfg.layers[size_t(l)], opts.n_ctx, opts.kv_dtype);
-    need += per_layer[size_t(l)];
-  }
+  const uint64_t kv = slice_kv_bytes(cfg, spec.first, spec.end, opts.n_ctx, opts.kv_dtype);
+  for (int l = spec.first; l < spec.end; ++l) need += per_layer[size_t(l)];
   const uint64_t free_bytes = backend.free_memory();
   if (need <= free_bytes || free_bytes == 0) return Status::Ok();  // 0: not known (the allocations will say)
   std::string what = spec.first < spec.end ? fmt::format("layers {}-{}", spec.first, spec.end - 1) : "no layers";
@@ -295,8 +300,7 @@ Result<std::unique_ptr<Slice>> Slice::load(ModelFile& file, const ModelConfig& c
   s->file_bytes_ = loader.file_bytes();
   SHOAL_RETURN_IF_ERROR(s->alloc_buffers());
   if (spec.end > spec.first) {
-    uint64_t kv = 0;
-    for (int l = spec.first; l < spec.end; ++l) kv += layer_kv_bytes(cfg.layers[size_t(l)], o.n_ctx, o.kv_dtype);
+    const uint64_t kv = slice_kv_bytes(cfg, spec.first, spec.end, o.n_ctx, o.kv_dtype);
     std::string kv_type(dtype_name(o.kv_dtype));  // as --kv names it
     for (char& c : kv_type) c = char(std::tolower(static_cast<unsigned char>(c)));
     spdlog::info("KV cache: {}, {} positions x {} layer{}, {}", kv_type, o.n_ctx, spec.end - spec.first,

@@ -200,13 +200,13 @@ Status check_decode_sampling(const DecodeSampling& how);
 Result<std::vector<uint64_t>> layer_bytes(const ModelConfig& cfg, const WeightMap& weights, int n_ctx, DType kv_dtype);
 /// Bytes of a slice's weights outside its layers on a backend: the embedding (`embed`), the final
 /// norm and LM head (`head`; a tied head without the embedding holds its own copy of it).
+Result<uint64_t> global_bytes(const ModelConfig& cfg, const WeightMap& weights, bool embed, bool head);
+
 /// The tensors of `weights` (canonical names, sorted) that no slice of `cfg` reads: a norm or a
 /// bias of another variant of the family (a GGUF of another architecture relabelled), without which
 /// the output is not the reference implementation's. llama.cpp refuses such a GGUF ("wrong number
 /// of tensors"); Shoal's loader warns (local_model.cc).
 std::vector<std::string> unused_tensors(const ModelConfig& cfg, const WeightMap& weights);
-
-Result<uint64_t> global_bytes(const ModelConfig& cfg, const WeightMap& weights, bool embed, bool head);
 
 }  // namespace shoal
 

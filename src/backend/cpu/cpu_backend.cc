@@ -51,7 +51,7 @@ CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::name() const {
   return reference_ ? std::string("cpu-ref (reference, 1 thread)")
-                    : fmt::format("cpu ({} threads)", pool_->size());
+                    : fmt::format("cpu ({} thread{})", pool_->size(), pool_->size() == 1 ? "" : "s");
 }
 
 uint64_t CpuBackend::free_memory() const { return mem_available_bytes(); }

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <regex>
 
 #include "runtime/local_model.h"
 #include "runtime/session.h"
@@ -128,6 +129,17 @@ TEST(StoriesCli, UnknownLogLevelIsRefused) {
                                    test::fixture("models/stories260K.gguf") + " -p hi -n 4 2>&1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("--log-level: bogus not in"), std::string::npos) << r.out;
+}
+
+TEST(StoriesCli, BenchGivesEachRateWithItsStandardDeviation) {
+  // As llama-bench: "rate ± sd" over the repetitions; one repetition has none (0.0).
+  const std::string cmd = "bench -m " + test::fixture("models/stories260K.gguf") + " -p 16 -n 8 -t 1";
+  const auto three = test::run_command(stories_cmd(cmd + " -r 3"));
+  EXPECT_EQ(three.status, 0) << three.out;
+  EXPECT_TRUE(std::regex_search(three.out, std::regex(R"(\| pp16 \| [0-9]+\.[0-9] ± [0-9]+\.[0-9] \| - \|)"))) << three.out;
+  EXPECT_TRUE(std::regex_search(three.out, std::regex(R"(\| tg8 \| [0-9]+\.[0-9] ± [0-9]+\.[0-9] \| [0-9.]+ \|)"))) << three.out;
+  const auto one = test::run_command(stories_cmd(cmd + " -r 1"));
+  EXPECT_TRUE(std::regex_search(one.out, std::regex(R"(\| pp16 \| [0-9]+\.[0-9] ± 0\.0 \|)"))) << one.out;
 }
 
 TEST(StoriesCli, BenchRefusesPositionsPastTheContext) {

@@ -3,6 +3,7 @@
 // bound by matmul throughput, so it reports TFLOP/s (matmuls only).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -30,6 +31,18 @@ double now_s() {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// "median ± sd" of the rates `tokens` / t over the repetitions' times t (seconds), as llama-bench
+// gives its rate with its standard deviation (sample: n - 1; 0 for one repetition).
+std::string rate(int tokens, const std::vector<double>& times) {
+  std::vector<double> r;
+  for (double t : times) r.push_back(t > 0 ? tokens / t : 0);
+  double mean = 0, var = 0;
+  for (double x : r) mean += x / double(r.size());
+  for (double x : r) var += (x - mean) * (x - mean);
+  const double sd = r.size() > 1 ? std::sqrt(var / double(r.size() - 1)) : 0;
+  return fmt::format("{:.1f} ± {:.1f}", median(r), sd);
 }
 
 int bench(const BenchOptions& o) {
@@ -76,18 +89,18 @@ int bench(const BenchOptions& o) {
   }
   const double pp = median(pp_s), tg = median(tg_s);
   const double pp_tps = pp > 0 ? o.n_prompt / pp : 0, tg_tps = tg > 0 ? o.n_gen / tg : 0;
-  std::printf("| model | device | weights | test | tokens/s | GB/s | TFLOP/s |\n");
+  std::printf("| model | device | weights | test | tokens/s (median ± sd) | GB/s | TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   const std::string name = m.config.name, dev = m.backend->name();
   const std::string weights = pool::format_bytes(cost->weight_bytes);
   // (CPU backends compute in f32 whatever the flag.)
   const bool half = o.model.prefill_precision == "half" && m.backend->kind() == DeviceKind::kCuda;
   if (o.n_prompt > 0)
-    std::printf("| %s | %s | %s | pp%d%s | %.1f | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(),
-                o.n_prompt, half ? " (half)" : "", pp_tps, pp_tps * cost->flops / 1e12);
+    std::printf("| %s | %s | %s | pp%d%s | %s | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(),
+                o.n_prompt, half ? " (half)" : "", rate(o.n_prompt, pp_s).c_str(), pp_tps * cost->flops / 1e12);
   if (o.n_gen > 0)
-    std::printf("| %s | %s | %s | tg%d | %.1f | %.1f | - |\n", name.c_str(), dev.c_str(), weights.c_str(),
-                o.n_gen, tg_tps, tg_tps * double(cost->weight_bytes) / 1e9);
+    std::printf("| %s | %s | %s | tg%d | %s | %.1f | - |\n", name.c_str(), dev.c_str(), weights.c_str(),
+                o.n_gen, rate(o.n_gen, tg_s).c_str(), tg_tps * double(cost->weight_bytes) / 1e9);
   std::fflush(stdout);
   return 0;
 }
@@ -105,7 +118,8 @@ CommandFn add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (tg), after the prompt")
       ->capture_default_str()
       ->transform(int_range(0, 1 << 20));
-  cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (the median is reported)")
+  cmd->add_option("-r,--repetitions", o->reps,
+                  "Timed repetitions after one untimed warm-up (tokens/s: their median and standard deviation)")
       ->capture_default_str()
       ->transform(int_range(1, 1000));
   return [o] { return bench(*o); };

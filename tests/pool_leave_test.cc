@@ -32,15 +32,30 @@ std::string first_story() {
   return nlohmann::json::parse(in)["cases"][0]["generated_text"].get<std::string>();
 }
 
+// A host over stories260K (--split 0-2,3-4, host `extra` flags) and workers w1, w2 that took plan
+// 1 (w1 joins first: layers 0-2). On a failure the workers are null (the host says why).
+struct SplitPool {
+  std::unique_ptr<Child> host, w1, w2;
+};
+SplitPool split_pool(const std::string& secret, std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(), {"--split", "0-2,3-4"});
+  SplitPool p;
+  p.host = test::stories_host(secret, 2, extra);
+  const std::string addr = test::host_address(*p.host);
+  if (addr.empty()) return p;
+  auto w1 = test::join(addr, "w1", secret);
+  if (!p.host->wait_err("worker 'w1' joined", 60s)) return p;
+  auto w2 = test::join(addr, "w2", secret);
+  if (!p.host->wait_err("worker 'w2' ready for plan 1", 60s)) return p;
+  p.w1 = std::move(w1);
+  p.w2 = std::move(w2);
+  return p;
+}
+
 TEST(PoolLeave, StoppedPeersSayBye) {
   const std::string secret = "leave-test-secret";
-  auto host = test::stories_host(secret, 2, {"--split", "0-2,3-4"});
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto w1 = test::join(addr, "w1", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w1' joined", 60s)) << host->err();
-  auto w2 = test::join(addr, "w2", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w2' ready for plan 1", 60s)) << host->err();
+  auto [host, w1, w2] = split_pool(secret);
+  ASSERT_TRUE(w2) << (host ? host->err() : "");
 
   w2->kill(SIGINT);
   w2->kill(SIGINT);  // at once: the same request twice (as `timeout` or a process group sends it)
@@ -153,18 +168,13 @@ TEST(PoolLeave, ARequestThatMeetsAWorkerFrozenSinceThePlanWaitsForAnotherAndRuns
   // without w2 fails (the --split needs two workers), so the host waits for two, and w3 answers
   // the prompt as if nothing had happened.
   const std::string secret = "frozen-request-secret";
-  auto host = test::stories_host(secret, 2, {"--split", "0-2,3-4", "--dead-after", "3000"});
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto w1 = test::join(addr, "w1", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w1' joined", 60s)) << host->err();
-  auto w2 = test::join(addr, "w2", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w2' ready for plan 1", 60s)) << host->err();
+  auto [host, w1, w2] = split_pool(secret, {"--dead-after", "3000"});
+  ASSERT_TRUE(w2) << (host ? host->err() : "");
   w2->kill(SIGSTOP);
   host->write("Once upon a time\n");
   ASSERT_TRUE(host->wait_err("planning again and running the request again(.|\n)*waiting for 2 workers", 60s))
       << host->err();
-  auto w3 = test::join(addr, "w3", secret);
+  auto w3 = test::join(test::host_address(*host), "w3", secret);
   ASSERT_TRUE(host->wait_out_text(first_story(), 60s)) << host->out() << host->err();
   w2->kill(SIGCONT);
   host->close_stdin();

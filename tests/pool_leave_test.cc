@@ -2,7 +2,8 @@
 // or SIGHUP and a worker stopped by SIGINT say bye (the others hear why at once, not after a
 // silence), and a second signal ends a host whose leaving is stuck; a
 // worker frozen past --dead-after is dropped and, when it wakes, reads why; a request that meets a worker
-// frozen since the plan waits for another and runs again; a worker's name stays
+// frozen since the plan waits for another and runs again, and a worker whose next stage froze stays
+// in the pool; a prompt stopped while it waits is answered null (--output-ids); a worker's name stays
 // its own while it is alive, and a worker restarted under its name takes it back.
 #include <gtest/gtest.h>
 
@@ -181,6 +182,44 @@ TEST(PoolLeave, ARequestThatMeetsAWorkerFrozenSinceThePlanWaitsForAnotherAndRuns
   EXPECT_EQ(host->wait_exit(30s), 0) << host->err();
   EXPECT_NE(host->err().find("worker 'w3' ready for plan"), std::string::npos) << host->err();
   EXPECT_EQ(host->out().find("\n\n"), std::string::npos) << host->out();  // one answer, nothing before it
+}
+
+TEST(PoolLeave, AWorkerThatCannotReachAFrozenNextStageStaysInThePool) {
+  // w3 joining makes the next prompt plan again; w2 (layers 3-4) freezes first, unnoticed yet (the
+  // host's --dead-after is 4 s). w1 keeps layers 0-2 and cannot open its hop to w2: that is w2's
+  // fault (unavailable), so w1 stays, and the plan made after w2 is dropped runs on w1 and w3.
+  const std::string secret = "frozen-next-secret";
+  auto [host, w1, w2] = split_pool(secret, {"--dead-after", "4000"});
+  ASSERT_TRUE(w2) << (host ? host->err() : "");
+  auto w3 = test::join(test::host_address(*host), "w3", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w3' joined", 60s)) << host->err();
+  w2->kill(SIGSTOP);
+  host->write("Once upon a time\n");
+  ASSERT_TRUE(host->wait_out_text(first_story(), 90s)) << host->out() << host->err();
+  w2->kill(SIGCONT);
+  host->close_stdin();
+  EXPECT_EQ(host->wait_exit(30s), 0) << host->err();
+  EXPECT_EQ(w1->wait_exit(30s), 0) << w1->err();  // it left when the host did, not before
+  EXPECT_EQ(host->err().find("refused worker 'w1'"), std::string::npos) << host->err();
+  EXPECT_NE(host->err().find("worker 'w3' ready for plan"), std::string::npos) << host->err();
+}
+
+TEST(PoolLeave, AStopWhileAPromptWaitsForWorkersAnswersItNull) {
+  // --output-ids owes each prompt line one line out: a SIGTERM while the prompt waits for a worker
+  // (its only one was killed) leaves null for it.
+  const std::string secret = "pending-null-secret";
+  auto host = test::stories_host(secret, 1, {"--output-ids"});
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = test::join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  w1->kill(SIGKILL);
+  ASSERT_TRUE(host->wait_err("worker 'w1'.*closed the connection", 10s)) << host->err();
+  host->write("Once upon a time\n");
+  ASSERT_TRUE(host->wait_err("waiting for 1 worker on", 30s)) << host->err();
+  host->kill(SIGTERM);
+  EXPECT_EQ(host->wait_exit(10s), 128 + SIGTERM) << host->err();
+  EXPECT_EQ(host->out(), "null\n") << host->err();
 }
 
 TEST(PoolLeave, ANameStaysWithItsLiveWorkerAndComesBackWithARestart) {

@@ -71,8 +71,8 @@ int host(const HostCmdOptions& o) {
     for (;;) {
       const Status st = host.ensure_plan();
       if (st.ok() || o.workers == 0 || host.wait_for_workers(size_t(o.workers), pool::Millis(0)).ok()) return st;
-      spdlog::warn("{}; waiting for {} worker{} on {}", st.to_string(), o.workers, o.workers == 1 ? "" : "s",
-                   host.address());
+      spdlog::warn("no plan with the pool as it is ({}); waiting for {} worker{} on {}", st.to_string(), o.workers,
+                   o.workers == 1 ? "" : "s", host.address());
       SHOAL_RETURN_IF_ERROR(host.wait_for_workers(size_t(o.workers), kForever));
     }
   };
@@ -97,11 +97,13 @@ int host(const HostCmdOptions& o) {
       return host.generate(p, g, [&](int32_t id) { return shown = true, cb(id); }, s);
     };
     Status st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
-    if (st.ok() || shown || st.code() != Code::kUnavailable || o.workers == 0 ||
-        host.n_workers() >= size_t(o.workers))
-      return st;
-    SHOAL_RETURN_IF_ERROR(plan());
-    return generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
+    // (As long as workers keep leaving before the first token: each run needs one more to fail.)
+    while (!st.ok() && !shown && st.code() == Code::kUnavailable && o.workers > 0 &&
+           host.n_workers() < size_t(o.workers)) {
+      SHOAL_RETURN_IF_ERROR(plan());
+      st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
+    }
+    return st;
   };
   if (one_prompt) {
     Status st = answer(prompt_ids);
@@ -116,6 +118,7 @@ int host(const HostCmdOptions& o) {
     if (line.empty()) continue;
     ++n_prompts;
     shown = false;
+    if (o.gen.output_ids) expect_answer_line();  // (a stop before its first id says null for it)
     auto ids = encode_prompt(tok, line);
     Status st = ids.ok() ? check_prompt_fits(ids->size(), host.n_ctx()) : ids.status();  // before a wait
     if (st.ok()) st = plan();

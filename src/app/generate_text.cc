@@ -123,7 +123,7 @@ namespace {
 
 // The answer generate_to_stdout is writing, for end_answer_on_stdout() on a signal's thread.
 std::timed_mutex answer_mu;
-enum class Open { kNothing, kText, kIds } answer_open = Open::kNothing;  // what a stop must end
+enum class Open { kNothing, kPending, kText, kIds } answer_open = Open::kNothing;  // what a stop must end
 bool answer_ended = false;  // ended by a stop: later writes are dropped
 
 // Writes `text` of the answer in progress; `now` is what then stands open. Nothing after a stop.
@@ -138,6 +138,11 @@ Status write_answer(std::string_view text, Open now) {
 
 Status write_answer_line(std::string_view line) { return write_answer(line, Open::kNothing); }
 
+void expect_answer_line() {
+  std::lock_guard lock(answer_mu);
+  if (!answer_ended) answer_open = Open::kPending;
+}
+
 void end_answer_on_stdout() {
   // A write blocked on a full pipe holds the lock: the stop does not wait for a reader.
   std::unique_lock lock(answer_mu, std::chrono::milliseconds(100));
@@ -145,6 +150,7 @@ void end_answer_on_stdout() {
   answer_ended = true;
   if (answer_open == Open::kIds) (void)write_stdout("]\n");
   if (answer_open == Open::kText) (void)write_stdout("\n");
+  if (answer_open == Open::kPending) (void)write_stdout("null\n");
 }
 
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
@@ -166,8 +172,9 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
   }, &st);
   if (!written.ok()) return written;
   if (!out.ok()) {
-    // What was shown stays, ended: the ids as a JSON array, the text with its line.
-    (void)write_answer(open == Open::kIds ? "]\n" : open == Open::kText ? "\n" : "", Open::kNothing);
+    // What was shown stays, ended: the ids as a JSON array, the text with its line. (Nothing shown:
+    // what stands open, a pending line, stays for the caller.)
+    if (open != Open::kNothing) (void)write_answer(open == Open::kIds ? "]\n" : "\n", Open::kNothing);
     return out.status();
   }
   if (output_ids) {

@@ -72,6 +72,9 @@ Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, co
 /// process leaves on stdout is whole. Waits at most 0.1 s for a write in progress (a full pipe):
 /// then it ends nothing.
 void end_answer_on_stdout();
+/// Says that an answer line is owed (a prompt of `shoal host --output-ids` taken): a stop before
+/// any of it is written writes `null` for it.
+void expect_answer_line();
 /// Writes one whole line of an answer (`null` for a prompt that failed), unless a stop ended the
 /// output (then nothing). Errors: as write_stdout().
 Status write_answer_line(std::string_view line);

@@ -17,6 +17,7 @@ namespace {
 constexpr Millis kArrivalSlice{200};
 constexpr Millis kReadySlice{100};
 constexpr int kPlanAttempts = 4;  // plans tried in one ensure_plan() while workers keep failing
+constexpr int kRequestAttempts = 4;  // runs of a request whose chain keeps breaking before its first token
 
 }  // namespace
 
@@ -477,13 +478,17 @@ Result<std::vector<int32_t>> Host::generate(std::span<const int32_t> prompt, con
     handed = true;
     return on_token ? on_token(id) : true;
   };
-  auto out = session_->generate(prompt, opts, counted, stats);
-  if (out.ok() || handed || pipeline_->ready() || out.status().code() != Code::kUnavailable) return out;
-  spdlog::warn("{}; planning again and running the request again", out.status().to_string());
-  if (Status st = ensure_plan(); !st.ok()) {  // (kUnavailable: the pool that served the plan is gone)
-    return make_error(Code::kUnavailable, "{}; the plan made again failed: {}", out.status().message(), st.to_string());
+  for (int attempt = 1;; ++attempt) {
+    auto out = session_->generate(prompt, opts, counted, stats);
+    if (out.ok() || handed || pipeline_->ready() || out.status().code() != Code::kUnavailable ||
+        attempt == kRequestAttempts)
+      return out;
+    spdlog::warn("{}; planning again and running the request again", out.status().to_string());
+    if (Status st = ensure_plan(); !st.ok()) {  // (kUnavailable: the pool that served the plan is gone)
+      return make_error(Code::kUnavailable, "{}; the plan made again failed: {}", out.status().message(),
+                        st.to_string());
+    }
   }
-  return session_->generate(prompt, opts, on_token, stats);
 }
 
 }  // namespace shoal::pool

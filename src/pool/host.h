@@ -94,8 +94,8 @@ class Host {
   Status ensure_plan();
   /// ensure_plan(), then Session::generate. A request whose chain breaks (kUnavailable: a worker
   /// that left, unnoticed when the plan was made) before its first token is handed to `on_token`
-  /// runs once more on a new plan: nothing was shown yet. That plan's failure (a pool now too small)
-  /// is kUnavailable too, naming both. The host stays usable after any error.
+  /// runs again on a new plan, up to 4 runs in all: nothing was shown yet. A new plan's failure (a
+  /// pool now too small) is kUnavailable too, naming both. The host stays usable after any error.
   Result<std::vector<int32_t>> generate(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                         const TokenCallback& on_token, GenerateStats* stats = nullptr);
   /// The pipeline of the current plan (call ensure_plan() first).

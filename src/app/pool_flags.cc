@@ -1,6 +1,7 @@
 #include "app/pool_flags.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
@@ -188,8 +189,20 @@ Result<std::unique_ptr<LocalPool>> start_local_pool(const ModelFlags& m, const P
   w.log_level = std::string(level.data(), level.size());
   w.dead_after_ms = pf.dead_after_ms;
   SHOAL_ASSIGN_OR_RETURN(lp->workers, pool::LocalWorkers::spawn(w));
-  SHOAL_RETURN_IF_ERROR(
-      lp->host->wait_for_workers(w.workers.size(), kLocalJoinTimeout, [&] { return lp->workers->check(); }));
+  // A worker that does not join (a process frozen, a machine that swaps) is said every 10 s.
+  const auto start = std::chrono::steady_clock::now();
+  auto next_note = start + std::chrono::seconds(10);
+  auto alive = [&] {
+    if (std::chrono::steady_clock::now() >= next_note) {
+      next_note += std::chrono::seconds(10);
+      spdlog::info("waiting for the local workers to join: {} of {} so far ({:.0f} s; at most {} s)",
+                   lp->host->n_workers(), w.workers.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                   kLocalJoinTimeout.count() / 1000);
+    }
+    return lp->workers->check();
+  };
+  SHOAL_RETURN_IF_ERROR(lp->host->wait_for_workers(w.workers.size(), kLocalJoinTimeout, alive));
   SHOAL_RETURN_IF_ERROR(lp->host->ensure_plan());
   return lp;
 }

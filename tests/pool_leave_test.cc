@@ -202,6 +202,10 @@ TEST(PoolLeave, AWorkerThatCannotReachAFrozenNextStageStaysInThePool) {
   EXPECT_EQ(w1->wait_exit(30s), 0) << w1->err();  // it left when the host did, not before
   EXPECT_EQ(host->err().find("refused worker 'w1'"), std::string::npos) << host->err();
   EXPECT_NE(host->err().find("worker 'w3' ready for plan"), std::string::npos) << host->err();
+  // The path under test: w1 could not open its hop to w2 and said so as unavailable.
+  EXPECT_NE(host->err().find("worker 'w1' did not take its part of plan"), std::string::npos)
+      << host->err();
+  EXPECT_NE(w1->err().find("hop to stage 2"), std::string::npos) << w1->err();
 }
 
 TEST(PoolLeave, AStopWhileAPromptWaitsForWorkersAnswersItNull) {
@@ -216,7 +220,7 @@ TEST(PoolLeave, AStopWhileAPromptWaitsForWorkersAnswersItNull) {
   w1->kill(SIGKILL);
   ASSERT_TRUE(host->wait_err("worker 'w1'.*closed the connection", 10s)) << host->err();
   host->write("Once upon a time\n");
-  ASSERT_TRUE(host->wait_err("waiting for 1 worker on", 30s)) << host->err();
+  ASSERT_TRUE(host->wait_err("no plan with the pool as it is.*waiting for 1 worker on", 30s)) << host->err();
   host->kill(SIGTERM);
   EXPECT_EQ(host->wait_exit(10s), 128 + SIGTERM) << host->err();
   EXPECT_EQ(host->out(), "null\n") << host->err();

@@ -33,11 +33,16 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// "median ± sd" of the rates `tokens` / t over the repetitions' times t (seconds), as llama-bench
-// gives its rate with its standard deviation (sample: n - 1; 0 for one repetition).
-std::string rate(int tokens, const std::vector<double>& times) {
+// The rates `tokens` / t of the repetitions' times t (seconds).
+std::vector<double> rates(int tokens, const std::vector<double>& times) {
   std::vector<double> r;
   for (double t : times) r.push_back(t > 0 ? tokens / t : 0);
+  return r;
+}
+
+// "median ± sd" of `r`: the sample standard deviation (n - 1; 0 for one repetition), as llama-bench
+// gives its rate with one (about its mean).
+std::string median_sd(const std::vector<double>& r) {
   double mean = 0, var = 0;
   for (double x : r) mean += x / double(r.size());
   for (double x : r) var += (x - mean) * (x - mean);
@@ -87,8 +92,9 @@ int bench(const BenchOptions& o) {
       tg_s.push_back(t2 - t1);
     }
   }
-  const double pp = median(pp_s), tg = median(tg_s);
-  const double pp_tps = pp > 0 ? o.n_prompt / pp : 0, tg_tps = tg > 0 ? o.n_gen / tg : 0;
+  // Every column from the median rate (with an even -r, the median time's repetition may be another).
+  const std::vector<double> pp_r = rates(o.n_prompt, pp_s), tg_r = rates(o.n_gen, tg_s);
+  const double pp_tps = median(pp_r), tg_tps = median(tg_r);
   std::printf("| model | device | weights | test | tokens/s (median ± sd) | GB/s | TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   const std::string name = m.config.name, dev = m.backend->name();
@@ -97,10 +103,10 @@ int bench(const BenchOptions& o) {
   const bool half = o.model.prefill_precision == "half" && m.backend->kind() == DeviceKind::kCuda;
   if (o.n_prompt > 0)
     std::printf("| %s | %s | %s | pp%d%s | %s | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(),
-                o.n_prompt, half ? " (half)" : "", rate(o.n_prompt, pp_s).c_str(), pp_tps * cost->flops / 1e12);
+                o.n_prompt, half ? " (half)" : "", median_sd(pp_r).c_str(), pp_tps * cost->flops / 1e12);
   if (o.n_gen > 0)
     std::printf("| %s | %s | %s | tg%d | %s | %.1f | - |\n", name.c_str(), dev.c_str(), weights.c_str(),
-                o.n_gen, rate(o.n_gen, tg_s).c_str(), tg_tps * double(cost->weight_bytes) / 1e9);
+                o.n_gen, median_sd(tg_r).c_str(), tg_tps * double(cost->weight_bytes) / 1e9);
   std::fflush(stdout);
   return 0;
 }

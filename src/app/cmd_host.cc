@@ -21,6 +21,7 @@ namespace shoal::app {
 namespace {
 
 constexpr pool::Millis kForever{365LL * 24 * 3600 * 1000};
+constexpr int kPromptRounds = 4;  // runs of a prompt (each of Host::generate's runs) while workers keep leaving
 
 struct HostCmdOptions {
   ModelFlags model;
@@ -87,9 +88,9 @@ int host(const HostCmdOptions& o) {
   }
 
   const GenerateOptions go = o.gen.generate_options();
-  // A request whose chain broke before its first token and whose new plan failed (Host::generate
-  // makes one: kUnavailable) while fewer than --workers are there waits for them, as a prompt's
-  // plan does, and runs again: nothing of it was shown yet.
+  // A request whose chain broke before its first token and whose new plans failed (Host::generate
+  // makes them: kUnavailable) while fewer than --workers are there waits for them, as a prompt's
+  // plan does, and runs again (nothing of it was shown yet), in up to kPromptRounds rounds.
   bool shown = false;  // a token of the current prompt's answer went out
   auto answer = [&](std::span<const int32_t> ids) -> Status {
     shown = false;
@@ -97,9 +98,13 @@ int host(const HostCmdOptions& o) {
       return host.generate(p, g, [&](int32_t id) { return shown = true, cb(id); }, s);
     };
     Status st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
-    // (As long as workers keep leaving before the first token: each run needs one more to fail.)
-    while (!st.ok() && !shown && st.code() == Code::kUnavailable && o.workers > 0 &&
-           host.n_workers() < size_t(o.workers)) {
+    for (int round = 2; round <= kPromptRounds; ++round) {
+      if (st.ok() || shown || st.code() != Code::kUnavailable || o.workers == 0 ||
+          host.n_workers() >= size_t(o.workers))
+        break;
+      spdlog::warn("{}; waiting for {} worker{} to run the prompt again (round {} of {})", st.to_string(), o.workers,
+                   o.workers == 1 ? "" : "s", round, kPromptRounds);
+      SHOAL_RETURN_IF_ERROR(host.wait_for_workers(size_t(o.workers), kForever));
       SHOAL_RETURN_IF_ERROR(plan());
       st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
     }

@@ -135,7 +135,7 @@ std::string Host::last_refusal() const {
 
 size_t Host::n_workers() const {
   std::lock_guard lock(mu_);
-  return members_.size();
+  return size_t(std::count_if(members_.begin(), members_.end(), [](const auto& m) { return m->link->is_up(); }));
 }
 
 std::vector<StageInfo> Host::stages() const {

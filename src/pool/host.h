@@ -105,7 +105,7 @@ class Host {
   std::vector<StageInfo> stages() const;
   /// The current plan's number: 1 for the first, one more for each plan made after it.
   uint64_t plan_epoch() const { return epoch_; }
-  /// Workers in the room now (alive or not yet noticed dead).
+  /// Workers in the room now whose link is up (as wait_for_workers counts them).
   size_t n_workers() const;
   /// Says bye with `reason` to every member and guest and closes their links (thread-safe: for a
   /// signal's thread just before the process exits). Workers leave when they hear it; the host

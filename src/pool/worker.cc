@@ -320,8 +320,9 @@ Status Worker::handle_assign(const Assign& a) {
   const std::string name = last ? "hop to the host" : fmt::format("hop to stage {}", a.stage + 1);
   auto down = open_hop(net_, next.to_string(), opts_.secret, a.plan_epoch, a.stage, name, opts_.hops);
   if (!down.ok()) {
-    // A next stage that does not answer in time (frozen, gone) is its own fault: unavailable, so
-    // that this worker stays in the pool and the host plans again (docs/protocol.md).
+    // A next stage that does not answer in time (frozen, gone) is that stage's fault, not this
+    // worker's: unavailable, so that this worker stays in the pool and the host plans again
+    // (docs/protocol.md).
     Status why = down.status().with_context(label_);
     if (why.code() == Code::kDeadlineExceeded) why = make_error(Code::kUnavailable, "{}", why.message());
     return refuse(why);

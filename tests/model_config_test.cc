@@ -208,7 +208,8 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // is the one llama.cpp's GGUF names attn_output.bias: with the same random v and o biases added to
 // both forms of hf/llama (q / k zero: a GGUF's q / k rows are permuted for its RoPE layout), their
 // logits agree as closely as without biases, and move far from the bias-free reference. Zero
-// biases leave the reference's logits; a tensor no rule names is warned of.
+// biases leave the reference's logits; a tensor no rule names and one the graph does not read are
+// warned of, by their names in the checkpoint.
 TEST(HfWeights, AnOProjBiasIsTheGgufsAttnOutputBias) {
   const int d = 64, q = 4 * 16, kv = 2 * 16;  // hf/llama: d_model 64, 4 heads and 2 KV heads of 16
   std::mt19937 rng(20261207);
@@ -236,6 +237,7 @@ TEST(HfWeights, AnOProjBiasIsTheGgufsAttnOutputBias) {
     gguf_random.push_back({g + "attn_output.bias", o_bias});
   }
   hf_zero.push_back({"model.layers.0.mlp.extra_norm.weight", std::vector<float>(size_t(d), 1.0f)});
+  hf_zero.push_back({"model.layers.0.self_attn.q_norm.weight", std::vector<float>(16, 1.0f)});  // a rule's, unread
 
   const fs::path zero_dir = hf_llama_with("hf_llama_zero_bias", "attention_bias", "true");
   write_safetensors_with(zero_dir, hf_zero);
@@ -244,8 +246,8 @@ TEST(HfWeights, AnOProjBiasIsTheGgufsAttnOutputBias) {
   fs::remove_all(zero_dir);
   EXPECT_GE(err, 0) << out;
   EXPECT_LT(err, 1e-4) << out;
-  EXPECT_NE(out.find("1 tensor of the model is not read by Shoal's llama graph "
-                     "('model.layers.0.mlp.extra_norm.weight')"),
+  EXPECT_NE(out.find("2 tensors of the model are not read by Shoal's llama graph "
+                     "('model.layers.0.mlp.extra_norm.weight', 'model.layers.0.self_attn.q_norm.weight')"),
             std::string::npos)
       << out;
 

@@ -38,7 +38,10 @@ Result<LocalModel> open_model(const std::string& path, bool with_tokenizer) {
   // As transformers' "Some weights of the model checkpoint were not used": tensors of another
   // variant of the family (a bias, a norm this graph does not have) compute something else.
   std::vector<std::string> unused = m.weights.unmapped();
-  for (std::string& name : unused_tensors(m.config, m.weights)) unused.push_back(std::move(name));
+  for (const std::string& name : unused_tensors(m.config, m.weights)) {
+    const TensorInfo* t = m.weights.find(name);  // (named as the file names it)
+    unused.push_back(t ? t->name : name);
+  }
   if (!unused.empty()) {
     std::string names;
     for (size_t i = 0; i < std::min<size_t>(unused.size(), 3); ++i)

@@ -135,6 +135,10 @@ std::string Host::last_refusal() const {
 
 size_t Host::n_workers() const {
   std::lock_guard lock(mu_);
+  return live_members_locked();
+}
+
+size_t Host::live_members_locked() const {
   return size_t(std::count_if(members_.begin(), members_.end(), [](const auto& m) { return m->link->is_up(); }));
 }
 
@@ -236,8 +240,7 @@ Status Host::wait_for_workers(size_t n, Millis timeout, const std::function<Stat
   const auto deadline = Clock::now() + timeout;
   std::unique_lock lock(mu_);
   for (;;) {
-    size_t alive = 0;
-    for (const auto& m : members_) alive += m->link->is_up() ? 1 : 0;
+    const size_t alive = live_members_locked();
     if (alive >= n) return Status::Ok();
     if (check) {
       lock.unlock();

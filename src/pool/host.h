@@ -122,6 +122,7 @@ class Host {
   void admit(Arrival a);
   void refuse(const std::string& who, const Status& why, bool log = true);  // counts and logs
   void drop_dead_members();
+  size_t live_members_locked() const;  // members whose link is up (mu_ held)
   // One plan: plans, sends the assignments, loads the host's part meanwhile, waits for READY,
   // builds the chain. `retry`: the failure involved a worker, so a new plan may succeed at once.
   Status plan_once(bool& retry);

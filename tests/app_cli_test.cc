@@ -86,8 +86,10 @@ TEST(AppCli, ABosWrittenInThePromptIsWarnedOf) {
   const auto twice = test::run_command(run + "'<s>Once upon a time'");
   const auto once = test::run_command(run + "'Once upon a time'");
   EXPECT_EQ(twice.status, 0) << twice.out;
-  EXPECT_NE(twice.out.find("starts with two now"), std::string::npos) << twice.out;
-  EXPECT_EQ(once.out.find("starts with two"), std::string::npos) << once.out;
+  EXPECT_NE(twice.out.find("starts with 2 now"), std::string::npos) << twice.out;
+  EXPECT_EQ(once.out.find("starts with"), std::string::npos) << once.out;
+  const auto thrice = test::run_command(run + "'<s><s>Once upon a time'");  // the model's BOS and two written
+  EXPECT_NE(thrice.out.find("starts with 3 now"), std::string::npos) << thrice.out;
 }
 
 // -c 16 holds the 5 prompt tokens and 11 fed back, so 12 are generated (the last is not fed).
@@ -382,8 +384,8 @@ TEST(AppCli, IntegerFlagsAreDecimalIntegers) {
       {"5x", "--n-predict: '5x' is not an integer"},
       {"''", "--n-predict: '' is not an integer"},
       {"' 5'", "--n-predict: ' 5' is not an integer"},
-      {"-5", "--n-predict: -5 is not in [-1, 16777216]"},
-      {"99999999999999999999", "--n-predict: 99999999999999999999 is not in [-1, 16777216]"},
+      {"-5", "--n-predict: -5 is not in [-2, 16777216]"},
+      {"99999999999999999999", "--n-predict: 99999999999999999999 is not in [-2, 16777216]"},
   };
   for (const auto& [value, message] : bad) {
     SCOPED_TRACE(value);

@@ -11,7 +11,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
@@ -69,6 +71,10 @@ TEST(AppLlamaHabits, LlamaCppMultiLetterFlagsAreRefusedByName) {
       {"run -m x -fa -n 5", "-fa is llama.cpp's flag for flash attention"},
       {"bench -m x -ctk q8_0", "the KV cache type is --kv"},
       {"--log-level warn run -m x -ub 512", "the prompt step is -b"},
+      {"run -m x --no-mmap", "--no-mmap is llama.cpp's flag for how the weights are held"},
+      {"run -m x --mirostat 2", "--mirostat is llama.cpp's flag for a sampler"},
+      {"run -m x --log-disable", "--log-level off"},
+      {"run -m x -r User:", "-r is llama.cpp's flag for a stop text"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);
@@ -190,6 +196,80 @@ TEST(AppLlamaHabits, MinusOneForThreadsAndRepeatWindow) {
   const auto below = run_ids("-p Once --repeat-last-n -2");
   EXPECT_NE(below.status, 0);
   EXPECT_NE(below.out.find("-2 is not in [-1, "), std::string::npos) << below.out;
+}
+
+// llama.cpp's spellings of "off" and "all": a negative temperature is greedy, a negative top-k is
+// off, -n -2 fills the context (as -1 does).
+TEST(AppLlamaHabits, NegativeTemperatureTopKAndNPredict) {
+  const auto greedy = run_ids("-p Once --temp 0");
+  const auto negative = run_ids("-p Once --temp -1");
+  ASSERT_EQ(greedy.status, 0) << greedy.out;
+  EXPECT_EQ(negative.status, 0) << negative.out;
+  EXPECT_EQ(negative.out, greedy.out);
+  const auto off = run_ids("-p Once -n 20 --temp 1 --seed 7 --top-k 0");
+  const auto minus = run_ids("-p Once -n 20 --temp 1 --seed 7 --top-k -1");
+  ASSERT_EQ(off.status, 0) << off.out;
+  EXPECT_EQ(minus.status, 0) << minus.out;
+  EXPECT_EQ(minus.out, off.out);
+  const auto full = run_ids("-p Once -c 24 -n -1");
+  const auto fill = run_ids("-p Once -c 24 -n -2");
+  ASSERT_EQ(full.status, 0) << full.out;
+  EXPECT_EQ(fill.status, 0) << fill.out;
+  EXPECT_EQ(fill.out, full.out);
+  // The prompt "<s> Once" (2 tokens) and 21 ids fed back fill 24 positions: 23 ids (the last not fed).
+  EXPECT_EQ(std::count(full.out.begin(), full.out.end(), ','), 23 - 1) << full.out;
+}
+
+// stories260K with its eos_token_id (GGUF u32 after its key and type) made `id`, at `path`.
+void write_with_eos(const std::string& path, uint32_t id) {
+  std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "tokenizer.ggml.eos_token_id";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + at + key.size(), 4);
+  ASSERT_EQ(type, 4u);  // GGUF_TYPE_UINT32
+  std::memcpy(bytes.data() + at + key.size() + 4, &id, 4);
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Greedy "Once" gives 432, 383, 286, 261, 376, ...: with 376 as the end-of-generation token the run
+// stops before it; --ignore-eos goes on through it to -n, the same ids.
+TEST(AppLlamaHabits, IgnoreEosGoesOnPastEndOfGeneration) {
+  const std::string path = ::testing::TempDir() + "habits_eos376.gguf";
+  write_with_eos(path, 376);
+  const std::string run = test::shoal_bin() + " --log-level warn run -m " + q(path) +
+                          " -p 'Once upon a time' -n 12 --temp 0 -t 1 --output-ids";
+  const auto stopped = test::run_command(run + " 2>&1");
+  const auto on = test::run_command(run + " --ignore-eos 2>&1");
+  std::remove(path.c_str());
+  ASSERT_EQ(stopped.status, 0) << stopped.out;
+  ASSERT_EQ(on.status, 0) << on.out;
+  const auto a = nlohmann::json::parse(stopped.out), b = nlohmann::json::parse(on.out);
+  ASSERT_EQ(b.size(), 12u) << on.out;
+  ASSERT_LT(a.size(), b.size()) << stopped.out;
+  EXPECT_EQ(b[a.size()], 376) << on.out;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
+}
+
+// --special shows control tokens' text (llama.cpp's -sp): a sampled run that draws <s> (id 1).
+TEST(AppLlamaHabits, SpecialShowsControlTokens) {
+  const std::string args = "-p 'Once upon a time' -n 300 --temp 1 --seed 4";
+  const auto ids = run_ids(args);
+  ASSERT_EQ(ids.status, 0) << ids.out;
+  const auto drawn = nlohmann::json::parse(ids.out);
+  ASSERT_NE(std::find(drawn.begin(), drawn.end(), 1), drawn.end()) << "no <s> drawn: " << ids.out;
+  const std::string run = test::shoal_bin() + " --log-level warn run -m " + stories() + " -t 1 " + args;
+  const auto with = test::run_command(run + " --special 2>/dev/null");
+  const auto without = test::run_command(run + " 2>/dev/null");
+  ASSERT_EQ(with.status, 0);
+  ASSERT_EQ(without.status, 0);
+  EXPECT_NE(with.out.find("<s>"), std::string::npos) << with.out;
+  EXPECT_EQ(without.out.find("<s>"), std::string::npos) << without.out;
+  const auto sp = test::run_command(test::shoal_bin() + " run -m x -sp 2>&1");
+  EXPECT_EQ(sp.status, 2);
+  EXPECT_NE(sp.out.find("-sp is llama.cpp's short form of --special"), std::string::npos) << sp.out;
 }
 
 TEST(AppLlamaHabits, ASafetensorsFileFindsTheTokenizerBesideIt) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "format/json_doc.h"
 #include "format/model_file.h"
 #include "format/safetensors.h"
 #include "runtime/local_model.h"
@@ -228,7 +229,7 @@ TEST_F(ShardedTest, TensorInTwoShards) {
 
 TEST_F(ShardedTest, BadIndexJson) {
   put("model.safetensors.index.json", "{\"weight_map\": ");
-  expect_error(Code::kCorrupt, "is not valid JSON");
+  expect_error(Code::kCorrupt, "invalid JSON");
   put("model.safetensors.index.json", R"({"weight_map": []})");
   expect_error(Code::kCorrupt, "weight_map is missing, empty or not an object");
   index(R"({"a": 5})");
@@ -252,7 +253,28 @@ TEST_F(ShardedTest, BadConfig) {
   put("config.json", "[1, 2]");
   expect_error(Code::kCorrupt, "is not a JSON object");
   put("config.json", "{,}");
-  expect_error(Code::kCorrupt, "is not valid JSON");
+  expect_error(Code::kCorrupt, "invalid JSON");
+}
+
+// nlohmann copies a DOM recursively: a config nested 100k deep (600 KB) crashed the tokenizer's
+// load with a stack overflow before the bound.
+TEST_F(ShardedTest, DeeplyNestedConfigIsRefused) {
+  index(kGoodMap);
+  std::string deep = "{\"model_type\": \"llama\", \"x\": ";
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\": ";
+  deep += "1" + std::string(100000, '}') + "}";
+  put("config.json", deep);
+  expect_error(Code::kCorrupt, "JSON nests deeper than 128 levels");
+  put("config.json", "{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  expect_error(Code::kCorrupt, "JSON nests deeper than 128 levels");
+}
+
+// The bound counts containers: 128 levels parse, 129 do not.
+TEST(JsonDoc, NestingBoundIsExact) {
+  auto nested = [](int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); };
+  EXPECT_TRUE(parse_json_doc(nested(kJsonMaxDepth), "t").ok());
+  test::expect_error(parse_json_doc(nested(kJsonMaxDepth + 1), "t"), Code::kCorrupt, "t: JSON nests deeper than 128");
+  test::expect_error(parse_json_doc("{\"a\": [1, 2,]}", "t"), Code::kCorrupt, "t: invalid JSON");
 }
 
 TEST_F(ShardedTest, NoWeights) {

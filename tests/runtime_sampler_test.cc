@@ -151,5 +151,49 @@ TEST(Sampler, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   EXPECT_EQ(t.sample(std::vector<float>{2.0f, 1.0f, -1.0f}), 0);
 }
 
+// llama.cpp's penalties sampler: logit -= count * frequency + presence, after the repeat penalty.
+TEST(Sampler, FrequencyAndPresencePenaltiesSubtractFromSeenTokens) {
+  const std::vector<float> logits{2.0f, 1.5f, -1.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.3f;
+  Sampler f(p);
+  EXPECT_TRUE(f.needs_full_logits(64));
+  f.accept(0);
+  EXPECT_EQ(f.sample(logits), 0);  // 2.0 - 0.3 = 1.7 > 1.5
+  f.accept(0);
+  EXPECT_EQ(f.sample(logits), 1);  // 2.0 - 0.6 = 1.4 < 1.5
+  p.frequency_penalty = 0;
+  p.presence_penalty = 0.6f;
+  Sampler pr(p);
+  EXPECT_TRUE(pr.needs_full_logits(64));
+  pr.accept(0);
+  EXPECT_EQ(pr.sample(logits), 1);  // 2.0 - 0.6 = 1.4 < 1.5, once however often seen
+  pr.accept(1);
+  EXPECT_EQ(pr.sample(logits), 0);  // 1.4 > 1.5 - 0.6 = 0.9
+  p.presence_penalty = 0.2f;
+  p.repeat_penalty = 2.0f;
+  Sampler both(p);
+  both.accept(0);
+  both.accept(2);
+  EXPECT_EQ(both.sample(logits), 1);  // 2.0 / 2 - 0.2 = 0.8 < 1.5
+  const std::vector<float> negative{-1.0f, -1.9f, -3.0f};
+  EXPECT_EQ(both.sample(negative), 1);  // a negative logit is multiplied: -1.0 * 2 - 0.2 = -2.2 < -1.9
+}
+
+// With a window of 1 only the last token is penalised: the count leaves with the token.
+TEST(Sampler, PenaltiesForgetTokensThatLeaveTheWindow) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.presence_penalty = 1.0f;
+  p.repeat_last_n = 1;
+  Sampler s(p);
+  const std::vector<float> logits{2.0f, 1.5f, 0.0f};
+  s.accept(0);
+  EXPECT_EQ(s.sample(logits), 1);  // 2.0 - 1 = 1.0 < 1.5
+  s.accept(2);
+  EXPECT_EQ(s.sample(logits), 0);  // 0 left the window
+}
+
 }  // namespace
 }  // namespace shoal

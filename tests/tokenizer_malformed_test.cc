@@ -33,6 +33,12 @@ TEST(TokenizerMalformed, TruncatedJson) {
                "invalid JSON at byte");
 }
 
+TEST(TokenizerMalformed, DeeplyNestedJson) {
+  std::string s(kGoodJson);
+  s.insert(s.rfind('}'), ", \"x\": " + std::string(100000, '[') + std::string(100000, ']'));
+  expect_error(vocab_from_tokenizer_json(s, json(), "t.json"), Code::kCorrupt, "JSON nests deeper than 128 levels");
+}
+
 TEST(TokenizerMalformed, MergeNamingUnknownToken) {
   std::string s(kGoodJson);
   s.replace(s.find("\"a b\""), 5, "\"a zz\"");

@@ -49,8 +49,28 @@ constexpr ForeignFlag kFlags[] = {
     {"-ot --override-tensor -cmoe --cpu-moe -ncmoe --n-cpu-moe", "where given tensors are placed",
      "a process holds whole layers on its --device; a pool splits by layers"},
     {"-md --model-draft -ngld -devd -td -cd", "a draft model", "there is no draft model option"},
-    {"-lv --verbosity", "the log verbosity", "the log level is --log-level trace|debug|info|warn|error|off"},
+    {"-lv --verbosity --log-verbosity", "the log verbosity",
+     "the log level is --log-level trace|debug|info|warn|error|off, an option of every command (shoal --help)"},
+    {"--log-disable", "turning the log off", "--log-level off (an option of every command: shoal --help)"},
+    {"--no-mmap --mlock", "how the weights are held in memory",
+     "a slice reads its layers' tensors from the file one at a time (mapped on the CPU, copied to a GPU); there is "
+     "nothing to choose"},
+    {"-r --reverse-prompt", "a stop text", "generation stops at the model's end-of-generation tokens, -n or a full context"},
+    {"--grammar --grammar-file -j --json-schema --json-schema-file", "constrained sampling",
+     "sampling is not constrained; the samplers are --top-k, --top-p, --min-p, --temp and the penalties"},
+    {"--mirostat --mirostat-lr --mirostat-ent --typical --top-nsigma --xtc-probability --xtc-threshold "
+     "--dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n --dynatemp-range --dynatemp-exp",
+     "a sampler", "the samplers are --top-k, --top-p, --min-p, --temp and the penalties (--repeat-penalty, "
+     "--frequency-penalty, --presence-penalty)"},
 };
+
+// llama.cpp's short spellings of options Shoal spells only in full (CLI11 takes one letter after
+// one dash).
+struct Renamed {
+  std::string_view name;
+  std::string_view here;
+};
+constexpr Renamed kRenamed[] = {{"-sp", "--special"}};
 
 // The flag of kFlags that `a` names (the part before a '='), or nullptr.
 const ForeignFlag* llama_cpp_flag(std::string_view a) {
@@ -112,6 +132,12 @@ std::optional<std::string> command_line_error(const CLI::App& app, int argc, con
     if (const ForeignFlag* f = llama_cpp_flag(a)) {
       return fmt::format("{} is llama.cpp's flag for {}; Shoal has no such option: {} (see shoal {}--help)", name,
                          f->what, f->here, cmd == &app ? "" : cmd->get_name() + " ");
+    }
+    for (const Renamed& r : kRenamed) {
+      if (name == r.name) {
+        return fmt::format("{} is llama.cpp's short form of {}; Shoal spells it {} (see shoal {}--help)", name, r.here,
+                           r.here, cmd == &app ? "" : cmd->get_name() + " ");
+      }
     }
     if (word_after_one_dash(name)) {
       return fmt::format("{} is not an option (one dash goes with one letter, as in -m MODEL, the value after a space; "

@@ -97,7 +97,7 @@ int host(const HostCmdOptions& o) {
     const GenerateFn gen = [&](auto p, const auto& g, const auto& cb, auto* s) {
       return host.generate(p, g, [&](int32_t id) { return shown = true, cb(id); }, s);
     };
-    Status st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
+    Status st = generate_to_stdout(tok, ids, go, o.gen, gen);
     for (int round = 2; round <= kPromptRounds; ++round) {
       if (st.ok() || shown || st.code() != Code::kUnavailable || o.workers == 0 ||
           host.n_workers() >= size_t(o.workers))
@@ -106,7 +106,7 @@ int host(const HostCmdOptions& o) {
                    o.workers == 1 ? "" : "s", round, kPromptRounds);
       SHOAL_RETURN_IF_ERROR(host.wait_for_workers(size_t(o.workers), kForever));
       SHOAL_RETURN_IF_ERROR(plan());
-      st = generate_to_stdout(tok, ids, go, o.gen.output_ids, gen);
+      st = generate_to_stdout(tok, ids, go, o.gen, gen);
     }
     return st;
   };

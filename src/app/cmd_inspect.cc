@@ -12,6 +12,7 @@
 #include "app/common_options.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
+#include "format/json_doc.h"
 #include "format/model_file.h"
 
 namespace shoal::app {
@@ -45,9 +46,9 @@ fs::path hf_folder(const ModelFile& m) {
 std::optional<json> read_json(const fs::path& p) {
   auto text = read_file(p.string());
   if (!text.ok()) return std::nullopt;
-  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
+  auto j = parse_json_doc(*text, p.string());
+  if (!j.ok()) return std::nullopt;
+  return std::move(*j);
 }
 
 // Tokenizer facts from GGUF metadata or from tokenizer.json / tokenizer.model + config.json.

@@ -41,7 +41,7 @@ int run(const RunOptions& o) {
     if (!lp.ok()) return fail(lp.status());
     pool::Host& host = *(*lp)->host;
     const HostSignals::Hold held(signals, host);
-    Status st = generate_to_stdout(*host.tokenizer(), ids, go, o.gen.output_ids,
+    Status st = generate_to_stdout(*host.tokenizer(), ids, go, o.gen,
                                    [&](auto p, const auto& g, const auto& cb, auto* s) { return host.generate(p, g, cb, s); });
     return st.ok() ? 0 : fail(st);
   }
@@ -61,7 +61,7 @@ int run(const RunOptions& o) {
   auto ids = encode_prompt(*m.tokenizer, prompt);
   if (!ids.ok()) return fail(ids.status());
   Session session(*m.pipeline, [&](int32_t id) { return m.tokenizer->is_eog(id); });
-  Status st = generate_to_stdout(*m.tokenizer, *ids, go, o.gen.output_ids,
+  Status st = generate_to_stdout(*m.tokenizer, *ids, go, o.gen,
                                  [&](auto p, const auto& g, const auto& cb, auto* s) { return session.generate(p, g, cb, s); });
   return st.ok() ? 0 : fail(st);
 }

@@ -159,12 +159,12 @@ Result<LocalModelOptions> local_options(const ModelFlags& f) {
 }
 
 void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
-  cmd->add_option("--temp", p.temperature, "Temperature; 0 picks the most likely token (greedy)")
+  cmd->add_option("--temp", p.temperature, "Temperature; 0 (or less, as in llama.cpp) picks the most likely token (greedy)")
       ->capture_default_str()
-      ->check(finite_range(0, 1000));
-  cmd->add_option("--top-k", p.top_k, "Keep the K most likely tokens (0: off)")
+      ->check(finite_range(-1000, 1000));
+  cmd->add_option("--top-k", p.top_k, "Keep the K most likely tokens (0 or less: off)")
       ->capture_default_str()
-      ->transform(int_range(0, 1 << 30));
+      ->transform(int_range(-(1 << 30), 1 << 30));
   cmd->add_option("--top-p", p.top_p, "Keep the smallest set of tokens whose probability reaches P (1: off)")
       ->capture_default_str()
       ->check(finite_range(0, 1));
@@ -174,8 +174,16 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams& p) {
   cmd->add_option("--repeat-penalty", p.repeat_penalty, "Penalise tokens seen in the last --repeat-last-n (1: off)")
       ->capture_default_str()
       ->check(finite_range(1e-6, 1000));
+  cmd->add_option("--frequency-penalty", p.frequency_penalty,
+                  "Subtract F times its count in the last --repeat-last-n from a token's logit (0: off)")
+      ->capture_default_str()
+      ->check(finite_range(-100, 100));
+  cmd->add_option("--presence-penalty", p.presence_penalty,
+                  "Subtract P from the logit of a token seen in the last --repeat-last-n (0: off)")
+      ->capture_default_str()
+      ->check(finite_range(-100, 100));
   cmd->add_option("--repeat-last-n", p.repeat_last_n,
-                  "How many recent tokens the repeat penalty looks at (0: none; -1: the whole context)")
+                  "How many recent tokens the penalties look at (0: none; -1: the whole context)")
       ->capture_default_str()
       ->transform(int_range(-1, 1 << 24));
   // llama.cpp's convention: -1 (the default) asks for a random seed, and so does 4294967295

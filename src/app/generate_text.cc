@@ -64,7 +64,8 @@ Result<std::string> PromptFlags::text() const {
 
 GenerateOptions PromptFlags::generate_options() const {
   GenerateOptions go;
-  go.n_predict = n_predict;
+  go.n_predict = n_predict < 0 ? -1 : n_predict;
+  go.stop_at_eog = !ignore_eos;
   go.sampling = sampling;
   return go;
 }
@@ -83,11 +84,18 @@ void add_prompt_flags(CLI::App* cmd, PromptFlags& f, const std::string& prompt_h
       ->trigger_on_parse();
   cmd->add_flag_callback("--no-escape", [&f] { f.escape = false; }, "Take -p as it is (no escape sequences)")
       ->trigger_on_parse();
-  cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate (-1: until end of generation or a full context)")
+  cmd->add_option("-n,--n-predict", f.n_predict,
+                  "Tokens to generate (-1, or -2 as llama.cpp spells a full context: until end of generation or a "
+                  "full context)")
       ->capture_default_str()
-      ->transform(int_range(-1, 1 << 24));
+      ->transform(int_range(-2, 1 << 24));
+  cmd->add_flag("--ignore-eos", f.ignore_eos,
+                "Go on past end-of-generation tokens, until -n or a full context (as vLLM's ignore_eos; for "
+                "benchmarks)");
   add_sampling_flags(cmd, f.sampling);
   cmd->add_flag("--output-ids", f.output_ids, "Print the generated token ids as one JSON array instead of text");
+  cmd->add_flag("--special", f.special,
+                "Show the text of control tokens (such as <|im_end|> or </s>) in the output, as llama.cpp's -sp");
 }
 
 Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::string& prompt) {
@@ -96,9 +104,12 @@ Result<std::vector<int32_t>> encode_prompt(const Tokenizer& tok, const std::stri
     if (tok.bos_id() < 0) return make_error(Code::kInvalidArgument, "the prompt is empty and the model has no BOS token");
     ids.push_back(tok.bos_id());
   }
-  // As llama.cpp: a prompt that writes the BOS token the model adds anyway starts with two.
-  if (tok.add_bos() && ids.size() >= 2 && ids[0] == tok.bos_id() && ids[1] == tok.bos_id())
-    spdlog::warn("the prompt starts with the BOS token the model adds itself: it starts with two now");
+  // As llama.cpp: a prompt that writes the BOS token the model adds anyway starts with two (or more).
+  if (tok.add_bos() && ids.size() >= 2 && ids[0] == tok.bos_id() && ids[1] == tok.bos_id()) {
+    size_t n = 2;
+    while (n < ids.size() && ids[n] == tok.bos_id()) ++n;
+    spdlog::warn("the prompt starts with the BOS token the model adds itself: it starts with {} now", n);
+  }
   return ids;
 }
 
@@ -154,9 +165,10 @@ void end_answer_on_stdout() {
 }
 
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
-                          bool output_ids, const GenerateFn& generate) {
+                          const PromptFlags& form, const GenerateFn& generate) {
   spdlog::info("prompt: {} token{}", ids.size(), ids.size() == 1 ? "" : "s");
-  StreamDecoder stream(tok);
+  const bool output_ids = form.output_ids;
+  StreamDecoder stream(tok, form.special);
   GenerateStats st;
   Status written;  // the first failed write stops the generation
   Open open = Open::kNothing;  // text or ids written (a failure then ends the line or the array)

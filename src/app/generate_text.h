@@ -22,14 +22,16 @@ struct PromptFlags {
   std::string prompt_file;
   bool file_set = false;    // -f was given (its name may be empty: an error, not "no file")
   bool escape = true;       // -p's escape sequences processed (-e, the default; --no-escape)
-  int n_predict = -1;
+  int n_predict = -1;        // -1 (and -2, llama.cpp's "fill the context"): until end of generation or a full context
+  bool ignore_eos = false;   // --ignore-eos: end-of-generation tokens do not stop the generation
   SamplingParams sampling;
   bool output_ids = false;
+  bool special = false;      // --special: control tokens' text shown (llama.cpp's -sp)
 
   /// -p's text (escape sequences processed unless --no-escape), or the contents of -f's file
   /// ("-": stdin) less one trailing newline. Errors: kNotFound / kIoError reading the file.
   Result<std::string> text() const;
-  /// n_predict and sampling as the generator takes them.
+  /// n_predict, ignore_eos and sampling as the generator takes them.
   GenerateOptions generate_options() const;
 };
 
@@ -65,7 +67,7 @@ Status write_stdout(std::string_view text);
 /// shown when the generator fails stays, ended (the array closed). Errors: the generator's;
 /// stdout_status()'s, the generation stopped at the first failed write.
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,
-                          bool output_ids, const GenerateFn& generate);
+                          const PromptFlags& form, const GenerateFn& generate);
 
 /// For a stop by signal, from any thread: ends the answer generate_to_stdout is writing (its id
 /// array closed, its text line ended) and drops whatever it would write after, so that what the

@@ -1,5 +1,7 @@
 #include "core/status.h"
 
+#include "core/log.h"
+
 namespace shoal {
 
 std::string_view code_name(Code c) {
@@ -23,7 +25,7 @@ std::string_view code_name(Code c) {
 
 std::string Status::to_string() const {
   if (ok()) return "ok";
-  return fmt::format("{}: {}", code_name(code_), message_);
+  return fmt::format("{}: {}", code_name(code_), escape_unprintable(message_));
 }
 
 Status Status::with_context(std::string_view context) const {

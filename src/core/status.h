@@ -42,7 +42,8 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
-  /// "corrupt: tensor 'x' ends past the end of the file".
+  /// "corrupt: tensor 'x' ends past the end of the file"; bytes of the message that are not
+  /// printable UTF-8 (a name read from a damaged file: a NUL, an escape sequence) as \xHH.
   std::string to_string() const;
   /// Returns a copy whose message is "context: message" (only when not ok).
   Status with_context(std::string_view context) const;

@@ -4,6 +4,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "format/json_doc.h"
 #include "format/safetensors.h"
 
 namespace shoal {
@@ -14,12 +15,7 @@ namespace {
 
 Result<nlohmann::json> read_json_object(const std::string& path) {
   SHOAL_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return make_error(Code::kCorrupt, "'{}' is not valid JSON: {}", path, e.what());
-  }
+  SHOAL_ASSIGN_OR_RETURN(nlohmann::json j, parse_json_doc(text, fmt::format("'{}'", path)));
   if (!j.is_object()) return make_error(Code::kCorrupt, "'{}' is not a JSON object", path);
   return j;
 }

@@ -21,7 +21,7 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
 }
 
 bool Sampler::needs_full_logits(int max_device_k) const {
-  if (params_.repeat_penalty != 1.0f) return true;
+  if (penalties()) return true;
   return !greedy() && (params_.top_k <= 0 || params_.top_k > max_device_k);
 }
 
@@ -39,11 +39,12 @@ void Sampler::accept(int32_t id) {
 int32_t Sampler::sample(std::span<const float> logits) {
   std::vector<Candidate> c(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) c[i] = {int32_t(i), logits[i]};
-  if (params_.repeat_penalty != 1.0f) {
+  if (penalties()) {  // (llama.cpp's llama_sampler_penalties_apply: the repeat penalty, then the others)
     for (const auto& [id, count] : seen_) {
       if (id < 0 || size_t(id) >= c.size()) continue;
       float& l = c[size_t(id)].logit;
       l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+      l -= float(count) * params_.frequency_penalty + params_.presence_penalty;
     }
   }
   return sample(std::move(c));

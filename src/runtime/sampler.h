@@ -1,5 +1,6 @@
-// Token sampling, as llama.cpp's default chain orders it (common/sampling.cpp): repetition
-// penalty, top-k, top-p (nucleus, Holtzman et al. 2019), min-p, temperature, then a draw.
+// Token sampling, as llama.cpp's default chain orders it (common/sampling.cpp): penalties
+// (repetition, CTRL-style, Keskar et al. 2019; frequency and presence, as OpenAI's API defines
+// them and llama.cpp's penalties sampler applies them), top-k, top-p (nucleus, Holtzman et al. 2019), min-p, temperature, then a draw.
 // Greedy when temperature <= 0. The same seed gives the same draws; draws are counter-based so
 // that a device sampling for a chained decode (Backend::sample) draws the same numbers.
 #pragma once
@@ -21,7 +22,9 @@ struct SamplingParams {
   float top_p = 0.95f;          // 1: off
   float min_p = 0.05f;          // 0: off; keeps tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1: off; CTRL-style (Keskar et al. 2019), as llama.cpp
-  int repeat_last_n = 64;       // how many recent tokens the penalty looks at (0: none; -1: all, the context)
+  float frequency_penalty = 0;  // 0: off; minus this times a token's count in the window
+  float presence_penalty = 0;   // 0: off; minus this once for a token in the window
+  int repeat_last_n = 64;       // how many recent tokens the penalties look at (0: none; -1: all, the context)
   uint64_t seed = kRandomSeed;
 };
 
@@ -36,7 +39,11 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
 
   bool greedy() const { return params_.temperature <= 0.0f; }
-  /// True when sampling needs every logit (penalty on, or top-k off / larger than a device top-k
+  /// Whether a penalty is on (they need every logit).
+  bool penalties() const {
+    return params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0 || params_.presence_penalty != 0;
+  }
+  /// True when sampling needs every logit (a penalty on, or top-k off / larger than a device top-k
   /// can give); otherwise the argmax (greedy) or the k best candidates from the device suffice.
   bool needs_full_logits(int max_device_k) const;
   const SamplingParams& params() const { return params_; }
@@ -50,7 +57,7 @@ class Sampler {
   int32_t sample(std::span<const float> logits);
   /// Picks a token from candidates (e.g. the device's top-k, sorted or not).
   int32_t sample(std::vector<Candidate> candidates);
-  /// Records a token of the context (prompt or generated) for the repetition penalty.
+  /// Records a token of the context (prompt or generated) for the penalties.
   void accept(int32_t id);
   /// Forgets the recorded context (new conversation).
   void reset_history() {

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "format/json_doc.h"
+
 namespace shoal::tok {
 
 using nlohmann::json;
@@ -14,11 +16,7 @@ constexpr int64_t kMaxAddedGap = 65536;  // how far past the vocab an added toke
 }  // namespace
 
 Result<json> parse_json(std::string_view text, std::string_view source) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    return make_error(Code::kCorrupt, "{}: invalid JSON: {}", source, e.what());
-  }
+  return parse_json_doc(text, source);
 }
 
 const json& json_member(const json& obj, const char* key) {

@@ -12,7 +12,8 @@
 
 namespace shoal::tok {
 
-/// Parses JSON text. Errors: kCorrupt with `source` and the parser's message (byte position).
+/// Parses JSON text (parse_json_doc: nesting bounded). Errors: kCorrupt with `source` and the
+/// parser's message (byte position), or the nesting bound.
 Result<nlohmann::json> parse_json(std::string_view text, std::string_view source);
 
 /// obj[key] if `obj` is an object with that key, else a null value (never throws, never copies).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "format/json_doc.h"
 #include "tokenizer/unicode.h"
 
 namespace shoal::tok {
@@ -141,6 +142,7 @@ class Handler {
     return true;
   }
   bool open(json v, bool is_array) {
+    if (stack_.size() >= size_t(kJsonMaxDepth)) return fail(fmt::format("JSON nests deeper than {} levels", kJsonMaxDepth));
     const std::string key = stack_.empty() || stack_.back().is_array ? std::string() : key_;
     json* node = put(std::move(v));
     stack_.push_back({node, is_array, key});

@@ -250,12 +250,11 @@ TEST(AppCli, ConfigIntegersOutOfRangeOrNotIntegersAreRefused) {
   EXPECT_EQ(m->config.layers[0].n_kv_heads, 4);
 }
 
-// stories260K's u32 llama.context_length (2048) rewritten to `type` (a GGUF type code) and `value`
-// (4 bytes), then opened as a model.
-Status open_stories_with_context_key(uint32_t type, uint32_t value) {
+// stories260K's u32 key `key` (llama.context_length: 2048) rewritten to `type` (a GGUF type code)
+// and `value` (4 bytes), then opened as a model.
+Status open_stories_with_context_key(uint32_t type, uint32_t value, const std::string& key = "llama.context_length") {
   std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string key = "llama.context_length";
   auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
   if (at == bytes.end()) return make_error(Code::kNotFound, "no {}", key);
   const size_t type_at = size_t(at - bytes.begin()) + key.size();
@@ -279,6 +278,30 @@ TEST(AppCli, AGgufContextLengthOfAnotherTypeOrPastAnIntIsRefused) {
   const Status big = open_stories_with_context_key(4, 3000000000u);
   EXPECT_EQ(big.code(), Code::kCorrupt);
   EXPECT_EQ(big.message(), file + "key 'llama.context_length' = 3000000000 is outside [0, 2147483647]");
+  // A required one (the layer count) of another type is named with its type, not as missing.
+  const Status layers = open_stories_with_context_key(6, 0x40a00000, "llama.block_count");  // 5.0f
+  EXPECT_EQ(layers.code(), Code::kCorrupt);
+  EXPECT_EQ(layers.message(), file + "key 'llama.block_count' is f32, not an integer");
+}
+
+// A name read from a damaged file reaches the terminal escaped, and whole: a NUL cut the message
+// short (printf's %s) and an escape sequence went to the terminal as it was.
+TEST(AppCli, ANameFromADamagedFileIsPrintedEscaped) {
+  std::ifstream in(test::fixture("models/stories260K.gguf"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key("\x0c\0\0\0\0\0\0\0general.name", 20);  // u64 length 12, then the key
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at + 8, 12, std::string("gen\0ral\x1b[2Jx", 12));
+  const uint32_t type = 99;  // no GGUF type
+  std::memcpy(&bytes[at + 20], &type, 4);
+  const std::string path = ::testing::TempDir() + "escaped_key.gguf";
+  std::ofstream(path, std::ios::binary) << bytes;
+  const auto r = test::run_command(test::shoal_bin() + " inspect " + q(path) + " 2>&1 >/dev/null");
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("metadata key 'gen\\x00ral\\x1b[2Jx' has unknown value type 99"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
 }
 
 TEST(AppCli, AWordThatNamesNoCommandIsNamed) {

@@ -334,6 +334,17 @@ TEST(AppLlamaHabits, RunStoppedBySigintSaysSoAndDiesByIt) {
   }
 }
 
+TEST(AppLlamaHabits, BenchStoppedBySigintSaysSoAndDiesByIt) {
+  auto child = test::Child::start({test::shoal_bin(), "bench", "-m", test::fixture("models/stories260K.gguf"), "-p",
+                                   "256", "-n", "4000", "-r", "1000", "-t", "1"});
+  ASSERT_TRUE(child->wait_err("KV cache: ", 60s)) << child->err();  // loaded, measuring
+  std::this_thread::sleep_for(200ms);
+  child->kill(SIGINT);
+  EXPECT_EQ(child->wait_exit(30s), -1) << child->err();  // killed by the signal, for a shell
+  EXPECT_EQ(child->term_signal(), SIGINT) << child->err();
+  EXPECT_NE(child->err().find("SIGINT: stopped"), std::string::npos) << child->err();
+}
+
 TEST(AppLlamaHabits, RunStopsOnASignalWhileItsStdoutIsFull) {
   // stdout is a FIFO whose reader never reads: once it is full the answer's write blocks, holding
   // the output. SIGTERM still ends the run at once (the stop gives up ending the answer).

@@ -110,7 +110,22 @@ TEST(HfCheckCli, ReferenceDecodeRowsMustMatchItsGeneratedIds) {
   const auto r = test::run_command(test::shoal_bin() + " --log-level off check -m " + test::fixture("hf/llama") +
                                    " --reference " + test::q(ref) + " 2>&1");
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("decode_logits are 1536 values, expected 16 x 512"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode_logits are [3, 512], expected [16, 512]"), std::string::npos) << r.out;
+}
+
+TEST(HfCheckCli, ReferenceLogitsOfTheRightCountButAnotherShapeAreRefused) {
+  // The prompt's logits as [2T, V/2]: the same number of values, rows that would not line up.
+  int64_t rows = 0;
+  const std::string ref = edited_reference("ref_logits_shape.safetensors", [&](std::vector<SafetensorsTensor>& ts) {
+    SafetensorsTensor& l = tensor_named(ts, "logits");
+    rows = l.shape[0];
+    l.shape = {2 * l.shape[0], l.shape[1] / 2};
+  });
+  const auto r = test::run_command(test::shoal_bin() + " --log-level off check -m " + test::fixture("hf/llama") +
+                                   " --reference " + test::q(ref) + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("reference logits are [{}, 256], expected [{}, 512]", 2 * rows, rows)),
+            std::string::npos) << r.out;
 }
 
 TEST(HfCheckCli, ReferenceWithoutGeneratedIdsOrWithMistypedDecodeLogitsIsRefused) {

@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "app/common_options.h"
+#include "app/signal_watch.h"
 #include "core/log.h"
 #include "pool/planner.h"  // format_bytes
 
@@ -54,6 +55,12 @@ int bench(const BenchOptions& o) {
   if (o.n_prompt == 0 && o.n_gen == 0) {
     return usage_error("nothing to measure: -p and -n are both 0");
   }
+  // SIGINT / SIGTERM / SIGHUP: the stop said on stderr, then the process dies by the signal (as run).
+  SignalWatch signals([](int sig) {
+    spdlog::warn("{}: stopped", signal_name(sig));
+    std::fflush(stdout);
+    die_by_signal(sig);
+  });
   auto opts = local_options(o.model);
   if (!opts.ok()) return fail(opts.status());
   opts->tokenizer = false;

@@ -11,6 +11,8 @@
 #include <optional>
 #include <span>
 
+#include <fmt/ranges.h>
+
 #include "app/commands.h"
 #include "app/common_options.h"
 #include "app/pool_flags.h"
@@ -31,15 +33,17 @@ struct CheckOptions {
   PoolFlags pool;
 };
 
-/// A tensor of the reference file, copied out (validated shape and dtype).
+/// A tensor of the reference file, copied out (validated rank and dtype; `shape`, if given, gets
+/// its shape).
 template <typename T>
 Result<std::vector<T>> ref_tensor(const MappedFile& f, const SafetensorsFile& st, const std::string& name, DType dt,
-                                  size_t rank) {
+                                  size_t rank, std::vector<int64_t>* shape = nullptr) {
   for (const auto& t : st.tensors) {
     if (t.name != name) continue;
     if (t.dtype != dt || t.shape.size() != rank)
       return make_error(Code::kCorrupt, "reference tensor '{}' should be {} of rank {}, is {} {}", name, dtype_name(dt),
                         rank, dtype_name(t.dtype), t.shape_string());
+    if (shape) *shape = t.shape;
     std::vector<T> v(t.nbytes / sizeof(T));
     if (!v.empty()) std::memcpy(v.data(), f.data() + t.offset, v.size() * sizeof(T));  // (an empty one: no data)
     return v;
@@ -69,11 +73,12 @@ int check(const CheckOptions& o) {
   auto st = parse_safetensors(mf->data(), mf->size(), o.reference);
   if (!st.ok()) return fail(st.status());
   auto input = ref_tensor<int32_t>(*mf, *st, "input_ids", DType::kI32, 1);
-  auto logits = ref_tensor<float>(*mf, *st, "logits", DType::kF32, 2);
+  std::vector<int64_t> logits_shape, decode_shape;
+  auto logits = ref_tensor<float>(*mf, *st, "logits", DType::kF32, 2, &logits_shape);
   auto gen = ref_tensor<int32_t>(*mf, *st, "generated_ids", DType::kI32, 1);
   for (const Status* s : {&input.status(), &logits.status(), &gen.status()})
     if (!s->ok()) return fail(*s);
-  auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2);  // optional
+  auto decode_logits = ref_tensor<float>(*mf, *st, "decode_logits", DType::kF32, 2, &decode_shape);  // optional
   if (!decode_logits.ok() && decode_logits.status().code() != Code::kNotFound) return fail(decode_logits.status());
 
   const size_t T = input->size(), G = gen->size();
@@ -109,12 +114,12 @@ int check(const CheckOptions& o) {
   }
   Pipeline& p = pool.ok() ? (*pool)->host->pipeline() : *loaded->pipeline;
   const size_t V = size_t(p.config().vocab_size);
-  if (logits->size() != T * V)
-    return fail(make_error(Code::kInvalidArgument, "reference logits are {} values, expected {} x {} (vocab)",
-                           logits->size(), T, V));
-  if (decode_logits.ok() && decode_logits->size() != G * V)
-    return fail(make_error(Code::kInvalidArgument, "reference decode_logits are {} values, expected {} x {} (one row "
-                           "per generated id, vocab)", decode_logits->size(), G, V));
+  if (logits_shape != std::vector<int64_t>{int64_t(T), int64_t(V)})
+    return fail(make_error(Code::kInvalidArgument, "reference logits are [{}], expected [{}, {}] (input ids, vocab)",
+                           fmt::join(logits_shape, ", "), T, V));
+  if (decode_logits.ok() && decode_shape != std::vector<int64_t>{int64_t(G), int64_t(V)})
+    return fail(make_error(Code::kInvalidArgument, "reference decode_logits are [{}], expected [{}, {}] (one row per "
+                           "generated id, vocab)", fmt::join(decode_shape, ", "), G, V));
 
   StepOutput out;
   out.mode = HeadMode::kLogitsAll;

@@ -236,8 +236,10 @@ Result<int64_t> gguf_int_or(const ModelFile& f, std::string_view key, int64_t fa
 
 Result<int64_t> gguf_int(const ModelFile& f, std::string_view key, int64_t lo, int64_t hi) {
   const std::string k = arch_key(f, key);
-  auto v = f.metadata.get_int(k);
-  if (!v) return make_error(Code::kCorrupt, "missing integer key '{}'", k);
+  const MetaValue* m = f.metadata.find(k);
+  if (!m) return make_error(Code::kCorrupt, "missing integer key '{}'", k);
+  const auto v = m->as_int();
+  if (!v) return make_error(Code::kCorrupt, "key '{}' is {}, not an integer", k, meta_type_name(m->type));
   if (*v < lo || *v > hi) return make_error(Code::kCorrupt, "key '{}' = {} is outside [{}, {}]", k, *v, lo, hi);
   return *v;
 }

@@ -259,8 +259,15 @@ Status Slice::alloc_buffers() {
       if (opts_.kv_dtype == DType::kQ8_0 && w % 32 != 0)
         return make_error(Code::kUnsupported, "a Q8_0 KV cache needs KV rows of whole 32-value blocks (layer {} has {})", l, w);
       LayerCache c;
-      SHOAL_ASSIGN_OR_RETURN(c.k, alloc({opts_.n_ctx, w}, opts_.kv_dtype));
-      SHOAL_ASSIGN_OR_RETURN(c.v, alloc({opts_.n_ctx, w}, opts_.kv_dtype));
+      auto k = alloc({opts_.n_ctx, w}, opts_.kv_dtype);
+      auto v = k.ok() ? alloc({opts_.n_ctx, w}, opts_.kv_dtype) : k;
+      if (!v.ok()) {
+        return v.status().with_context(fmt::format(
+            "the KV cache of layer {} ({} positions; {} in all for this slice's layers): lower -c or use --kv q8_0", l,
+            opts_.n_ctx, format_bytes(slice_kv_bytes(cfg_, spec_.first, spec_.end, opts_.n_ctx, opts_.kv_dtype))));
+      }
+      c.k = *k;
+      c.v = *v;
       cache_.push_back(c);
     }
   }

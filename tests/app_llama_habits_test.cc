@@ -216,7 +216,7 @@ TEST(AppLlamaHabits, NegativeTemperatureTopKAndNPredict) {
   ASSERT_EQ(full.status, 0) << full.out;
   EXPECT_EQ(fill.status, 0) << fill.out;
   EXPECT_EQ(fill.out, full.out);
-  // The prompt "<s> Once" (2 tokens) and 21 ids fed back fill 24 positions: 23 ids (the last not fed).
+  // The prompt "<s> Once" (2 tokens) and 22 ids fed back fill 24 positions: 23 ids (the last not fed).
   EXPECT_EQ(std::count(full.out.begin(), full.out.end(), ','), 23 - 1) << full.out;
 }
 
@@ -234,8 +234,9 @@ void write_with_eos(const std::string& path, uint32_t id) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// Greedy "Once" gives 432, 383, 286, 261, 376, ...: with 376 as the end-of-generation token the run
-// stops before it; --ignore-eos goes on through it to -n, the same ids.
+// Greedy "Once upon a time" gives 432, 383, 286, 261, 376, ... (expected/stories260K_greedy.json):
+// with 376 as the end-of-generation token the run stops before it; --ignore-eos goes on through it
+// to -n, the same ids.
 TEST(AppLlamaHabits, IgnoreEosGoesOnPastEndOfGeneration) {
   const std::string path = ::testing::TempDir() + "habits_eos376.gguf";
   write_with_eos(path, 376);
@@ -269,7 +270,10 @@ TEST(AppLlamaHabits, SpecialShowsControlTokens) {
   EXPECT_EQ(without.out.find("<s>"), std::string::npos) << without.out;
   const auto sp = test::run_command(test::shoal_bin() + " run -m x -sp 2>&1");
   EXPECT_EQ(sp.status, 2);
-  EXPECT_NE(sp.out.find("-sp is llama.cpp's short form of --special"), std::string::npos) << sp.out;
+  EXPECT_NE(sp.out.find("-sp is llama.cpp's short form of --special: spell it out"), std::string::npos) << sp.out;
+  const auto bench = test::run_command(test::shoal_bin() + " bench -m x -sp 2>&1");  // no --special there
+  EXPECT_EQ(bench.status, 2);
+  EXPECT_NE(bench.out.find("-sp is not an option"), std::string::npos) << bench.out;
 }
 
 TEST(AppLlamaHabits, ASafetensorsFileFindsTheTokenizerBesideIt) {

@@ -118,8 +118,8 @@ TEST(FormatSafetensorsMalformed, HeaderLengthOverLimit) {
 }
 
 TEST(FormatSafetensorsMalformed, InvalidJson) {
-  expect_json_error("{\"a\": {\"dtype\": ", 0, Code::kCorrupt, "header is not valid JSON");
-  expect_json_error("{\"a\": 1}\xff", 0, Code::kCorrupt, "header is not valid JSON");
+  expect_json_error("{\"a\": {\"dtype\": ", 0, Code::kCorrupt, "header: invalid JSON");
+  expect_json_error("{\"a\": 1}\xff", 0, Code::kCorrupt, "header: invalid JSON");
 }
 
 TEST(FormatSafetensorsMalformed, NotAnObject) {

@@ -134,9 +134,9 @@ std::optional<std::string> command_line_error(const CLI::App& app, int argc, con
                          f->what, f->here, cmd == &app ? "" : cmd->get_name() + " ");
     }
     for (const Renamed& r : kRenamed) {
-      if (name == r.name) {
-        return fmt::format("{} is llama.cpp's short form of {}; Shoal spells it {} (see shoal {}--help)", name, r.here,
-                           r.here, cmd == &app ? "" : cmd->get_name() + " ");
+      if (name == r.name && cmd->get_option_no_throw(std::string(r.here))) {
+        return fmt::format("{} is llama.cpp's short form of {}: spell it out (see shoal {} --help)", name, r.here,
+                           cmd->get_name());
       }
     }
     if (word_after_one_dash(name)) {

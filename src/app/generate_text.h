@@ -62,8 +62,8 @@ Status stdout_status();
 /// Writes `text` to stdout and flushes it. Errors: as stdout_status(), the failing call's cause.
 Status write_stdout(std::string_view text);
 
-/// Generates from `ids`, streaming the text (or, with output_ids, the ids as one JSON array) to
-/// stdout as it comes, ending with a newline; logs the prompt and decode speed on stderr. What was
+/// Generates from `ids`, streaming the text (control tokens' too with form.special; with
+/// form.output_ids the ids as one JSON array instead) to stdout as it comes, ending with a newline; logs the prompt and decode speed on stderr. What was
 /// shown when the generator fails stays, ended (the array closed). Errors: the generator's;
 /// stdout_status()'s, the generation stopped at the first failed write.
 Status generate_to_stdout(const Tokenizer& tok, std::span<const int32_t> ids, const GenerateOptions& go,

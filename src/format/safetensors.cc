@@ -1,5 +1,5 @@
-// safetensors header parser and a small writer. The JSON is parsed by nlohmann-json with a
-// callback that rejects duplicate tensor names and deep nesting while parsing.
+// safetensors header parser and a small writer. The JSON is parsed by nlohmann-json through
+// parse_json_doc (SAX), which rejects duplicate tensor names and deep nesting while parsing.
 #include "format/safetensors.h"
 
 #include <algorithm>
@@ -9,6 +9,8 @@
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
+
+#include "format/json_doc.h"
 
 namespace shoal {
 
@@ -35,12 +37,7 @@ const StDtype* find_st_dtype(std::string_view s) {
   return nullptr;
 }
 
-// Thrown by the parse callback; caught right away and turned into a Status.
-struct HeaderError {
-  std::string message;
-};
-
-constexpr int kMaxDepth = 4;
+constexpr int kMaxDepth = 4;  // levels of containers (a tensor's shape is at 3)
 
 }  // namespace
 
@@ -68,24 +65,14 @@ Result<SafetensorsFile> parse_safetensors(const uint8_t* data, uint64_t size,
   const char* begin = reinterpret_cast<const char*>(data + 8);
 
   std::unordered_set<std::string> names;
-  nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t ev,
-                                             nlohmann::json& parsed) {
-    if (depth > kMaxDepth) throw HeaderError{fmt::format("header JSON nests deeper than {}", kMaxDepth)};
-    if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
-      if (!names.insert(parsed.get<std::string>()).second) {
-        throw HeaderError{fmt::format("duplicate tensor name '{}'", parsed.get<std::string>())};
-      }
-    }
-    return true;
+  JsonLimits limits;
+  limits.max_depth = kMaxDepth;
+  limits.on_top_key = [&](const std::string& key) {
+    return names.insert(key).second ? std::string() : fmt::format("duplicate tensor name '{}'", key);
   };
-  nlohmann::json h;
-  try {
-    h = nlohmann::json::parse(begin, begin + n, cb);
-  } catch (const HeaderError& e) {
-    return corrupt(e.message);
-  } catch (const nlohmann::json::exception& e) {
-    return corrupt(fmt::format("header is not valid JSON: {}", e.what()));
-  }
+  auto parsed = parse_json_doc(std::string_view(begin, n), "header", limits);
+  if (!parsed.ok()) return corrupt(parsed.status().message());
+  const nlohmann::json& h = *parsed;
   if (!h.is_object()) return corrupt("header is not a JSON object");
 
   SafetensorsFile f;

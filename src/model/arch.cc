@@ -239,6 +239,8 @@ Result<int64_t> gguf_int(const ModelFile& f, std::string_view key, int64_t lo, i
   const MetaValue* m = f.metadata.find(k);
   if (!m) return make_error(Code::kCorrupt, "missing integer key '{}'", k);
   const auto v = m->as_int();
+  if (const uint64_t* u = std::get_if<uint64_t>(&m->v); !v && u)  // (a u64 past int64_t's range)
+    return make_error(Code::kCorrupt, "key '{}' = {} is outside [{}, {}]", k, *u, lo, hi);
   if (!v) return make_error(Code::kCorrupt, "key '{}' is {}, not an integer", k, meta_type_name(m->type));
   if (*v < lo || *v > hi) return make_error(Code::kCorrupt, "key '{}' = {} is outside [{}, {}]", k, *v, lo, hi);
   return *v;

@@ -39,9 +39,10 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
 
   bool greedy() const { return params_.temperature <= 0.0f; }
-  /// Whether a penalty is on (they need every logit).
+  /// Whether a penalty is on, over a window of at least one token (penalties need every logit).
   bool penalties() const {
-    return params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0 || params_.presence_penalty != 0;
+    return params_.repeat_last_n != 0 &&
+           (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0 || params_.presence_penalty != 0);
   }
   /// True when sampling needs every logit (a penalty on, or top-k off / larger than a device top-k
   /// can give); otherwise the argmax (greedy) or the k best candidates from the device suffice.

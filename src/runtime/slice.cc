@@ -263,8 +263,9 @@ Status Slice::alloc_buffers() {
       auto v = k.ok() ? alloc({opts_.n_ctx, w}, opts_.kv_dtype) : k;
       if (!v.ok()) {
         return v.status().with_context(fmt::format(
-            "the KV cache of layer {} ({} positions; {} in all for this slice's layers): lower -c or use --kv q8_0", l,
-            opts_.n_ctx, format_bytes(slice_kv_bytes(cfg_, spec_.first, spec_.end, opts_.n_ctx, opts_.kv_dtype))));
+            "the KV cache of layer {} ({} positions; {} in all for this slice's layers): lower -c{}", l, opts_.n_ctx,
+            format_bytes(slice_kv_bytes(cfg_, spec_.first, spec_.end, opts_.n_ctx, opts_.kv_dtype)),
+            opts_.kv_dtype == DType::kQ8_0 ? "" : " or use --kv q8_0 (half of f16's bytes)"));
       }
       c.k = *k;
       c.v = *v;

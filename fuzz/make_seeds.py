@@ -7,7 +7,8 @@ Creates OUT/corpus_gguf and OUT/corpus_safetensors with small hand-made valid fi
 metadata type, nested arrays, several tensor types, custom alignment) plus the headers of
 fixture files cut to 16 KiB, so the fuzzer spends its time in the parsers, not in tensor data;
 and OUT/corpus_frame with pool records (frames of every flag combination the wire allows, a
-rewind, a ping) in frame_fuzz's input form: 4 bytes of settings, then the records.
+rewind, a ping) in frame_fuzz's input form: 4 bytes of settings, then the records; and
+OUT/corpus_model_config with the fixtures' config.json files.
 """
 import json
 import os
@@ -121,7 +122,14 @@ def main():
         data = open(os.path.join(fixtures, rel), "rb").read()
         n = struct.unpack_from("<Q", data)[0]
         open(os.path.join(s, rel.replace("/", "_")), "wb").write(data[: min(len(data), 8 + n + 64)])
-    print(f"seeds in {g}, {s} and {fr}")
+    mc = os.path.join(out, "corpus_model_config")
+    os.makedirs(mc, exist_ok=True)
+    hf = os.path.join(fixtures, "hf")
+    for name in sorted(os.listdir(hf)):
+        config = os.path.join(hf, name, "config.json")
+        if os.path.isfile(config):
+            open(os.path.join(mc, name + ".json"), "wb").write(open(config, "rb").read())
+    print(f"seeds in {g}, {s}, {fr} and {mc}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -140,6 +142,37 @@ TEST(StoriesCli, BenchGivesEachRateWithItsStandardDeviation) {
   EXPECT_TRUE(std::regex_search(three.out, std::regex(R"(\| tg8 \| [0-9]+\.[0-9] ± [0-9]+\.[0-9] \| [0-9.]+ \|)"))) << three.out;
   const auto one = test::run_command(stories_cmd(cmd + " -r 1"));
   EXPECT_TRUE(std::regex_search(one.out, std::regex(R"(\| pp16 \| [0-9]+\.[0-9] ± 0\.0 \|)"))) << one.out;
+}
+
+// -o json (llama-bench's): one object per test; the median and the sample standard deviation are
+// those of its samples, computed here; the GB/s of tg and the TFLOP/s of pp scale with the median.
+TEST(StoriesCli, BenchWritesJson) {
+  const auto r = test::run_command(test::shoal_bin() + " --log-level warn bench -m " +
+                                   test::fixture("models/stories260K.gguf") + " -p 16 -n 8 -t 1 -r 4 -o json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u) << r.out;
+  EXPECT_EQ(j[0]["test"], "pp16");
+  EXPECT_EQ(j[0]["n_prompt"], 16);
+  EXPECT_EQ(j[0]["n_gen"], 0);
+  EXPECT_EQ(j[0]["prefill_precision"], "exact");
+  EXPECT_EQ(j[1]["test"], "tg8");
+  EXPECT_EQ(j[1]["n_gen"], 8);
+  for (const auto& t : j) {
+    std::vector<double> v = t["samples_ts"].get<std::vector<double>>();
+    ASSERT_EQ(v.size(), 4u);
+    double mean = 0, var = 0;
+    for (double x : v) mean += x / 4;
+    for (double x : v) var += (x - mean) * (x - mean);
+    std::sort(v.begin(), v.end());
+    EXPECT_EQ(t["median_ts"].get<double>(), v[2]);  // (as the table: the upper of the middle two)
+    EXPECT_NEAR(t["stddev_ts"].get<double>(), std::sqrt(var / 3), 1e-9 * mean);
+    EXPECT_EQ(t["weight_bytes"], j[0]["weight_bytes"]);
+  }
+  EXPECT_NEAR(j[1]["gbps"].get<double>(), j[1]["median_ts"].get<double>() * j[1]["weight_bytes"].get<double>() / 1e9,
+              1e-9 * j[1]["gbps"].get<double>());
+  EXPECT_GT(j[0]["tflops"].get<double>(), 0);
 }
 
 TEST(StoriesCli, BenchRefusesPositionsPastTheContext) {

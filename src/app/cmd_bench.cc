@@ -8,6 +8,8 @@
 #include <memory>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
 #include "app/commands.h"
 #include "app/common_options.h"
 #include "app/signal_watch.h"
@@ -23,6 +25,7 @@ struct BenchOptions {
   int n_prompt = 512;
   int n_gen = 128;
   int reps = 3;
+  std::string output = "md";  // -o: md (llama-bench's default table) or json
 };
 
 double now_s() {
@@ -41,15 +44,15 @@ std::vector<double> rates(int tokens, const std::vector<double>& times) {
   return r;
 }
 
-// "median ± sd" of `r`: the sample standard deviation (n - 1; 0 for one repetition), as llama-bench
-// gives its rate with one (about its mean).
-std::string median_sd(const std::vector<double>& r) {
+// The sample standard deviation of `r` (n - 1; 0 for one value), as llama-bench gives its rate with
+// one (about its mean); and "median ± sd".
+double sd_of(const std::vector<double>& r) {
   double mean = 0, var = 0;
   for (double x : r) mean += x / double(r.size());
   for (double x : r) var += (x - mean) * (x - mean);
-  const double sd = r.size() > 1 ? std::sqrt(var / double(r.size() - 1)) : 0;
-  return fmt::format("{:.1f} ± {:.1f}", median(r), sd);
+  return r.size() > 1 ? std::sqrt(var / double(r.size() - 1)) : 0;
 }
+std::string median_sd(const std::vector<double>& r) { return fmt::format("{:.1f} ± {:.1f}", median(r), sd_of(r)); }
 
 int bench(const BenchOptions& o) {
   if (o.n_prompt == 0 && o.n_gen == 0) {
@@ -102,12 +105,34 @@ int bench(const BenchOptions& o) {
   // Every column from the median rate (with an even -r, the median time's repetition may be another).
   const std::vector<double> pp_r = rates(o.n_prompt, pp_s), tg_r = rates(o.n_gen, tg_s);
   const double pp_tps = median(pp_r), tg_tps = median(tg_r);
-  std::printf("| model | device | weights | test | tokens/s (median ± sd) | GB/s | TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
   const std::string name = m.config.name, dev = m.backend->name();
-  const std::string weights = pool::format_bytes(cost->weight_bytes);
   // (CPU backends compute in f32 whatever the flag.)
   const bool half = o.model.prefill_precision == "half" && m.backend->kind() == DeviceKind::kCuda;
+  if (o.output == "json") {
+    nlohmann::json tests = nlohmann::json::array();
+    auto test = [&](const char* kind, int n, const std::vector<double>& r) {
+      nlohmann::json t = {{"model", name},          {"model_path", o.model.model}, {"device", dev},
+                          {"weight_bytes", cost->weight_bytes},
+                          {"test", fmt::format("{}{}", kind, n)},
+                          {"n_prompt", o.n_prompt}, {"n_gen", kind[0] == 't' ? o.n_gen : 0},
+                          {"median_ts", median(r)}, {"stddev_ts", sd_of(r)},   {"samples_ts", r}};
+      if (kind[0] == 'p') {
+        t["prefill_precision"] = half ? "half" : "exact";
+        t["tflops"] = median(r) * cost->flops / 1e12;
+      } else {
+        t["gbps"] = median(r) * double(cost->weight_bytes) / 1e9;
+      }
+      tests.push_back(std::move(t));
+    };
+    if (o.n_prompt > 0) test("pp", o.n_prompt, pp_r);
+    if (o.n_gen > 0) test("tg", o.n_gen, tg_r);
+    std::printf("%s\n", tests.dump(2).c_str());
+    std::fflush(stdout);
+    return 0;
+  }
+  std::printf("| model | device | weights | test | tokens/s (median ± sd) | GB/s | TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  const std::string weights = pool::format_bytes(cost->weight_bytes);
   if (o.n_prompt > 0)
     std::printf("| %s | %s | %s | pp%d%s | %s | - | %.3f |\n", name.c_str(), dev.c_str(), weights.c_str(),
                 o.n_prompt, half ? " (half)" : "", median_sd(pp_r).c_str(), pp_tps * cost->flops / 1e12);
@@ -135,6 +160,11 @@ CommandFn add_bench_command(CLI::App& app) {
                   "Timed repetitions after one untimed warm-up (tokens/s: their median and standard deviation)")
       ->capture_default_str()
       ->transform(int_range(1, 1000));
+  cmd->add_option("-o,--output", o->output,
+                  "md: a Markdown table; json: an array of tests (test, n_prompt, n_gen, median_ts, stddev_ts, "
+                  "samples_ts in tokens/s, tflops or gbps, model, device, weight_bytes), as llama-bench's -o json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"md", "json"}));
   return [o] { return bench(*o); };
 }
 

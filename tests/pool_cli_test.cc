@@ -242,6 +242,40 @@ TEST(PoolCli, JoinRefusesThreadCountsOutOfRange) {
   }
 }
 
+// What the command line alone shows wrong is a usage error (2), before anything starts.
+TEST(PoolCli, BadAddressesAndAMissingSecretAreUsageErrors) {
+  const std::string host = test::shoal_bin() + " host -m " + test::fixture("models/stories260K.gguf");
+  const struct {
+    std::string cmd, says;
+  } cases[] = {
+      {host + " --secret s --listen 127.0.0.1:99999 -p hi", "--listen: address '127.0.0.1:99999': port above 65535"},
+      {test::shoal_bin() + " join 127.0.0.1:99999 --secret s", "address '127.0.0.1:99999': port above 65535"},
+      {test::shoal_bin() + " join 127.0.0.1:0 --secret s", "address '127.0.0.1:0'"},
+      {test::shoal_bin() + " join 127.0.0.1:1 --secret s --data-listen 1.2.3.4:x", "--data-listen: address '1.2.3.4:x'"},
+      {"env -u SHOAL_SECRET " + host + " --listen 127.0.0.1:0 -p hi", "no room secret: pass --secret or set SHOAL_SECRET"},
+      {"env -u SHOAL_SECRET " + test::shoal_bin() + " join 127.0.0.1:1", "no room secret"},
+      {test::shoal_bin() + " join 127.0.0.1:1 --secret s --mem 12Q", "--mem"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.cmd);
+    const auto r = test::run_command(c.cmd + " 2>&1");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+  }
+}
+
+// --workers 1 gives the pool two devices: a --split of three ranges is refused when the host opens,
+// not at each prompt's plan after the worker came.
+TEST(PoolCli, HostRefusesASplitOfMoreRangesThanItsWorkersAtOnce) {
+  auto host = Child::start({test::shoal_bin(), "--log-level", "warning", "host", "-m",
+                            test::fixture("models/stories260K.gguf"), "--listen", "127.0.0.1:0", "--workers", "1",
+                            "--split", "0-1,2-3,4-4", "-p", "Once"},
+                           {"SHOAL_SECRET=split"});
+  EXPECT_EQ(host->wait_exit(60s), 1) << host->err();
+  EXPECT_NE(host->err().find("--split has 3 ranges but the pool has 2 devices (the host and 1 worker)"),
+            std::string::npos) << host->err();
+}
+
 TEST(PoolCli, JoinRefusesAMissingModelBeforeJoining) {
   // Nothing listens on port 1: the model file is checked first, so that is the error.
   const auto r = test::run_command("SHOAL_SECRET=s " + test::shoal_bin() +

@@ -39,12 +39,13 @@ int host(const HostCmdOptions& o) {
   auto opts = host_options(o.model, o.pool);
   if (!opts.ok()) return fail(opts.status());
   auto secret = room_secret(o.secret);
-  if (!secret.ok()) return fail(secret.status());
+  if (!secret.ok()) return usage_error(secret.status().message());
   opts->secret = *secret;
   opts->listen = o.listen;
+  opts->workers = size_t(o.workers);  // (a --split of more ranges than the host and N workers is refused at once)
   if (!o.mem.empty()) {
     auto mem = parse_bytes(o.mem);
-    if (!mem.ok()) return fail(mem.status().with_context("--mem"));
+    if (!mem.ok()) return usage_error(mem.status().with_context("--mem").message());
     opts->mem = *mem;
   }
   auto text = o.gen.text();
@@ -151,6 +152,7 @@ CommandFn add_host_command(CLI::App& app) {
   add_model_flags(cmd, o->model, "f16");
   add_pool_flags(cmd, o->pool, /*local_pool=*/false);
   cmd->add_option("--listen", o->listen, "The room's address, HOST:PORT (0.0.0.0:PORT to accept other machines)")
+      ->check(address_check(true))
       ->capture_default_str();
   cmd->add_option("--secret", o->secret, "The room secret workers must know (default: $SHOAL_SECRET)");
   cmd->add_option("--workers", o->workers,

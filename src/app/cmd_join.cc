@@ -44,7 +44,7 @@ int join(const JoinOptions& o) {
     if (running) running->stop();
   });
   auto secret = room_secret(o.secret);
-  if (!secret.ok()) return fail(secret.status());
+  if (!secret.ok()) return usage_error(secret.status().message());
   pool::WorkerOptions w;
   w.host = o.host;
   w.secret = *secret;
@@ -55,7 +55,7 @@ int join(const JoinOptions& o) {
   w.warm_up = !o.no_warmup;
   if (!o.mem.empty()) {
     auto mem = parse_bytes(o.mem);
-    if (!mem.ok()) return fail(mem.status().with_context("--mem"));
+    if (!mem.ok()) return usage_error(mem.status().with_context("--mem").message());
     w.mem = *mem;
   }
   w.mem_share = o.mem_share;
@@ -92,7 +92,7 @@ int join(const JoinOptions& o) {
 CommandFn add_join_command(CLI::App& app) {
   auto o = std::make_shared<JoinOptions>();
   CLI::App* cmd = app.add_subcommand("join", "Lend this machine's device to a pool: hold some layers for a host");
-  cmd->add_option("address", o->host, "The host's room, HOST:PORT")->required();
+  cmd->add_option("address", o->host, "The host's room, HOST:PORT")->required()->check(address_check(false));
   cmd->add_option("--secret", o->secret, "The room secret (default: $SHOAL_SECRET)");
   cmd->add_option("-m,--model", o->model, "This machine's copy of the model (default: the path the host sends)");
   cmd->add_option("--device", o->device, "Where the layers run: cpu, cpu-ref, cuda:N")
@@ -113,7 +113,8 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--data-listen", o->data_listen,
                   "The hop listener, HOST:PORT: where the previous stage connects, at PORT of the address this "
                   "worker reaches the host from (HOST: the interface listened on; 0.0.0.0 for all; default: the "
-                  "address that reaches the host, any port)");
+                  "address that reaches the host, any port)")
+      ->check(address_check(true));
   cmd->add_flag("--no-progress", o->no_progress, "No load progress bar on stderr (the local pools' workers)");
   cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()

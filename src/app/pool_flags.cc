@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "pool/address.h"
 #include "pool/transport_tcp.h"
 
 namespace shoal::app {
@@ -62,6 +63,15 @@ Result<uint32_t> parse_layers_local(const std::string& text) {
     return make_error(Code::kInvalidArgument, "'{}' is not a layer count (0 to 65536) or auto", text);
   }
   return uint32_t(n);
+}
+
+CLI::Validator address_check(bool allow_port_zero) {
+  return CLI::Validator(
+      [allow_port_zero](std::string& text) -> std::string {
+        auto a = pool::parse_address(text, allow_port_zero);
+        return a.ok() ? std::string() : a.status().message();
+      },
+      "HOST:PORT");
 }
 
 namespace {

@@ -29,6 +29,10 @@ struct PoolFlags {
 /// --hop-dtype, --dead-after, --layers-local, --split; with `local_pool` also --pool.
 void add_pool_flags(CLI::App* cmd, PoolFlags& f, bool local_pool);
 
+/// A CLI11 check of a HOST:PORT option (pool::parse_address; port 0 only with `allow_port_zero`):
+/// a bad one is a usage error naming the option and what is wrong.
+CLI::Validator address_check(bool allow_port_zero);
+
 /// --layers-local's value as a layer count (callers handle "auto"). kInvalidArgument saying what
 /// it expects.
 Result<uint32_t> parse_layers_local(const std::string& text);

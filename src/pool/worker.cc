@@ -144,7 +144,10 @@ Status Worker::join() {
       return local.status().with_context("joining the host");
     }
   }
-  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Listener> listener, net_.listen(listen));
+  auto listening = net_.listen(listen);
+  if (!listening.ok())
+    return listening.status().with_context(opts_.data_listen.empty() ? "the hop listener" : "--data-listen");
+  std::unique_ptr<Listener> listener = std::move(*listening);
   SHOAL_ASSIGN_OR_RETURN(Address data, parse_address(listener->address(), true));
   // The host dials the hop port at the address this worker's control connection comes from: a
   // listener on one other interface is not reached there.

@@ -84,6 +84,20 @@ TEST(PoolLeave, AHostWhoseTerminalClosedSaysBye) {
   EXPECT_NE(w1->err().find("said bye: the host was stopped (SIGHUP)"), std::string::npos) << w1->err();
 }
 
+// A host lost without a bye (killed, its machine gone) fails its workers (exit 1, "lost the
+// host"), so that a supervisor that restarts a worker on failure starts it again.
+TEST(PoolLeave, AWorkerWhoseHostIsKilledFails) {
+  const std::string secret = "leave-kill-secret";
+  auto host = test::stories_host(secret, 1);
+  const std::string addr = test::host_address(*host);
+  ASSERT_FALSE(addr.empty()) << host->err();
+  auto w1 = test::join(addr, "w1", secret);
+  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  host->kill(SIGKILL);
+  EXPECT_EQ(w1->wait_exit(10s), 1) << w1->err();
+  EXPECT_NE(w1->err().find("lost the host: "), std::string::npos) << w1->err();
+}
+
 TEST(PoolLeave, RunWithAPoolSaysByeWhenStopped) {
   auto run = Child::start({test::shoal_bin(), "run", "-m", test::fixture("models/stories260K.gguf"), "-p", "Once",
                            "-n", "1500", "-c", "2048", "--temp", "0", "-t", "1", "--pool", "3"});

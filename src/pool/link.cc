@@ -33,6 +33,7 @@ void Link::go_down(const Status& why, bool notify, bool orderly) {
     std::lock_guard lock(mu_);
     if (!down_.ok()) return;
     down_ = why;
+    said_bye_ = orderly;
   }
   cv_.notify_all();
   conn_->close();
@@ -44,6 +45,11 @@ void Link::go_down(const Status& why, bool notify, bool orderly) {
     }
     if (opts_.on_down) opts_.on_down(why);
   }
+}
+
+bool Link::said_bye() const {
+  std::lock_guard lock(mu_);
+  return said_bye_;
 }
 
 void Link::close(std::string_view reason) {

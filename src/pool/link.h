@@ -50,6 +50,9 @@ class Link {
   /// Ok while up; why it went down.
   Status status() const;
   bool is_up() const { return status().ok(); }
+  /// Whether the link went down because the peer said bye (an orderly leave), not by a closed
+  /// connection, a silence, malformed bytes or our own close.
+  bool said_bye() const;
   /// Sends BYE with `reason` (best effort) and closes; recv() then reports kUnavailable.
   void close(std::string_view reason);
   /// Last measured ping round trip; zero before the first pong.
@@ -70,6 +73,7 @@ class Link {
   std::condition_variable cv_;
   std::deque<Message> inbox_;
   Status down_;  // ok while up
+  bool said_bye_ = false;  // down_ is the peer's bye
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> rtt_us_{0};
   std::thread thread_;

@@ -219,6 +219,9 @@ Status Worker::run() {
       if (m.status().code() == Code::kDeadlineExceeded) continue;
       stop_data("the worker stops");
       stop_ = true;
+      // A host that said bye ended the pool in order; one lost without a word (killed, its machine
+      // gone) fails the worker, so that a supervisor restarting on failure starts it again.
+      if (!control_->said_bye()) return make_error(Code::kUnavailable, "lost the host: {}", m.status().message());
       spdlog::info("leaving the pool: {}", m.status().message());
       return Status::Ok();
     }

@@ -68,8 +68,8 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  /// Joins and serves until the host goes away (Ok) or stop() is called (Ok). Errors:
-  /// kUnavailable (the host is unreachable), kPermissionDenied (wrong room secret),
+  /// Joins and serves until the host says bye (Ok) or stop() is called (Ok). Errors:
+  /// kUnavailable (the host is unreachable, or lost without a bye: "lost the host: ..."), kPermissionDenied (wrong room secret),
   /// kUnsupported (the host speaks another protocol version), kFailedPrecondition (this worker's
   /// model file differs from the host's: named with both identities), load and backend errors.
   /// Every error is also sent to the host when the control connection is up.

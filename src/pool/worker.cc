@@ -195,7 +195,8 @@ Status Worker::join() {
   lo.dead_after = opts_.hops.dead_after;
   lo.bye_at_info = false;  // (run() logs it: "leaving the pool: ...")
   control_ = std::make_unique<Link>(std::move(*conn), std::move(lo));
-  spdlog::info("joined {} as '{}': {}, lends {}, {:.1f} GB/s, {:.1f} GFLOP/s; hops on {}", opts_.host, h.name,
+  // ("hello", not "joined": the host may still refuse it, e.g. for a name a live worker has.)
+  spdlog::info("said hello to {} as '{}': {}, lends {}, {:.1f} GB/s, {:.1f} GFLOP/s; hops on {}", opts_.host, h.name,
                h.device_name, format_bytes(h.mem_lent), h.mem_gbps, h.matmul_gflops, data.to_string());
   return Status::Ok();
 }
@@ -260,7 +261,10 @@ Status Worker::load(const Assign& a) {
     if (path.empty()) {
       return make_error(Code::kInvalidArgument, "the host sent no model path and this worker was started without -m");
     }
-    SHOAL_RETURN_IF_ERROR(open_own_model(path));
+    if (Status st = open_own_model(path); !st.ok()) {
+      if (!opts_.model.empty()) return st;
+      return Status(st.code(), st.message() + " (the path the host sent: give this worker its copy with -m MODEL)");
+    }
   }
   const ModelFile& f = *model_->file;
   const uint64_t hash = model_identity_;

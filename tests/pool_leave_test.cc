@@ -98,6 +98,34 @@ TEST(PoolLeave, AWorkerWhoseHostIsKilledFails) {
   EXPECT_NE(w1->err().find("lost the host: "), std::string::npos) << w1->err();
 }
 
+// join --stay serves one host after another: a host that answers its -p and says bye, then a host
+// killed, then a third on the same address; a signal still ends the worker, in order (0).
+TEST(PoolLeave, AStayingWorkerServesOneHostAfterAnother) {
+  const std::string secret = "stay-secret";
+  auto first = test::stories_host(secret, 1, {"-p", "Once upon a time", "--output-ids"});
+  const std::string addr = test::host_address(*first);
+  ASSERT_FALSE(addr.empty()) << first->err();
+  auto w1 = test::join(addr, "w1", secret, {"--stay"});
+  EXPECT_EQ(first->wait_exit(60s), 0) << first->err();
+  const std::string ids = first->out();
+  ASSERT_EQ(ids.rfind("[432, 383, 286, 261", 0), 0u) << ids;  // expected/stories260K_greedy.json
+  ASSERT_TRUE(w1->wait_err("--stay: waiting for the host at", 30s)) << w1->err();
+  auto second = test::stories_host(secret, 1, {}, addr);  // stdin prompts: it stays up
+  ASSERT_TRUE(second->wait_err("worker 'w1' ready for plan 1", 60s)) << second->err() << w1->err();
+  const size_t before_kill = w1->err().size();
+  second->kill(SIGKILL);
+  ASSERT_TRUE(w1->wait_err("lost the host", 30s, before_kill)) << w1->err();
+  ASSERT_TRUE(w1->wait_err("--stay: waiting for the host at", 30s, before_kill)) << w1->err();
+  const size_t before_third = w1->err().size();
+  auto third = test::stories_host(secret, 1, {"-p", "Once upon a time", "--output-ids"}, addr);
+  EXPECT_EQ(third->wait_exit(60s), 0) << third->err() << w1->err();
+  EXPECT_EQ(third->out(), ids);
+  ASSERT_TRUE(w1->wait_err("--stay: waiting for the host at", 30s, before_third)) << w1->err();
+  EXPECT_EQ(w1->wait_exit(0ms), -1) << "a --stay worker left: " << w1->err();  // (-1: still running)
+  w1->kill(SIGINT);
+  EXPECT_EQ(w1->wait_exit(30s), 128 + SIGINT) << w1->err();  // (stopped while waiting: not in a pool)
+}
+
 TEST(PoolLeave, RunWithAPoolSaysByeWhenStopped) {
   auto run = Child::start({test::shoal_bin(), "run", "-m", test::fixture("models/stories260K.gguf"), "-p", "Once",
                            "-n", "1500", "-c", "2048", "--temp", "0", "-t", "1", "--pool", "3"});

@@ -28,7 +28,11 @@ struct JoinOptions {
   int wait_host_s = 60;
   bool no_progress = false;
   bool no_warmup = false;
+  bool stay = false;
 };
+
+// How long a --stay worker waits for its host to come back (a year: until stopped).
+constexpr pool::Millis kStayWait{int64_t(365) * 24 * 3600 * 1000};
 
 int join(const JoinOptions& o) {
   if (Status st = check_one_device(o.device); !st.ok()) return fail(st);
@@ -65,26 +69,34 @@ int join(const JoinOptions& o) {
   w.host_wait = pool::Millis(int64_t(o.wait_host_s) * 1000);
   w.hops.dead_after = pool::Millis(o.dead_after_ms);
   w.hops.ping_interval = pool::Millis(std::max(50, o.dead_after_ms / 4));
-  pool::Worker worker(std::move(w), pool::tcp_network());
-  {
-    std::lock_guard lock(mu);
-    running = &worker;
-    if (stop_signal != 0) worker.stop();
+  for (;;) {
+    pool::Worker worker(w, pool::tcp_network());  // (a copy: with --stay the next round joins as this one)
+    {
+      std::lock_guard lock(mu);
+      running = &worker;
+      if (stop_signal != 0) worker.stop();
+    }
+    const Status st = worker.run();
+    int sig = 0;
+    {
+      std::lock_guard lock(mu);
+      running = nullptr;
+      sig = stop_signal;
+    }
+    // A worker that left the pool on a signal exits 0 (it served); one stopped before it got in, as
+    // an interrupted command does.
+    if (sig != 0 && !worker.joined()) {
+      spdlog::warn("stopped before it joined the host at {}", o.host);
+      return 128 + sig;
+    }
+    // --stay: a host that ended (said bye, or was lost) is waited for and joined again; a refusal
+    // (another model, a name taken) or a failure of this worker ends it.
+    const bool again = o.stay && sig == 0 && worker.joined() && (st.ok() || st.code() == Code::kUnavailable);
+    if (!again) return st.ok() ? 0 : fail(st);
+    if (!st.ok()) spdlog::warn("{}", st.to_string());
+    spdlog::info("--stay: waiting for the host at {} to join it again", o.host);
+    w.host_wait = kStayWait;
   }
-  const Status st = worker.run();
-  int sig = 0;
-  {
-    std::lock_guard lock(mu);
-    running = nullptr;
-    sig = stop_signal;
-  }
-  // A worker that left the pool on a signal exits 0 (it served); one stopped before it got in, as
-  // an interrupted command does.
-  if (sig != 0 && !worker.joined()) {
-    spdlog::warn("stopped before it joined the host at {}", o.host);
-    return 128 + sig;
-  }
-  return st.ok() ? 0 : fail(st);
 }
 
 }  // namespace
@@ -119,6 +131,9 @@ CommandFn add_join_command(CLI::App& app) {
   cmd->add_option("--dead-after", o->dead_after_ms, "A peer silent this long (ms) counts as dead")
       ->capture_default_str()
       ->transform(int_range(100, 3600000));
+  cmd->add_flag("--stay", o->stay,
+                "When the host ends (it says bye or is lost), wait for it and join again, as long as it takes (a "
+                "host restarted, one `shoal host -p` after another); a signal still ends the worker");
   cmd->add_option("--wait-host", o->wait_host_s,
                   "Seconds to keep trying a host that is not up yet (name not resolved, refused or no answer); 0: try once")
       ->capture_default_str()

@@ -218,11 +218,13 @@ Status Worker::run() {
     auto m = control_->recv(kControlSlice);
     if (!m.ok()) {
       if (m.status().code() == Code::kDeadlineExceeded) continue;
+      const bool asked_to_stop = stop_;
       stop_data("the worker stops");
       stop_ = true;
       // A host that said bye ended the pool in order; one lost without a word (killed, its machine
       // gone) fails the worker, so that a supervisor restarting on failure starts it again.
-      if (!control_->said_bye()) return make_error(Code::kUnavailable, "lost the host: {}", m.status().message());
+      if (!asked_to_stop && !control_->said_bye())
+        return make_error(Code::kUnavailable, "lost the host: {}", m.status().message());
       spdlog::info("leaving the pool: {}", m.status().message());
       return Status::Ok();
     }

@@ -62,8 +62,9 @@ def safetensors(tensors, metadata=None):
 
 
 def record(msg_type, payload):
-    # magic | version 1 | type | flags 0 | length | payload | checksum (frame_fuzz rewrites it)
-    return b"SHOL" + struct.pack("<HHII", 1, msg_type, 0, len(payload)) + payload + b"\0\0\0\0"
+    # magic | version 2 (wire.h kProtocolVersion) | type | flags 0 | length | payload | checksum (frame_fuzz
+    # rewrites it)
+    return b"SHOL" + struct.pack("<HHII", 2, msg_type, 0, len(payload)) + payload + b"\0\0\0\0"
 
 
 def frame(pos, n_tokens, flags, dtype, rows, d_model):

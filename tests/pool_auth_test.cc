@@ -126,20 +126,20 @@ TEST(Auth, ClientOfAnotherProtocolVersion) {
   auto [server, raw] = make_pipe_pair("server", "client");
   Connection conn(std::move(server));
   auto role = std::async(std::launch::async, [&] { return auth_server(conn, kSecret); });
-  const std::vector<uint8_t> auth_v2 = encode_record(encode(Auth{}), /*version=*/2);
-  const std::span<const uint8_t> parts[1] = {auth_v2};
+  const std::vector<uint8_t> auth_v3 = encode_record(encode(Auth{}), /*version=*/3);
+  const std::span<const uint8_t> parts[1] = {auth_v3};
   ASSERT_TRUE(raw->write_all(parts, Clock::now() + 1s).ok());
-  expect_status(role.get().status(), Code::kUnsupported, "peer speaks protocol version 2, this build speaks 1");
+  expect_status(role.get().status(), Code::kUnsupported, "peer speaks protocol version 3, this build speaks 2");
 }
 
 TEST(Auth, ServerOfAnotherProtocolVersion) {
   auto [client, raw] = make_pipe_pair("client", "server");
   Connection conn(std::move(client));
-  const std::vector<uint8_t> challenge_v3 = encode_record(encode(Challenge{}), /*version=*/3);
-  const std::span<const uint8_t> parts[1] = {challenge_v3};
+  const std::vector<uint8_t> challenge_v4 = encode_record(encode(Challenge{}), /*version=*/4);
+  const std::span<const uint8_t> parts[1] = {challenge_v4};
   ASSERT_TRUE(raw->write_all(parts, Clock::now() + 1s).ok());
   expect_status(auth_client(conn, kSecret, PeerRole::kWorker), Code::kUnsupported,
-                "peer speaks protocol version 3, this build speaks 1");
+                "peer speaks protocol version 4, this build speaks 2");
 }
 
 TEST(Auth, GarbageInsteadOfAnAnswer) {
@@ -342,8 +342,8 @@ TEST(TcpRoom, GarbageIsRefusedAndTheRoomKeepsAccepting) {
   const Case cases[] = {
       {"random bytes", random_bytes, Code::kCorrupt, "bad magic"},
       {"an HTTP request", std::vector<uint8_t>(http.begin(), http.end()), Code::kCorrupt, "(\"GET \")"},
-      {"a record of version 2", encode_record(encode(Auth{}), 2), Code::kUnsupported,
-       "peer speaks protocol version 2, this build speaks 1"},
+      {"a record of version 3", encode_record(encode(Auth{}), 3), Code::kUnsupported,
+       "peer speaks protocol version 3, this build speaks 2"},
       {"an oversized record", [] {
          auto b = encode_record(Message{MsgType::kFrame, std::vector<uint8_t>(64)});
          b[12] = b[13] = b[14] = b[15] = 0xFF;  // 4 GiB payload

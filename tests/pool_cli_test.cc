@@ -432,8 +432,8 @@ TEST(PoolCli, BadPeersAreRefusedAndAGoodOneServes) {
   EXPECT_EQ(good->wait_exit(10s), 0) << good->err();  // the host said bye; the worker leaves
 }
 
-// A worker refused while the first plan is made (another model) leaves a host with a -p prompt
-// waiting for another worker, instead of failing the prompt for want of one.
+// A worker with another model file (-m) is refused at its hello, before any plan: a host with a -p
+// prompt goes on waiting for a worker instead of failing the prompt for want of one.
 TEST(PoolCli, AHostWaitsAgainWhenItsOnlyWorkerIsRefused) {
   const std::string secret = "rewait-test-secret";
   auto host = test::stories_host(secret, 1, {"-p", "Once upon a time"});
@@ -441,7 +441,9 @@ TEST(PoolCli, AHostWaitsAgainWhenItsOnlyWorkerIsRefused) {
   ASSERT_FALSE(addr.empty()) << host->err();
   auto other = join(addr, "other-model", secret, {"-m", test::fixture("hf/llama/model-bf16.gguf")});
   EXPECT_EQ(other->wait_exit(60s), 1);
-  EXPECT_TRUE(host->wait_err("; waiting for 1 worker on", 10s)) << host->err();  // after the failed plan
+  EXPECT_NE(other->err().find("wrong model file: the host has"), std::string::npos) << other->err();
+  EXPECT_TRUE(host->wait_err("refused worker 'other-model'.*wrong model file", 10s)) << host->err();
+  EXPECT_EQ(host->err().find("plan 1"), std::string::npos) << "a plan with the refused worker: " << host->err();
   EXPECT_EQ(host->wait_exit(1s), -1) << "the host gave up: " << host->err();
   auto good = join(addr, "good", secret);
   EXPECT_EQ(host->wait_exit(60s), 0) << host->err();

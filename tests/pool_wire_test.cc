@@ -22,11 +22,12 @@ using test::expect_status;
 using Bytes = std::vector<uint8_t>;
 
 // A ping record (nonce 0x0102030405060708, time 0x1122334455667788) written out from the grammar;
-// its CRC-32C 0x4D30EEC1 computed by a bitwise implementation outside Shoal.
+// its CRC-32C 0xAEE2056C computed by a bitwise implementation outside Shoal (Python, polynomial
+// 0x82F63B78 reflected; 0x4D30EEC1 for the same record of version 1).
 const Bytes kPingRecord = {
-    'S', 'H', 'O', 'L', 0x01, 0x00, 0x0A, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // header
+    'S', 'H', 'O', 'L', 0x02, 0x00, 0x0A, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // header
     0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // payload
-    0xC1, 0xEE, 0x30, 0x4D};                                                                         // crc32c
+    0x6C, 0x05, 0xE2, 0xAE};                                                                         // crc32c
 
 // Decodes a whole buffer fed at once; returns the first message or the error.
 Result<std::optional<Message>> decode_bytes(const Bytes& b, uint32_t max_payload = kDefaultMaxPayload) {
@@ -131,7 +132,7 @@ TEST(Record, TypeTableSizesFollowTheGrammar) {
   EXPECT_EQ(sizes(MsgType::kChallenge), std::pair(32u, 32u));
   EXPECT_EQ(sizes(MsgType::kAuth), std::pair(65u, 65u));
   EXPECT_EQ(sizes(MsgType::kAuthOk), std::pair(32u, 32u));
-  EXPECT_EQ(sizes(MsgType::kHello), std::pair(36u, 548u));
+  EXPECT_EQ(sizes(MsgType::kHello), std::pair(52u, 564u));
   EXPECT_EQ(sizes(MsgType::kAssign), std::pair(54u, 1378u));
   EXPECT_EQ(sizes(MsgType::kReady), std::pair(12u, 12u));
   EXPECT_EQ(sizes(MsgType::kHopOpen), std::pair(10u, 10u));
@@ -161,34 +162,36 @@ TEST(RecordMalformed, BadMagicRefusedBeforeAWholeHeader) {
 }
 
 TEST(RecordMalformed, OtherProtocolVersion) {
-  expect_error(decode_bytes(forge(2, 10, 0, Bytes(16))), Code::kUnsupported,
-               "peer speaks protocol version 2, this build speaks 1");
+  expect_error(decode_bytes(forge(3, 10, 0, Bytes(16))), Code::kUnsupported,
+               "peer speaks protocol version 3, this build speaks 2");
+  expect_error(decode_bytes(forge(1, 10, 0, Bytes(16))), Code::kUnsupported,
+               "peer speaks protocol version 1, this build speaks 2");
   expect_error(decode_bytes(forge(0, 10, 0, Bytes(16))), Code::kUnsupported, "version 0");
 }
 
 TEST(RecordMalformed, UnknownType) {
-  expect_error(decode_bytes(forge(1, 0, 0, Bytes(16))), Code::kCorrupt, "unknown message type 0");
-  expect_error(decode_bytes(forge(1, 99, 0, Bytes(16))), Code::kCorrupt, "unknown message type 99");
+  expect_error(decode_bytes(forge(kProtocolVersion, 0, 0, Bytes(16))), Code::kCorrupt, "unknown message type 0");
+  expect_error(decode_bytes(forge(kProtocolVersion, 99, 0, Bytes(16))), Code::kCorrupt, "unknown message type 99");
 }
 
 TEST(RecordMalformed, HeaderFlagsSet) {
-  expect_error(decode_bytes(forge(1, 10, 0x80, Bytes(16))), Code::kCorrupt, "header flags 0x00000080");
+  expect_error(decode_bytes(forge(kProtocolVersion, 10, 0x80, Bytes(16))), Code::kCorrupt, "header flags 0x00000080");
 }
 
 TEST(RecordMalformed, LengthOverLimitRefusedFromTheHeaderAlone) {
-  Bytes header = forge(1, uint16_t(MsgType::kFrame), 0, {}, 4096);
+  Bytes header = forge(kProtocolVersion, uint16_t(MsgType::kFrame), 0, {}, 4096);
   header.resize(kRecordHeaderSize);  // the payload never comes
   expect_error(decode_bytes(header, 1024), Code::kOutOfRange, "payload of 4096 bytes is over the limit of 1024");
-  Bytes huge = forge(1, uint16_t(MsgType::kFrame), 0, {}, 0xFFFFFFFF);
+  Bytes huge = forge(kProtocolVersion, uint16_t(MsgType::kFrame), 0, {}, 0xFFFFFFFF);
   huge.resize(kRecordHeaderSize);
   expect_error(decode_bytes(huge), Code::kOutOfRange, "over the limit of 67108864");
 }
 
 TEST(RecordMalformed, LengthWrongForType) {
-  expect_error(decode_bytes(forge(1, 10, 0, Bytes(15))), Code::kCorrupt, "ping payload is 15 bytes, expected 16");
-  expect_error(decode_bytes(forge(1, 10, 0, Bytes(17))), Code::kCorrupt, "ping payload is 17 bytes, expected 16");
-  expect_error(decode_bytes(forge(1, 4, 0, Bytes(549))), Code::kCorrupt, "hello payload is 549 bytes, expected 36..548");
-  expect_error(decode_bytes(forge(1, 8, 0, Bytes(19))), Code::kCorrupt, "frame payload is 19 bytes");
+  expect_error(decode_bytes(forge(kProtocolVersion, 10, 0, Bytes(15))), Code::kCorrupt, "ping payload is 15 bytes, expected 16");
+  expect_error(decode_bytes(forge(kProtocolVersion, 10, 0, Bytes(17))), Code::kCorrupt, "ping payload is 17 bytes, expected 16");
+  expect_error(decode_bytes(forge(kProtocolVersion, 4, 0, Bytes(565))), Code::kCorrupt, "hello payload is 565 bytes, expected 52..564");
+  expect_error(decode_bytes(forge(kProtocolVersion, 8, 0, Bytes(19))), Code::kCorrupt, "frame payload is 19 bytes");
 }
 
 TEST(RecordMalformed, ChecksumMismatchInPayload) {
@@ -200,7 +203,7 @@ TEST(RecordMalformed, ChecksumMismatchInPayload) {
 TEST(RecordMalformed, ChecksumMismatchInTrailer) {
   Bytes b = kPingRecord;
   b.back() ^= 0x80;
-  expect_error(decode_bytes(b), Code::kCorrupt, "stored 0xcd30eec1, computed 0x4d30eec1");
+  expect_error(decode_bytes(b), Code::kCorrupt, "stored 0x2ee2056c, computed 0xaee2056c");
 }
 
 TEST(RecordMalformed, ChecksumCoversTheHeader) {
@@ -241,6 +244,8 @@ Hello sample_hello() {
   h.matmul_gflops = 400000.f;
   h.mem_gbps = 4000.f;
   h.capabilities = kCapHopF16 | kCapHopF32 | (1ull << 40);
+  h.model_size = 16'000'000'000ull;
+  h.model_hash = 0x0123456789abcdefull;
   h.name = "box2";
   h.device_name = "NVIDIA H200 \xc3\xa9";  // UTF-8 is fine
   return h;
@@ -293,6 +298,8 @@ TEST(Payload, RoundTripsEveryType) {
   EXPECT_EQ(h.matmul_gflops, 400000.f);
   EXPECT_EQ(h.mem_gbps, 4000.f);
   EXPECT_EQ(h.capabilities, kCapHopF16 | kCapHopF32 | (1ull << 40));
+  EXPECT_EQ(h.model_size, 16'000'000'000ull);
+  EXPECT_EQ(h.model_hash, 0x0123456789abcdefull);
   EXPECT_EQ(h.name, "box2");
   EXPECT_EQ(h.device_name, "NVIDIA H200 \xc3\xa9");
   const Assign as = round_trip(sample_assign());
@@ -341,7 +348,7 @@ TEST(PayloadMalformed, StringOverItsLimit) {
   h.name = "x";
   Message m = encode(h);
   // Replace the name (length 1) with 257 bytes.
-  const size_t at = 32;  // fixed fields end here
+  const size_t at = 48;  // fixed fields end here (protocol 2: with model_size and model_hash)
   ASSERT_EQ(m.payload[at], 1);
   m.payload.erase(m.payload.begin() + at, m.payload.begin() + at + 3);
   Bytes big = {1, 1};  // 257
@@ -381,8 +388,8 @@ TEST(PayloadMalformed, HelloFields) {
     const char* needle;
   };
   const Case cases[] = {
-      {"version", [](Hello& h) { h.protocol_version = 2; }, Code::kUnsupported,
-       "hello says protocol version 2, this build speaks 1"},
+      {"version", [](Hello& h) { h.protocol_version = 3; }, Code::kUnsupported,
+       "hello says protocol version 3, this build speaks 2"},
       {"role hop", [](Hello& h) { h.role = PeerRole::kHop; }, Code::kCorrupt, "hello field 'role' is 3"},
       {"role 0", [](Hello& h) { h.role = PeerRole(0); }, Code::kCorrupt, "hello field 'role' is 0"},
       {"device", [](Hello& h) { h.device_kind = DeviceKind(7); }, Code::kCorrupt, "'device_kind' is 7"},

@@ -175,6 +175,7 @@ void Host::admit(Arrival a) {
   } while (m.ok() && (m->type == MsgType::kPing || m->type == MsgType::kPong));
   Result<Hello> hello = m.ok() ? decode<Hello>(*m) : Result<Hello>(m.status());
   auto addr = parse_address(peer);
+  std::string who = peer;  // as the refusal names it
   if (hello.ok() && a.role != hello->role) {
     hello = make_error(Code::kInvalidArgument, "authenticated as a {} but says hello as a {}", peer_role_name(a.role),
                        peer_role_name(hello->role));
@@ -182,9 +183,16 @@ void Host::admit(Arrival a) {
     hello = make_error(Code::kInvalidArgument, "a worker's hello must name its hop port");
   } else if (hello.ok() && !addr.ok()) {
     hello = addr.status();
+  } else if (hello.ok() && hello->model_size != 0 &&
+             (hello->model_size != model_.file->file_size || hello->model_hash != model_identity_)) {
+    who = fmt::format("worker '{}' (from {})", hello->name, peer);
+    hello = make_error(Code::kFailedPrecondition,
+                       "wrong model file: the host has '{}' ({} bytes, identity {:016x}); worker '{}' has one of {} "
+                       "bytes, identity {:016x}", model_.file->path, model_.file->file_size, model_identity_,
+                       hello->name, hello->model_size, hello->model_hash);
   }
   if (!hello.ok()) {
-    refuse(peer, hello.status());
+    refuse(who, hello.status());
     (void)a.conn->send(encode(ErrorMsg::from(hello.status())));
     a.conn->close();
     return;

@@ -113,6 +113,8 @@ struct Hello {
   float matmul_gflops = 0;     // speed probe: GFLOP/s of a large matmul
   float mem_gbps = 0;          // speed probe: GB/s of a large read
   uint64_t capabilities = 0;   // kCap* bits
+  uint64_t model_size = 0;     // a worker's own model file (-m): its size in bytes; 0: none opened yet
+  uint64_t model_hash = 0;     // and its model_identity() (the host refuses another model at once)
   std::string name;            // peer label for plans and errors ("box2"), non-empty
   std::string device_name;     // "NVIDIA H200", "AMD EPYC 9654"
   template <class S, class V> static void fields(S& s, V& v) {
@@ -125,6 +127,8 @@ struct Hello {
     v.num("matmul_gflops", s.matmul_gflops);
     v.num("mem_gbps", s.mem_gbps);
     v.num("capabilities", s.capabilities);
+    v.num("model_size", s.model_size);
+    v.num("model_hash", s.model_hash);
     v.str("name", s.name, kMaxNameLen);
     v.str("device_name", s.device_name, kMaxNameLen);
   }

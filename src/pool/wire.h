@@ -17,7 +17,7 @@
 namespace shoal::pool {
 
 /// Protocol version this build speaks; a record with any other version is refused.
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: hello carries the model identity
 inline constexpr std::array<uint8_t, 4> kMagic = {'S', 'H', 'O', 'L'};
 inline constexpr size_t kRecordHeaderSize = 16;
 inline constexpr size_t kRecordTrailerSize = 4;

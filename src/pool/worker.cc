@@ -185,6 +185,10 @@ Status Worker::join() {
   h.matmul_gflops = float(std::min(probe.matmul_gflops, double(kMaxSpeed)));
   h.mem_gbps = float(std::min(probe.mem_gbps, double(kMaxSpeed)));
   h.capabilities = kCapHopF32 | kCapHopF16 | (opts_.keep_rows ? kCapKeepRows : 0);
+  if (model_) {  // (-m: opened before joining; without it the host's path is opened at the first plan)
+    h.model_size = model_->file->file_size;
+    h.model_hash = model_identity_;
+  }
   h.name = printable_text(opts_.name, kMaxNameLen);
   h.device_name = printable_text(backend_->name(), kMaxNameLen);
   if (stop_) return stopped;

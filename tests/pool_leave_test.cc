@@ -53,6 +53,23 @@ SplitPool split_pool(const std::string& secret, std::vector<std::string> extra =
   return p;
 }
 
+// A host over stories260K (`host_extra` flags) whose one worker w1 (`worker_extra` flags) took
+// plan 1, and the room's address. On a failure w1 is null (the host says why).
+struct OnePool {
+  std::unique_ptr<Child> host, w1;
+  std::string addr;
+};
+OnePool one_worker_pool(const std::string& secret, const std::vector<std::string>& host_extra = {},
+                        const std::vector<std::string>& worker_extra = {}) {
+  OnePool p;
+  p.host = test::stories_host(secret, 1, host_extra);
+  p.addr = test::host_address(*p.host);
+  if (p.addr.empty()) return p;
+  auto w1 = test::join(p.addr, "w1", secret, worker_extra);
+  if (p.host->wait_err("worker 'w1' ready for plan 1", 60s)) p.w1 = std::move(w1);
+  return p;
+}
+
 TEST(PoolLeave, StoppedPeersSayBye) {
   const std::string secret = "leave-test-secret";
   auto [host, w1, w2] = split_pool(secret);
@@ -72,11 +89,8 @@ TEST(PoolLeave, StoppedPeersSayBye) {
 
 TEST(PoolLeave, AHostWhoseTerminalClosedSaysBye) {
   const std::string secret = "leave-hup-secret";
-  auto host = test::stories_host(secret, 1);
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto w1 = test::join(addr, "w1", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  auto [host, w1, addr] = one_worker_pool(secret);
+  ASSERT_TRUE(w1) << (host ? host->err() : "");
   host->kill(SIGHUP);
   EXPECT_EQ(host->wait_exit(10s), 128 + SIGHUP) << host->err();
   EXPECT_NE(host->err().find("SIGHUP: the host stops; saying bye to the pool"), std::string::npos) << host->err();
@@ -88,11 +102,8 @@ TEST(PoolLeave, AHostWhoseTerminalClosedSaysBye) {
 // host"), so that a supervisor that restarts a worker on failure starts it again.
 TEST(PoolLeave, AWorkerWhoseHostIsKilledFails) {
   const std::string secret = "leave-kill-secret";
-  auto host = test::stories_host(secret, 1);
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto w1 = test::join(addr, "w1", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  auto [host, w1, addr] = one_worker_pool(secret);
+  ASSERT_TRUE(w1) << (host ? host->err() : "");
   host->kill(SIGKILL);
   EXPECT_EQ(w1->wait_exit(10s), 1) << w1->err();
   EXPECT_NE(w1->err().find("lost the host: "), std::string::npos) << w1->err();
@@ -191,11 +202,8 @@ TEST(PoolLeave, ASecondSignalEndsAHostStuckLeaving) {
 
 TEST(PoolLeave, AFrozenWorkerIsDroppedAndReadsWhyWhenItWakes) {
   const std::string secret = "frozen-test-secret";
-  auto host = test::stories_host(secret, 1, {"--dead-after", "500"});
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto w1 = test::join(addr, "w1", secret, {"--dead-after", "500"});
-  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  auto [host, w1, addr] = one_worker_pool(secret, {"--dead-after", "500"}, {"--dead-after", "500"});
+  ASSERT_TRUE(w1) << (host ? host->err() : "");
   w1->kill(SIGSTOP);
   EXPECT_TRUE(host->wait_err("worker 'w1' is not answering", 10s)) << host->err();
   w1->kill(SIGCONT);
@@ -254,11 +262,8 @@ TEST(PoolLeave, AStopWhileAPromptWaitsForWorkersAnswersItNull) {
   // --output-ids owes each prompt line one line out: a SIGTERM while the prompt waits for a worker
   // (its only one was killed) leaves null for it.
   const std::string secret = "pending-null-secret";
-  auto host = test::stories_host(secret, 1, {"--output-ids"});
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto w1 = test::join(addr, "w1", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  auto [host, w1, addr] = one_worker_pool(secret, {"--output-ids"});
+  ASSERT_TRUE(w1) << (host ? host->err() : "");
   w1->kill(SIGKILL);
   ASSERT_TRUE(host->wait_err("worker 'w1'.*closed the connection", 10s)) << host->err();
   host->write("Once upon a time\n");
@@ -270,11 +275,8 @@ TEST(PoolLeave, AStopWhileAPromptWaitsForWorkersAnswersItNull) {
 
 TEST(PoolLeave, ANameStaysWithItsLiveWorkerAndComesBackWithARestart) {
   const std::string secret = "names-test-secret";
-  auto host = test::stories_host(secret, 1);
-  const std::string addr = test::host_address(*host);
-  ASSERT_FALSE(addr.empty()) << host->err();
-  auto first = test::join(addr, "w1", secret);
-  ASSERT_TRUE(host->wait_err("worker 'w1' ready for plan 1", 60s)) << host->err();
+  auto [host, first, addr] = one_worker_pool(secret);
+  ASSERT_TRUE(first) << (host ? host->err() : "");
 
   auto twin = test::join(addr, "w1", secret);  // the name is taken while the first one lives
   EXPECT_EQ(twin->wait_exit(60s), 1) << twin->err();
